@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs bench_train_step and the same steps in PyTorch, side by side, in one run.
+#   bench/compare_torch.sh [BUILD_DIR] [BENCHMARK_FILTER]
+# PyTorch is pointed at Debian's OpenBLAS (OpenMP build): Debian's torch otherwise calls
+# whichever libblas.so.3 the loader finds first, and the reference BLAS is ~15x slower.
+set -euo pipefail
+build=${1:-build/release}
+filter=${2:-.}
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mktemp --suffix=.json)
+trap 'rm -f "$out"' EXIT
+"$build/bench/bench_train_step" --benchmark_filter="$filter" --benchmark_out="$out" --benchmark_out_format=json
+openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp
+if [[ ! -e $openblas/libblas.so.3 ]]; then
+  echo "compare_torch: $openblas missing (scripts/setup.sh --bench installs libopenblas0-openmp); PyTorch would use the reference BLAS, skipping" >&2
+  exit 0
+fi
+if [[ ! -x /usr/bin/python3 ]]; then
+  echo "compare_torch: /usr/bin/python3 missing; skipping the PyTorch side" >&2
+  exit 0
+fi
+LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$out"

@@ -1,0 +1,67 @@
+// One training step (forward, loss, backward, SGD-with-momentum update) of the zoo's
+// models on Fashion-MNIST-shaped batches, as samples per second.
+//
+//   build/release/bench/bench_train_step --benchmark_filter=cnn
+//
+// Names: train_step/<model>/batch:<B>/threads:<T>. Threads are the Eigen/OpenMP compute
+// threads of this one process (set_compute_threads), the same knob PyTorch's
+// torch.set_num_threads turns in bench/compare_torch.py.
+#include <benchmark/benchmark.h>
+
+#include "model/spec.hpp"
+#include "model/trainer.hpp"
+#include "util/threads.hpp"
+
+namespace {
+
+using namespace fedcore::model;
+
+const char* const kSpecs[] = {
+    R"({"type":"logreg","input_shape":[28,28,1],"num_classes":10})",
+    R"({"type":"mlp","hidden":[256,128],"input_shape":[28,28,1],"num_classes":10})",
+    R"({"type":"cnn","input_shape":[28,28,1],"num_classes":10})",
+};
+
+void train_step(benchmark::State& state) {
+  const auto& spec_json = kSpecs[state.range(0)];
+  const auto batch = static_cast<Eigen::Index>(state.range(1));
+  fedcore::set_compute_threads(static_cast<int>(state.range(2)));
+  auto model = build_model(*parse_model_spec(std::string_view(spec_json)));
+  model->initialize(1);
+  auto sgd = make_optimizer({.learning_rate = 0.01f, .momentum = 0.9f}, model->param_count());
+  fedcore::Rng rng(2);
+  Matrix x(784, batch);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    x.data()[i] = rng.uniform_float();
+  }
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+  for (auto& label : labels) {
+    label = static_cast<std::int32_t>(rng.below(10));
+  }
+  Matrix grad_logits;
+  for (auto _ : state) {
+    const Matrix& logits = model->forward(x, Phase::train);
+    evaluate_loss(LossKind::softmax_cross_entropy, logits, labels, &grad_logits);
+    model->backward(grad_logits);
+    sgd->step(model->params(), model->grads());
+    benchmark::DoNotOptimize(model->params().data());
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+
+void arguments(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"model", "batch", "threads"});
+  for (int model = 0; model < 3; ++model) {
+    for (int batch : {32, 128}) {
+      for (int threads : {1, 2}) {
+        b->Args({model, batch, threads});
+      }
+    }
+  }
+  b->MinTime(1.0)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+BENCHMARK(train_step)->Apply(arguments);
+BENCHMARK_MAIN();

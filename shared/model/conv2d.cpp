@@ -1,0 +1,173 @@
+#include <algorithm>
+#include <cstring>
+
+#include "model/init.hpp"
+#include "model/layers.hpp"
+#include "util/assert.hpp"
+
+namespace fedcore::model {
+namespace {
+
+std::int64_t conv_out(std::int64_t in, const Conv2dOptions& o) {
+  return (in + 2 * o.padding - o.kernel) / o.stride + 1;
+}
+
+}  // namespace
+
+Conv2d::Conv2d(const Shape& input_shape, const Conv2dOptions& options)
+    : Layer(input_shape, input_shape.size() == 3
+                             ? Shape{conv_out(input_shape[0], options),
+                                     conv_out(input_shape[1], options), options.out_channels}
+                             : Shape{1}),
+      options_(options) {
+  FEDCORE_ASSERT(input_shape.size() == 3, "Conv2d needs an {H, W, C} input");
+  FEDCORE_ASSERT(options.kernel > 0 && options.stride > 0 && options.padding >= 0 &&
+                     options.out_channels > 0,
+                 "Conv2d: bad options");
+  in_h_ = input_shape[0];
+  in_w_ = input_shape[1];
+  in_c_ = input_shape[2];
+  FEDCORE_ASSERT(options.kernel <= in_h_ + 2 * options.padding &&
+                     options.kernel <= in_w_ + 2 * options.padding,
+                 "Conv2d: kernel larger than the padded input");
+  out_h_ = output_shape()[0];
+  out_w_ = output_shape()[1];
+  patch_size_ = options.kernel * options.kernel * in_c_;
+}
+
+Conv2d::Conv2d(const Conv2d& other)
+    : Layer(other),
+      in_h_(other.in_h_),
+      in_w_(other.in_w_),
+      in_c_(other.in_c_),
+      out_h_(other.out_h_),
+      out_w_(other.out_w_),
+      options_(other.options_),
+      patch_size_(other.patch_size_) {}
+
+std::unique_ptr<Layer> Conv2d::clone() const { return std::unique_ptr<Layer>(new Conv2d(*this)); }
+
+std::vector<ParamShape> Conv2d::param_shapes() const {
+  const auto k = options_.kernel;
+  return {{"weight", {k, k, in_c_, options_.out_channels}}, {"bias", {options_.out_channels}}};
+}
+
+void Conv2d::bind(std::span<float> params, std::span<float> grads) {
+  const auto cout = options_.out_channels;
+  const auto weights = static_cast<std::size_t>(patch_size_ * cout);
+  FEDCORE_ASSERT(params.size() == weights + static_cast<std::size_t>(cout) &&
+                     grads.size() == params.size(),
+                 "Conv2d::bind: slice size mismatch");
+  new (&weight_) MatrixMap(params.data(), cout, patch_size_);
+  new (&bias_) VectorMap(params.data() + weights, cout);
+  new (&weight_grad_) MatrixMap(grads.data(), cout, patch_size_);
+  new (&bias_grad_) VectorMap(grads.data() + weights, cout);
+}
+
+void Conv2d::initialize(Rng& rng) {
+  const double area = double(options_.kernel * options_.kernel);
+  glorot_uniform({weight_.data(), static_cast<std::size_t>(weight_.size())}, area * double(in_c_),
+                 area * double(options_.out_channels), rng);
+  bias_.setZero();
+}
+
+// A column of `columns_` holds one receptive field in (ky, kx, c) order, so each kernel
+// row is copied as runs of `in_c_` contiguous floats (the input is HWC). Positions in
+// the zero padding are written as zeros.
+void Conv2d::im2col(const Matrix& input) {
+  const auto batch = input.cols();
+  const auto positions = out_h_ * out_w_;
+  const auto k = options_.kernel;
+  columns_.resize(patch_size_, positions * batch);
+  const auto run = static_cast<std::size_t>(in_c_) * sizeof(float);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const float* sample = input.col(b).data();
+    for (std::int64_t oy = 0; oy < out_h_; ++oy) {
+      for (std::int64_t ox = 0; ox < out_w_; ++ox) {
+        float* column = columns_.col(b * positions + oy * out_w_ + ox).data();
+        for (std::int64_t ky = 0; ky < k; ++ky) {
+          const std::int64_t iy = oy * options_.stride - options_.padding + ky;
+          float* dst = column + ky * k * in_c_;
+          if (iy < 0 || iy >= in_h_) {
+            std::memset(dst, 0, run * static_cast<std::size_t>(k));
+            continue;
+          }
+          for (std::int64_t kx = 0; kx < k; ++kx) {
+            const std::int64_t ix = ox * options_.stride - options_.padding + kx;
+            if (ix < 0 || ix >= in_w_) {
+              std::memset(dst + kx * in_c_, 0, run);
+            } else {
+              std::memcpy(dst + kx * in_c_, sample + (iy * in_w_ + ix) * in_c_, run);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: every column entry is added back to the input element it was
+// copied from (overlapping windows accumulate).
+void Conv2d::col2im(const Matrix& columns, Matrix& grad_input) const {
+  const auto batch = grad_input.cols();
+  const auto positions = out_h_ * out_w_;
+  const auto k = options_.kernel;
+  grad_input.setZero();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < batch; ++b) {
+    float* sample = grad_input.col(b).data();
+    for (std::int64_t oy = 0; oy < out_h_; ++oy) {
+      for (std::int64_t ox = 0; ox < out_w_; ++ox) {
+        const float* column = columns.col(b * positions + oy * out_w_ + ox).data();
+        for (std::int64_t ky = 0; ky < k; ++ky) {
+          const std::int64_t iy = oy * options_.stride - options_.padding + ky;
+          if (iy < 0 || iy >= in_h_) {
+            continue;
+          }
+          for (std::int64_t kx = 0; kx < k; ++kx) {
+            const std::int64_t ix = ox * options_.stride - options_.padding + kx;
+            if (ix < 0 || ix >= in_w_) {
+              continue;
+            }
+            const float* src = column + (ky * k + kx) * in_c_;
+            float* dst = sample + (iy * in_w_ + ix) * in_c_;
+            for (std::int64_t c = 0; c < in_c_; ++c) {
+              dst[c] += src[c];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
+  FEDCORE_ASSERT(input.rows() == static_cast<Eigen::Index>(input_size()),
+                 "Conv2d::forward: input rows differ from H*W*C");
+  im2col(input);
+  const auto cout = options_.out_channels;
+  output.resize(static_cast<Eigen::Index>(output_size()), input.cols());
+  // The cout x (positions*batch) product, laid out column by column, is exactly the HWC
+  // output of every sample in turn.
+  MatrixMap out(output.data(), cout, columns_.cols());
+  out.noalias() = weight_ * columns_;
+  out.colwise() += bias_;
+}
+
+void Conv2d::gradient(const Matrix&, const Matrix& grad_output) {
+  const Eigen::Map<const Matrix> dy(grad_output.data(), options_.out_channels, columns_.cols());
+  weight_grad_.noalias() = dy * columns_.transpose();
+  bias_grad_ = dy.rowwise().sum();
+}
+
+void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_output,
+                      Matrix& grad_input) {
+  const Eigen::Map<const Matrix> dy(grad_output.data(), options_.out_channels, columns_.cols());
+  grad_columns_.resize(patch_size_, columns_.cols());
+  grad_columns_.noalias() = weight_.transpose() * dy;
+  grad_input.resize(input.rows(), input.cols());
+  col2im(grad_columns_, grad_input);
+}
+
+}  // namespace fedcore::model

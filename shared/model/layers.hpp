@@ -1,0 +1,152 @@
+// The layer zoo: Dense, Conv2d, MaxPool2d, ReLU, Flatten, Dropout.
+//
+// Constructors take the per-sample input shape and derive the output shape; a shape that
+// cannot work (a kernel larger than the padded input, ...) is a programmer error here,
+// because model specs are validated before layers are built (model/spec.hpp).
+//
+// Parameter layout, row-major (see layout.hpp):
+//   Dense   weight {in, out}              bias {out}
+//   Conv2d  weight {kh, kw, cin, cout}    bias {cout}    (HWIO)
+// Initialisation: Glorot-uniform weights, zero biases.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/layer.hpp"
+
+namespace fedcore::model {
+
+// y = W x + b on flattened inputs.
+class Dense final : public Layer {
+ public:
+  Dense(const Shape& input_shape, std::int64_t units);
+
+  std::unique_ptr<Layer> clone() const override;
+  std::string_view kind() const override { return "dense"; }
+  std::vector<ParamShape> param_shapes() const override;
+  void bind(std::span<float> params, std::span<float> grads) override;
+  void initialize(Rng& rng) override;
+  void forward(const Matrix& input, Matrix& output, Phase phase) override;
+  void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
+                Matrix& grad_input) override;
+  void gradient(const Matrix& input, const Matrix& grad_output) override;
+
+ private:
+  Dense(const Dense& other);
+
+  std::int64_t in_;
+  std::int64_t out_;
+  // Memory of the {in, out} row-major weight is an out x in column-major matrix.
+  MatrixMap weight_{nullptr, 0, 0};
+  VectorMap bias_{nullptr, 0};
+  MatrixMap weight_grad_{nullptr, 0, 0};
+  VectorMap bias_grad_{nullptr, 0};
+};
+
+struct Conv2dOptions {
+  std::int64_t out_channels = 1;
+  std::int64_t kernel = 3;  // square kernel
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;  // zero padding on each side
+};
+
+// 2-D convolution over HWC inputs, by im2col and one GEMM per batch.
+class Conv2d final : public Layer {
+ public:
+  // REQUIRES: input_shape is {H, W, C}, kernel <= H + 2 padding and W + 2 padding.
+  Conv2d(const Shape& input_shape, const Conv2dOptions& options);
+
+  std::unique_ptr<Layer> clone() const override;
+  std::string_view kind() const override { return "conv2d"; }
+  std::vector<ParamShape> param_shapes() const override;
+  void bind(std::span<float> params, std::span<float> grads) override;
+  void initialize(Rng& rng) override;
+  void forward(const Matrix& input, Matrix& output, Phase phase) override;
+  void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
+                Matrix& grad_input) override;
+  void gradient(const Matrix& input, const Matrix& grad_output) override;
+
+ private:
+  Conv2d(const Conv2d& other);
+  void im2col(const Matrix& input);
+  void col2im(const Matrix& columns, Matrix& grad_input) const;
+
+  std::int64_t in_h_, in_w_, in_c_;
+  std::int64_t out_h_, out_w_;
+  Conv2dOptions options_;
+  std::int64_t patch_size_;  // kernel * kernel * in_c
+  // Weight memory is a cout x (kh*kw*cin) column-major matrix: HWIO row-major.
+  MatrixMap weight_{nullptr, 0, 0};
+  VectorMap bias_{nullptr, 0};
+  MatrixMap weight_grad_{nullptr, 0, 0};
+  VectorMap bias_grad_{nullptr, 0};
+  // patch_size x (out_h * out_w * batch): one column per output position of every
+  // sample, filled by forward and reused by gradient.
+  Matrix columns_;
+  Matrix grad_columns_;
+};
+
+// Max pooling over HWC inputs. Output size floor((H - kernel) / stride) + 1, as in
+// PyTorch: a window that would run past the edge is not computed.
+class MaxPool2d final : public Layer {
+ public:
+  // stride 0 means stride = kernel. REQUIRES: input_shape is {H, W, C}, kernel <= H, W.
+  MaxPool2d(const Shape& input_shape, std::int64_t kernel, std::int64_t stride = 0);
+
+  std::unique_ptr<Layer> clone() const override;
+  std::string_view kind() const override { return "maxpool2d"; }
+  void forward(const Matrix& input, Matrix& output, Phase phase) override;
+  void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
+                Matrix& grad_input) override;
+
+ private:
+  std::int64_t in_h_, in_w_, c_, out_h_, out_w_, kernel_, stride_;
+  // For every output element, the index (within its sample's column) of the input that won.
+  std::vector<std::int32_t> argmax_;
+};
+
+class ReLU final : public Layer {
+ public:
+  explicit ReLU(const Shape& input_shape) : Layer(input_shape, input_shape) {}
+  std::unique_ptr<Layer> clone() const override;
+  std::string_view kind() const override { return "relu"; }
+  void forward(const Matrix& input, Matrix& output, Phase phase) override;
+  void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
+                Matrix& grad_input) override;
+};
+
+// Changes only the declared shape: a column already is the flattened sample.
+class Flatten final : public Layer {
+ public:
+  explicit Flatten(const Shape& input_shape);
+  std::unique_ptr<Layer> clone() const override;
+  std::string_view kind() const override { return "flatten"; }
+  void forward(const Matrix& input, Matrix& output, Phase phase) override;
+  void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
+                Matrix& grad_input) override;
+};
+
+// Inverted dropout: in training, zeroes each element with probability `rate` and scales
+// the rest by 1 / (1 - rate); identity in evaluation. Its mask stream is seeded by
+// initialize(), so training is reproducible.
+class Dropout final : public Layer {
+ public:
+  // REQUIRES: 0 <= rate < 1.
+  Dropout(const Shape& input_shape, float rate);
+  std::unique_ptr<Layer> clone() const override;
+  std::string_view kind() const override { return "dropout"; }
+  void initialize(Rng& rng) override;
+  void forward(const Matrix& input, Matrix& output, Phase phase) override;
+  void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
+                Matrix& grad_input) override;
+  float rate() const noexcept { return rate_; }
+
+ private:
+  float rate_;
+  Rng rng_{0};
+  Matrix mask_;  // 0 or 1/(1-rate) per element of the last training forward
+  bool masked_ = false;
+};
+
+}  // namespace fedcore::model

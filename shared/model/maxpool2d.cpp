@@ -1,0 +1,82 @@
+#include <limits>
+
+#include "model/layers.hpp"
+#include "util/assert.hpp"
+
+namespace fedcore::model {
+namespace {
+
+Shape pooled_shape(const Shape& in, std::int64_t kernel, std::int64_t stride) {
+  FEDCORE_ASSERT(in.size() == 3, "MaxPool2d needs an {H, W, C} input");
+  FEDCORE_ASSERT(kernel > 0 && stride > 0 && kernel <= in[0] && kernel <= in[1],
+                 "MaxPool2d: kernel must be positive and fit the input");
+  return {(in[0] - kernel) / stride + 1, (in[1] - kernel) / stride + 1, in[2]};
+}
+
+}  // namespace
+
+MaxPool2d::MaxPool2d(const Shape& input_shape, std::int64_t kernel, std::int64_t stride)
+    : Layer(input_shape, pooled_shape(input_shape, kernel, stride > 0 ? stride : kernel)),
+      in_h_(input_shape[0]),
+      in_w_(input_shape[1]),
+      c_(input_shape[2]),
+      out_h_(output_shape()[0]),
+      out_w_(output_shape()[1]),
+      kernel_(kernel),
+      stride_(stride > 0 ? stride : kernel) {}
+
+std::unique_ptr<Layer> MaxPool2d::clone() const { return std::make_unique<MaxPool2d>(*this); }
+
+void MaxPool2d::forward(const Matrix& input, Matrix& output, Phase) {
+  FEDCORE_ASSERT(input.rows() == static_cast<Eigen::Index>(input_size()),
+                 "MaxPool2d::forward: input rows differ from H*W*C");
+  const auto batch = input.cols();
+  const auto out_rows = static_cast<Eigen::Index>(output_size());
+  output.resize(out_rows, batch);
+  argmax_.resize(static_cast<std::size_t>(out_rows * batch));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const float* in = input.col(b).data();
+    float* out = output.col(b).data();
+    std::int32_t* arg = argmax_.data() + b * out_rows;
+    for (std::int64_t oy = 0; oy < out_h_; ++oy) {
+      for (std::int64_t ox = 0; ox < out_w_; ++ox) {
+        float* best = out + (oy * out_w_ + ox) * c_;
+        std::int32_t* best_at = arg + (oy * out_w_ + ox) * c_;
+        for (std::int64_t c = 0; c < c_; ++c) {
+          best[c] = -std::numeric_limits<float>::infinity();
+          best_at[c] = -1;
+        }
+        for (std::int64_t ky = 0; ky < kernel_; ++ky) {
+          for (std::int64_t kx = 0; kx < kernel_; ++kx) {
+            const std::int64_t at = ((oy * stride_ + ky) * in_w_ + ox * stride_ + kx) * c_;
+            for (std::int64_t c = 0; c < c_; ++c) {
+              // `!(<=)` so that a NaN input propagates instead of being skipped.
+              if (!(in[at + c] <= best[c]) || best_at[c] < 0) {
+                best[c] = in[at + c];
+                best_at[c] = static_cast<std::int32_t>(at + c);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void MaxPool2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_output,
+                         Matrix& grad_input) {
+  const auto batch = grad_output.cols();
+  const auto out_rows = grad_output.rows();
+  grad_input.setZero(input.rows(), batch);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const float* dy = grad_output.col(b).data();
+    float* dx = grad_input.col(b).data();
+    const std::int32_t* arg = argmax_.data() + b * out_rows;
+    for (Eigen::Index i = 0; i < out_rows; ++i) {
+      dx[arg[i]] += dy[i];
+    }
+  }
+}
+
+}  // namespace fedcore::model

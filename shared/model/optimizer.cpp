@@ -1,0 +1,180 @@
+#include "model/optimizer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "util/assert.hpp"
+
+namespace fedcore::model {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const OptimizerConfig& config, std::size_t n) : config_(config), velocity_(config.momentum > 0 ? n : 0) {}
+
+  void step(std::span<float> params, std::span<const float> grads) override {
+    FEDCORE_ASSERT(params.size() == grads.size(), "Sgd::step: size mismatch");
+    const float lr = config_.learning_rate;
+    const float wd = config_.weight_decay;
+    const float mu = config_.momentum;
+    const std::size_t n = params.size();
+    float* p = params.data();
+    const float* g = grads.data();
+    if (mu == 0.0f) {
+      for (std::size_t i = 0; i < n; ++i) {
+        p[i] -= lr * (g[i] + wd * p[i]);
+      }
+      return;
+    }
+    FEDCORE_ASSERT(velocity_.size() == n, "Sgd::step: size differs from construction");
+    float* v = velocity_.data();
+    // PyTorch starts the momentum buffer at the first gradient, not at zero.
+    const float dampening_first = first_step_ ? 0.0f : 1.0f;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float d = g[i] + wd * p[i];
+      v[i] = dampening_first * mu * v[i] + d;
+      p[i] -= lr * (config_.nesterov ? d + mu * v[i] : v[i]);
+    }
+    first_step_ = false;
+  }
+
+  void reset() override {
+    std::fill(velocity_.begin(), velocity_.end(), 0.0f);
+    first_step_ = true;
+  }
+
+ private:
+  OptimizerConfig config_;
+  std::vector<float> velocity_;
+  bool first_step_ = true;
+};
+
+class Adam final : public Optimizer {
+ public:
+  Adam(const OptimizerConfig& config, std::size_t n) : config_(config), m_(n, 0.0f), s_(n, 0.0f) {}
+
+  void step(std::span<float> params, std::span<const float> grads) override {
+    FEDCORE_ASSERT(params.size() == grads.size() && params.size() == m_.size(),
+                   "Adam::step: size mismatch");
+    ++t_;
+    const float b1 = config_.beta1;
+    const float b2 = config_.beta2;
+    const float bias1 = 1.0f - std::pow(b1, static_cast<float>(t_));
+    const float bias2_sqrt = std::sqrt(1.0f - std::pow(b2, static_cast<float>(t_)));
+    const float step_size = config_.learning_rate / bias1;
+    const float wd = config_.weight_decay;
+    const float eps = config_.epsilon;
+    float* p = params.data();
+    const float* g = grads.data();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const float d = g[i] + wd * p[i];
+      m_[i] = b1 * m_[i] + (1.0f - b1) * d;
+      s_[i] = b2 * s_[i] + (1.0f - b2) * d * d;
+      p[i] -= step_size * m_[i] / (std::sqrt(s_[i]) / bias2_sqrt + eps);
+    }
+  }
+
+  void reset() override {
+    std::fill(m_.begin(), m_.end(), 0.0f);
+    std::fill(s_.begin(), s_.end(), 0.0f);
+    t_ = 0;
+  }
+
+ private:
+  OptimizerConfig config_;
+  std::vector<float> m_;
+  std::vector<float> s_;
+  long t_ = 0;
+};
+
+result<float> read_number(const nlohmann::json& j, const char* key, float low, float high) {
+  const auto& v = j[key];
+  if (!v.is_number()) {
+    return fail(errc::invalid_argument, std::string("optimizer: '") + key + "' must be a number");
+  }
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < low || x > high) {
+    return fail(errc::invalid_argument, std::string("optimizer: '") + key + "' = " + v.dump() +
+                                            " is outside [" + std::to_string(low) + ", " +
+                                            std::to_string(high) + "]");
+  }
+  return static_cast<float>(x);
+}
+
+}  // namespace
+
+result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) {
+    return fail(errc::invalid_argument, "optimizer: expected a JSON object");
+  }
+  OptimizerConfig config;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "kind") {
+      if (value == "sgd") {
+        config.kind = OptimizerKind::sgd;
+      } else if (value == "adam") {
+        config.kind = OptimizerKind::adam;
+      } else {
+        return fail(errc::invalid_argument, "optimizer: 'kind' must be \"sgd\" or \"adam\", got " + value.dump());
+      }
+    } else if (key == "nesterov") {
+      if (!value.is_boolean()) {
+        return fail(errc::invalid_argument, "optimizer: 'nesterov' must be true or false");
+      }
+      config.nesterov = value.get<bool>();
+    } else {
+      struct Field {
+        const char* name;
+        float* target;
+        float low, high;
+      };
+      const Field fields[] = {{"lr", &config.learning_rate, 0.0f, 100.0f},
+                              {"momentum", &config.momentum, 0.0f, 0.999999f},
+                              {"weight_decay", &config.weight_decay, 0.0f, 10.0f},
+                              {"beta1", &config.beta1, 0.0f, 0.999999f},
+                              {"beta2", &config.beta2, 0.0f, 0.999999999f},
+                              {"epsilon", &config.epsilon, 0.0f, 1.0f}};
+      const Field* match = nullptr;
+      for (const auto& f : fields) {
+        if (key == f.name) {
+          match = &f;
+        }
+      }
+      if (match == nullptr) {
+        return fail(errc::invalid_argument, "optimizer: unknown key '" + key + "'");
+      }
+      auto number = read_number(j, match->name, match->low, match->high);
+      if (!number) {
+        return number.error();
+      }
+      *match->target = *number;
+    }
+  }
+  if (config.learning_rate <= 0.0f) {
+    return fail(errc::invalid_argument, "optimizer: 'lr' must be positive");
+  }
+  if (config.nesterov && (config.kind != OptimizerKind::sgd || config.momentum <= 0.0f)) {
+    return fail(errc::invalid_argument, "optimizer: 'nesterov' needs sgd with momentum > 0");
+  }
+  return config;
+}
+
+void to_json(nlohmann::json& j, const OptimizerConfig& c) {
+  if (c.kind == OptimizerKind::sgd) {
+    j = {{"kind", "sgd"}, {"lr", c.learning_rate}, {"momentum", c.momentum},
+         {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay}};
+  } else {
+    j = {{"kind", "adam"}, {"lr", c.learning_rate}, {"beta1", c.beta1}, {"beta2", c.beta2},
+         {"epsilon", c.epsilon}, {"weight_decay", c.weight_decay}};
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t param_count) {
+  if (config.kind == OptimizerKind::adam) {
+    return std::make_unique<Adam>(config, param_count);
+  }
+  return std::make_unique<Sgd>(config, param_count);
+}
+
+}  // namespace fedcore::model

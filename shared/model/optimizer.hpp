@@ -1,0 +1,56 @@
+// Optimizers over flat parameter and gradient spans.
+//
+// An optimizer owns its state (momentum, Adam moments) as flat buffers of the same
+// length as the parameters it was made for; `step` updates the parameters in place from
+// the gradients. `reset()` drops the state (e.g. when a federated client receives a new
+// global model and starts local training afresh).
+//
+// Semantics follow PyTorch's torch.optim, so hyper-parameters carry over:
+//  SGD:  g += wd * p;  v = mu * v + g  (v = g on the first step);
+//        p -= lr * (nesterov ? g + mu * v : v)
+//  Adam: g += wd * p;  m = b1 m + (1-b1) g;  s = b2 s + (1-b2) g^2;
+//        p -= lr * (m / (1-b1^t)) / (sqrt(s / (1-b2^t)) + eps)
+//
+// Thread safety: none.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "util/error.hpp"
+
+namespace fedcore::model {
+
+enum class OptimizerKind { sgd, adam };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;  // SGD
+  bool nesterov = false;  // SGD; needs momentum > 0
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;     // Adam
+  float beta2 = 0.999f;   // Adam
+  float epsilon = 1e-8f;  // Adam
+};
+
+// {"kind":"sgd","lr":0.05,"momentum":0.9,"nesterov":false,"weight_decay":0}
+// Unknown keys and out-of-range values are errors (errc::invalid_argument naming the key).
+result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j);
+void to_json(nlohmann::json& j, const OptimizerConfig& config);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // REQUIRES: params.size() == grads.size() == the size given at construction.
+  virtual void step(std::span<float> params, std::span<const float> grads) = 0;
+  virtual void reset() = 0;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t param_count);
+
+}  // namespace fedcore::model

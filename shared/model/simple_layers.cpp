@@ -1,0 +1,59 @@
+// ReLU, Flatten and Dropout: the parameter-free element-wise layers.
+#include "model/layers.hpp"
+#include "util/assert.hpp"
+
+namespace fedcore::model {
+
+std::unique_ptr<Layer> ReLU::clone() const { return std::make_unique<ReLU>(*this); }
+
+void ReLU::forward(const Matrix& input, Matrix& output, Phase) { output = input.cwiseMax(0.0f); }
+
+void ReLU::backward(const Matrix&, const Matrix& output, const Matrix& grad_output,
+                    Matrix& grad_input) {
+  // The derivative at 0 is taken as 0, as PyTorch does.
+  grad_input = (output.array() > 0.0f).select(grad_output, 0.0f);
+}
+
+Flatten::Flatten(const Shape& input_shape)
+    : Layer(input_shape, Shape{static_cast<std::int64_t>(element_count(input_shape))}) {}
+
+std::unique_ptr<Layer> Flatten::clone() const { return std::make_unique<Flatten>(*this); }
+
+void Flatten::forward(const Matrix& input, Matrix& output, Phase) { output = input; }
+
+void Flatten::backward(const Matrix&, const Matrix&, const Matrix& grad_output, Matrix& grad_input) {
+  grad_input = grad_output;
+}
+
+Dropout::Dropout(const Shape& input_shape, float rate) : Layer(input_shape, input_shape), rate_(rate) {
+  FEDCORE_ASSERT(rate >= 0.0f && rate < 1.0f, "Dropout rate must be in [0, 1)");
+}
+
+std::unique_ptr<Layer> Dropout::clone() const { return std::make_unique<Dropout>(*this); }
+
+void Dropout::initialize(Rng& rng) { rng_ = rng.split(); }
+
+void Dropout::forward(const Matrix& input, Matrix& output, Phase phase) {
+  masked_ = phase == Phase::train && rate_ > 0.0f;
+  if (!masked_) {
+    output = input;
+    return;
+  }
+  const float keep_scale = 1.0f / (1.0f - rate_);
+  mask_.resize(input.rows(), input.cols());
+  float* m = mask_.data();
+  for (Eigen::Index i = 0; i < mask_.size(); ++i) {
+    m[i] = rng_.uniform_float() < rate_ ? 0.0f : keep_scale;
+  }
+  output = input.cwiseProduct(mask_);
+}
+
+void Dropout::backward(const Matrix&, const Matrix&, const Matrix& grad_output, Matrix& grad_input) {
+  if (masked_) {
+    grad_input = grad_output.cwiseProduct(mask_);
+  } else {
+    grad_input = grad_output;
+  }
+}
+
+}  // namespace fedcore::model

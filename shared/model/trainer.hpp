@@ -1,0 +1,67 @@
+// Local training and evaluation of a Model on a Dataset: the loop that a centralized run,
+// a federated client and a data-parallel worker all share.
+//
+// Each epoch visits every sample once in an order shuffled by an Rng seeded from
+// (seed, epoch), in batches of `batch_size` (the last batch may be smaller). A step is
+// forward, loss, backward, optional proximal term, optimizer step. Given the same model
+// state, data, config and compute-thread count of 1, the result is bit-for-bit the same.
+//
+// Thread safety: none; the model, optimizer and scratch belong to the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "data/dataset.hpp"
+#include "model/loss.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+
+namespace fedcore::model {
+
+struct TrainConfig {
+  int epochs = 1;
+  int batch_size = 32;
+  std::uint64_t seed = 0;
+  // FedProx: pull toward `anchor` with strength mu (no-op when mu is 0 or anchor empty).
+  float proximal_mu = 0.0f;
+  // Stop after this many steps in total (0 = no limit); for smoke tests and benchmarks.
+  std::size_t max_steps = 0;
+};
+
+struct TrainProgress {
+  int epoch = 0;             // 0-based
+  std::size_t step = 0;      // steps so far, all epochs
+  std::size_t samples = 0;   // samples so far in this epoch
+  std::size_t epoch_samples = 0;
+  double mean_loss = 0;      // running mean over this epoch
+};
+
+struct TrainReport {
+  double loss = 0;      // mean training loss of the last epoch (data term only)
+  double accuracy = 0;  // training accuracy of the last epoch, measured during training
+  std::size_t samples = 0;  // samples processed in total
+  std::size_t steps = 0;
+  double seconds = 0;
+};
+
+struct EvalReport {
+  double loss = 0;
+  double accuracy = 0;
+  std::size_t samples = 0;
+};
+
+// Called after every step; cheap callbacks only.
+using ProgressFn = std::function<void(const TrainProgress&)>;
+
+// REQUIRES: data non-empty, data.sample_size() == model.input_size(), batch_size > 0,
+// anchor empty or of model.param_count() floats.
+TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data::Dataset& data,
+                  const TrainConfig& config, std::span<const float> anchor = {},
+                  const ProgressFn& progress = {});
+
+// Loss and accuracy over the whole data set, in evaluation phase (no dropout).
+EvalReport evaluate(Model& model, LossKind loss, const data::Dataset& data, int batch_size = 500);
+
+}  // namespace fedcore::model

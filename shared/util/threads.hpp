@@ -1,0 +1,15 @@
+// Compute-thread control for the Eigen kernels.
+//
+// Eigen parallelises large GEMMs with OpenMP. `set_compute_threads(n)` sets the OpenMP
+// thread budget **of the calling thread only** (the OpenMP ICV is per thread), so a
+// centralized trainer can use every core while each simulated client thread uses one,
+// in the same process. n = 0 means "all hardware threads".
+#pragma once
+
+namespace fedcore {
+
+void set_compute_threads(int n) noexcept;
+int compute_threads() noexcept;
+int hardware_threads() noexcept;
+
+}  // namespace fedcore

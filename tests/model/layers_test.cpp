@@ -1,0 +1,246 @@
+#include <gtest/gtest.h>
+
+#include "gradient_check.hpp"
+#include "model/layers.hpp"
+
+namespace fedcore::model {
+namespace {
+
+using testing::BoundLayer;
+using testing::random_matrix;
+
+Matrix column(std::initializer_list<float> values) {
+  Matrix m(static_cast<Eigen::Index>(values.size()), 1);
+  Eigen::Index i = 0;
+  for (float v : values) {
+    m(i++, 0) = v;
+  }
+  return m;
+}
+
+// ---- Dense -------------------------------------------------------------------------
+
+TEST(Dense, ForwardMatchesHandComputedValues) {
+  BoundLayer dense(std::make_unique<Dense>(Shape{2}, 2));
+  // weight {in, out} row-major: w[i][o]; then bias.
+  dense.params = {1, 2, 3, 4, 0.5f, -1};
+  Matrix y;
+  dense.layer->forward(column({1, 2}), y, Phase::eval);
+  ASSERT_EQ(y.rows(), 2);
+  EXPECT_FLOAT_EQ(y(0, 0), 1 * 1 + 2 * 3 + 0.5f);
+  EXPECT_FLOAT_EQ(y(1, 0), 1 * 2 + 2 * 4 - 1.0f);
+}
+
+TEST(Dense, ParamShapesAreInOutThenBias) {
+  Dense dense(Shape{7, 3}, 5);
+  const auto shapes = dense.param_shapes();
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].shape, (Shape{21, 5}));
+  EXPECT_EQ(shapes[1].shape, (Shape{5}));
+  EXPECT_EQ(dense.output_shape(), (Shape{5}));
+}
+
+TEST(Dense, GradientsMatchFiniteDifferences) {
+  Rng rng(1);
+  BoundLayer dense(std::make_unique<Dense>(Shape{6}, 4));
+  const Matrix x = random_matrix(6, 3, rng);
+  testing::expect_input_gradient_matches(*dense.layer, x);
+  testing::expect_param_gradient_matches(*dense.layer, dense.params, dense.grads, x);
+}
+
+// ---- Conv2d ------------------------------------------------------------------------
+
+TEST(Conv2d, ForwardMatchesHandComputedValues) {
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{3, 3, 1}, Conv2dOptions{1, 2, 1, 0}));
+  conv.params = {1, 2, 3, 4, 0};  // w[ky][kx] = 1 2 / 3 4, bias 0
+  Matrix y;
+  conv.layer->forward(column({1, 2, 3, 4, 5, 6, 7, 8, 9}), y, Phase::eval);
+  ASSERT_EQ(conv.layer->output_shape(), (Shape{2, 2, 1}));
+  EXPECT_FLOAT_EQ(y(0, 0), 37);
+  EXPECT_FLOAT_EQ(y(1, 0), 47);
+  EXPECT_FLOAT_EQ(y(2, 0), 67);
+  EXPECT_FLOAT_EQ(y(3, 0), 77);
+}
+
+TEST(Conv2d, PaddingAndStrideMatchHandComputedValues) {
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{3, 3, 1}, Conv2dOptions{1, 2, 2, 1}));
+  conv.params = {1, 2, 3, 4, 0.5f};
+  Matrix y;
+  conv.layer->forward(column({1, 2, 3, 4, 5, 6, 7, 8, 9}), y, Phase::eval);
+  ASSERT_EQ(conv.layer->output_shape(), (Shape{2, 2, 1}));
+  EXPECT_FLOAT_EQ(y(0, 0), 4 + 0.5f);
+  EXPECT_FLOAT_EQ(y(1, 0), 18 + 0.5f);
+  EXPECT_FLOAT_EQ(y(2, 0), 36 + 0.5f);
+  EXPECT_FLOAT_EQ(y(3, 0), 77 + 0.5f);
+}
+
+// A direct, loop-by-loop convolution to compare the im2col path against on several
+// channels, samples and a non-square input.
+Matrix direct_conv(const Matrix& x, const std::vector<float>& p, std::int64_t h, std::int64_t w,
+                   std::int64_t cin, const Conv2dOptions& o, std::int64_t oh, std::int64_t ow) {
+  const auto k = o.kernel;
+  const auto cout = o.out_channels;
+  const float* bias = p.data() + k * k * cin * cout;
+  Matrix y(oh * ow * cout, x.cols());
+  for (Eigen::Index b = 0; b < x.cols(); ++b) {
+    for (std::int64_t oy = 0; oy < oh; ++oy) {
+      for (std::int64_t ox = 0; ox < ow; ++ox) {
+        for (std::int64_t co = 0; co < cout; ++co) {
+          double sum = bias[co];
+          for (std::int64_t ky = 0; ky < k; ++ky) {
+            for (std::int64_t kx = 0; kx < k; ++kx) {
+              const auto iy = oy * o.stride - o.padding + ky;
+              const auto ix = ox * o.stride - o.padding + kx;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+                continue;
+              }
+              for (std::int64_t ci = 0; ci < cin; ++ci) {
+                sum += double(p[((ky * k + kx) * cin + ci) * cout + co]) * x((iy * w + ix) * cin + ci, b);
+              }
+            }
+          }
+          y((oy * ow + ox) * cout + co, b) = static_cast<float>(sum);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+TEST(Conv2d, MatchesDirectConvolutionOnManyChannels) {
+  Rng rng(5);
+  const Conv2dOptions options{4, 3, 2, 1};
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{5, 6, 3}, options));
+  const Matrix x = random_matrix(5 * 6 * 3, 2, rng);
+  Matrix y;
+  conv.layer->forward(x, y, Phase::eval);
+  const auto& out = conv.layer->output_shape();
+  const Matrix expected = direct_conv(x, conv.params, 5, 6, 3, options, out[0], out[1]);
+  ASSERT_EQ(y.rows(), expected.rows());
+  EXPECT_LE((y - expected).cwiseAbs().maxCoeff(), 1e-5f);
+}
+
+TEST(Conv2d, GradientsMatchFiniteDifferences) {
+  Rng rng(2);
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{5, 4, 2}, Conv2dOptions{3, 3, 1, 1}));
+  const Matrix x = random_matrix(5 * 4 * 2, 2, rng);
+  testing::expect_input_gradient_matches(*conv.layer, x);
+  testing::expect_param_gradient_matches(*conv.layer, conv.params, conv.grads, x);
+}
+
+TEST(Conv2d, StridedGradientsMatchFiniteDifferences) {
+  Rng rng(3);
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{6, 6, 1}, Conv2dOptions{2, 3, 2, 0}));
+  const Matrix x = random_matrix(36, 3, rng);
+  testing::expect_input_gradient_matches(*conv.layer, x);
+  testing::expect_param_gradient_matches(*conv.layer, conv.params, conv.grads, x);
+}
+
+// ---- MaxPool2d ---------------------------------------------------------------------
+
+TEST(MaxPool2d, ForwardMatchesHandComputedValues) {
+  MaxPool2d pool(Shape{4, 4, 1}, 2);
+  Matrix y;
+  pool.forward(column({1, 5, 2, 0,  //
+                       3, 4, 8, 1,  //
+                       0, 0, 1, 1,  //
+                       9, 2, 1, 7}),
+               y, Phase::eval);
+  ASSERT_EQ(pool.output_shape(), (Shape{2, 2, 1}));
+  EXPECT_FLOAT_EQ(y(0, 0), 5);
+  EXPECT_FLOAT_EQ(y(1, 0), 8);
+  EXPECT_FLOAT_EQ(y(2, 0), 9);
+  EXPECT_FLOAT_EQ(y(3, 0), 7);
+}
+
+TEST(MaxPool2d, KeepsChannelsApart) {
+  MaxPool2d pool(Shape{2, 2, 2}, 2);
+  Matrix y;
+  // HWC: (pixel, channel) pairs; channel 0 max is 4, channel 1 max is -1.
+  pool.forward(column({1, -5, 4, -1, 2, -3, 3, -2}), y, Phase::eval);
+  EXPECT_FLOAT_EQ(y(0, 0), 4);
+  EXPECT_FLOAT_EQ(y(1, 0), -1);
+}
+
+TEST(MaxPool2d, InputGradientMatchesFiniteDifferences) {
+  // Distinct values spaced well beyond the finite-difference step, so no perturbation
+  // changes which element wins a window.
+  Rng rng(4);
+  Matrix x(6 * 6 * 2, 2);
+  std::vector<float> values(static_cast<std::size_t>(x.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = 0.1f * static_cast<float>(i);
+  }
+  rng.shuffle(std::span<float>(values));
+  std::copy(values.begin(), values.end(), x.data());
+  MaxPool2d pool(Shape{6, 6, 2}, 2);
+  testing::expect_input_gradient_matches(pool, x);
+}
+
+TEST(MaxPool2d, OverlappingWindowsRouteGradientToEachWinner) {
+  MaxPool2d pool(Shape{3, 3, 1}, 2, 1);
+  ASSERT_EQ(pool.output_shape(), (Shape{2, 2, 1}));
+  const Matrix x = column({0, 0, 0, 0, 9, 0, 0, 0, 0});  // the centre wins all four windows
+  Matrix y, dx;
+  pool.forward(x, y, Phase::train);
+  pool.backward(x, y, Matrix::Ones(4, 1), dx);
+  EXPECT_FLOAT_EQ(dx(4, 0), 4);
+  EXPECT_FLOAT_EQ(dx.sum(), 4);
+}
+
+// ---- ReLU, Flatten, Dropout ----------------------------------------------------------
+
+TEST(ReLU, ForwardMatchesHandComputedValues) {
+  ReLU relu(Shape{4});
+  Matrix y;
+  relu.forward(column({-1, 0, 2, -0.5f}), y, Phase::eval);
+  EXPECT_EQ(y, column({0, 0, 2, 0}));
+}
+
+TEST(ReLU, InputGradientMatchesFiniteDifferences) {
+  // Keep inputs away from the kink at 0 (|x| >= 0.1 > the step).
+  Rng rng(6);
+  Matrix x = random_matrix(10, 3, rng);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    x.data()[i] += x.data()[i] >= 0 ? 0.1f : -0.1f;
+  }
+  ReLU relu(Shape{10});
+  testing::expect_input_gradient_matches(relu, x);
+}
+
+TEST(Flatten, KeepsValuesAndFlattensShape) {
+  Flatten flatten(Shape{2, 3, 4});
+  EXPECT_EQ(flatten.output_shape(), (Shape{24}));
+  Rng rng(7);
+  const Matrix x = random_matrix(24, 2, rng);
+  Matrix y;
+  flatten.forward(x, y, Phase::eval);
+  EXPECT_EQ(y, x);
+  testing::expect_input_gradient_matches(flatten, x);
+}
+
+TEST(Dropout, IsIdentityInEvaluation) {
+  BoundLayer dropout(std::make_unique<Dropout>(Shape{100}, 0.5f));
+  Rng rng(8);
+  const Matrix x = random_matrix(100, 4, rng);
+  Matrix y;
+  dropout.layer->forward(x, y, Phase::eval);
+  EXPECT_EQ(y, x);
+}
+
+TEST(Dropout, TrainingZeroesAboutRateAndScalesTheRest) {
+  BoundLayer dropout(std::make_unique<Dropout>(Shape{1000}, 0.25f));
+  const Matrix x = Matrix::Ones(1000, 10);
+  Matrix y;
+  dropout.layer->forward(x, y, Phase::train);
+  const auto zeros = (y.array() == 0.0f).count();
+  EXPECT_NEAR(double(zeros) / 10000.0, 0.25, 0.02);
+  EXPECT_TRUE(((y.array() == 0.0f) || (y.array() == 1.0f / 0.75f)).all());
+  // Backward applies the same mask: the input gradient equals the mask.
+  Matrix dx;
+  dropout.layer->backward(x, y, Matrix::Ones(1000, 10), dx);
+  EXPECT_EQ(dx, y);
+}
+
+}  // namespace
+}  // namespace fedcore::model

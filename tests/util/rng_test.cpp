@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "util/checksum.hpp"
+#include "util/rng.hpp"
+
+namespace fedcore {
+namespace {
+
+TEST(Rng, SameSeedSameStreamAcrossPlatforms) {
+  Rng a(42), b(42);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(a.next_u64(), b.next_u64());
+  }
+  // Pinned first output of seed 42: the stream must not change between versions, or
+  // every seeded experiment silently changes.
+  EXPECT_EQ(Rng(42).next_u64(), 1546998764402558742u);
+}
+
+TEST(Rng, UniformAndNormalHaveTheRightMoments) {
+  Rng rng(1);
+  double sum = 0, sum_sq = 0, normal_sum = 0, normal_sq = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double u = rng.uniform_double();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+    sum_sq += u * u;
+    const double z = rng.normal();
+    normal_sum += z;
+    normal_sq += z * z;
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.01);
+  EXPECT_NEAR(sum_sq / n - 0.25, 1.0 / 12.0, 0.01);
+  EXPECT_NEAR(normal_sum / n, 0.0, 0.01);
+  EXPECT_NEAR(normal_sq / n, 1.0, 0.02);
+}
+
+TEST(Rng, GammaHasMeanEqualToShape) {
+  Rng rng(2);
+  for (double shape : {0.1, 0.5, 1.0, 3.0}) {
+    double sum = 0;
+    for (int i = 0; i < 100000; ++i) {
+      sum += rng.gamma(shape);
+    }
+    EXPECT_NEAR(sum / 100000, shape, 0.05 * shape + 0.01) << "shape " << shape;
+  }
+}
+
+TEST(Rng, BelowIsUnbiasedAndShuffleIsAPermutation) {
+  Rng rng(3);
+  std::vector<int> counts(7, 0);
+  for (int i = 0; i < 70000; ++i) {
+    ++counts[rng.below(7)];
+  }
+  for (int c : counts) {
+    EXPECT_NEAR(c, 10000, 400);
+  }
+  std::vector<int> items(100);
+  std::iota(items.begin(), items.end(), 0);
+  rng.shuffle(std::span<int>(items));
+  auto sorted = items;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(sorted[i], i);
+  }
+  EXPECT_FALSE(std::is_sorted(items.begin(), items.end()));
+}
+
+TEST(Crc32, MatchesTheStandardCheckValue) {
+  const char text[] = "123456789";
+  EXPECT_EQ(crc32(std::as_bytes(std::span(text, 9))), 0xCBF43926u);
+  // Incremental equals one-shot.
+  EXPECT_EQ(crc32(std::as_bytes(std::span(text + 4, 5)), crc32(std::as_bytes(std::span(text, 4)))), 0xCBF43926u);
+}
+
+}  // namespace
+}  // namespace fedcore

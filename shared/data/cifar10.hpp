@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "data/dataset.hpp"
-#include "data/fashion_mnist.hpp"  // TrainTest
 #include "util/error.hpp"
 
 namespace fedcore::data {

@@ -1,12 +1,15 @@
 #include "data/csv.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -22,36 +25,50 @@ std::string at_line(const std::string& path, std::size_t line) {
   return file_prefix(path) + "line " + std::to_string(line);
 }
 
-enum class LineStatus { line, end, too_long };
+struct FileCloser {
+  void operator()(std::FILE* file) const noexcept { std::fclose(file); }
+};
 
-// Reads one line without its terminator (and without a trailing CR). Reading character by
-// character through the stream buffer keeps memory bounded by kCsvMaxLineBytes even when
-// a file has no newlines at all, which std::getline would not.
-LineStatus read_line(std::streambuf& in, std::string& line) {
-  line.clear();
-  bool any = false;
-  for (;;) {
-    const int c = in.sbumpc();
-    if (c == std::char_traits<char>::eof()) {
-      break;
+// Reads lines one character at a time, so memory stays bounded by kCsvMaxLineBytes even
+// for a file with no newlines at all (std::getline would grow without limit).
+class LineReader {
+ public:
+  LineReader(std::FILE* file, const std::string& path) : file_(file), path_(path) {}
+
+  // The next line without its LF or CRLF in `line`; false at the end of the file.
+  result<bool> next(std::string& line) {
+    line.clear();
+    ++number_;
+    bool any = false;
+    for (int c = std::getc(file_); c != EOF; c = std::getc(file_)) {
+      any = true;
+      if (c == '\n') {
+        break;
+      }
+      if (line.size() >= kCsvMaxLineBytes) {
+        return fail(errc::resource_exhausted, at_line(path_, number_) + " is longer than " +
+                                                  std::to_string(kCsvMaxLineBytes) + " bytes");
+      }
+      line.push_back(static_cast<char>(c));
     }
-    any = true;
-    if (c == '\n') {
-      break;
+    if (std::ferror(file_)) {
+      return fail(errc::io_error,
+                  at_line(path_, number_) + ": read failed: " + std::strerror(errno));
     }
-    if (line.size() >= kCsvMaxLineBytes) {
-      return LineStatus::too_long;
+    if (!line.empty() && line.back() == '\r') {
+      line.pop_back();
     }
-    line.push_back(static_cast<char>(c));
+    return any;
   }
-  if (!any) {
-    return LineStatus::end;
-  }
-  if (!line.empty() && line.back() == '\r') {
-    line.pop_back();
-  }
-  return LineStatus::line;
-}
+
+  // 1-based number of the line last returned.
+  std::size_t number() const noexcept { return number_; }
+
+ private:
+  std::FILE* file_;
+  const std::string& path_;
+  std::size_t number_ = 0;
+};
 
 bool is_blank(std::string_view text) {
   return text.find_first_not_of(" \t") == std::string_view::npos;
@@ -179,6 +196,80 @@ result<void> assign_labels(const std::string& path, const std::string& column,
   return {};
 }
 
+struct Header {
+  std::vector<std::string> names;
+  std::size_t label_index = 0;
+};
+
+result<Header> parse_header(const std::string& path, std::string line, const CsvOptions& options) {
+  if (line.starts_with("\xEF\xBB\xBF")) {
+    line.erase(0, 3);  // UTF-8 byte order mark, as spreadsheet exports write
+  }
+  if (is_blank(line)) {
+    return fail(errc::invalid_argument,
+                file_prefix(path) + "line 1 is blank; expected a header row");
+  }
+  const std::size_t count = count_fields(line, options.delimiter);
+  if (count > kCsvMaxColumns) {
+    return fail(errc::resource_exhausted, file_prefix(path) + "header has " +
+                                              std::to_string(count) + " columns; the limit is " +
+                                              std::to_string(kCsvMaxColumns));
+  }
+  std::vector<std::string_view> fields;
+  split_fields(line, options.delimiter, fields);
+  Header header;
+  header.names.assign(fields.begin(), fields.end());
+  header.label_index = header.names.size() - 1;
+  if (!options.label_column.empty()) {
+    const auto found = std::find(header.names.begin(), header.names.end(), options.label_column);
+    if (found == header.names.end()) {
+      return fail(errc::invalid_argument, file_prefix(path) + "label column '" +
+                                              options.label_column + "' is not in the header");
+    }
+    header.label_index = static_cast<std::size_t>(found - header.names.begin());
+  }
+  if (header.names.size() < 2) {
+    return fail(errc::invalid_argument,
+                file_prefix(path) + "has no feature columns besides the label column");
+  }
+  return header;
+}
+
+// Appends one data row's features to `values` and its label to `labels`.
+result<void> parse_row(const std::string& path, std::size_t line_number, const Header& header,
+                       const std::vector<std::string_view>& fields, std::vector<float>& values,
+                       std::vector<RawLabel>& labels) {
+  // Built only on the error paths: most files have millions of cells and no errors.
+  const auto where = [&](std::size_t c) {
+    return at_line(path, line_number) + ", column '" + header.names[c] + "': ";
+  };
+  for (std::size_t c = 0; c < fields.size(); ++c) {
+    if (c == header.label_index) {
+      if (fields[c].empty()) {
+        return fail(errc::invalid_argument, where(c) + "empty label");
+      }
+      labels.push_back(RawLabel{std::string(fields[c]), line_number});
+      continue;
+    }
+    float value = 0;
+    const auto bad = [&](const char* problem) {
+      return fail(errc::invalid_argument, where(c) + "'" + std::string(fields[c]) + "' " + problem);
+    };
+    switch (parse_float(fields[c], value)) {
+      case NumberStatus::ok:
+        values.push_back(value);
+        break;
+      case NumberStatus::not_a_number:
+        return bad("is not a number");
+      case NumberStatus::not_finite:
+        return bad("is not finite");
+      case NumberStatus::out_of_range:
+        return bad("is out of float range");
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 result<Dataset> load_csv(const std::string& path, const CsvOptions& options) {
@@ -195,73 +286,39 @@ result<Dataset> load_csv(const std::string& path, const CsvOptions& options) {
   if (ec || std::filesystem::is_directory(status)) {
     return fail(errc::io_error, file_prefix(path) + "is not a readable file");
   }
-  std::ifstream file(path, std::ios::binary);
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (!file) {
-    return fail(errc::io_error, file_prefix(path) + "cannot be opened");
+    return fail(errc::io_error, file_prefix(path) + "cannot be opened: " + std::strerror(errno));
   }
-  std::streambuf& in = *file.rdbuf();
-
+  LineReader reader(file.get(), path);
   std::string line;
-  std::size_t line_number = 1;
-  const auto too_long = [&] {
-    return fail(errc::resource_exhausted, at_line(path, line_number) + " is longer than " +
-                                              std::to_string(kCsvMaxLineBytes) + " bytes");
-  };
 
-  switch (read_line(in, line)) {
-    case LineStatus::end:
-      return fail(errc::invalid_argument, file_prefix(path) + "is empty; expected a header row");
-    case LineStatus::too_long:
-      return too_long();
-    case LineStatus::line:
-      break;
+  auto got_header = reader.next(line);
+  if (!got_header) {
+    return got_header.error();
   }
-  if (line.starts_with("\xEF\xBB\xBF")) {
-    line.erase(0, 3);
+  if (!*got_header) {
+    return fail(errc::invalid_argument, file_prefix(path) + "is empty; expected a header row");
   }
-  if (is_blank(line)) {
-    return fail(errc::invalid_argument,
-                file_prefix(path) + "line 1 is blank; expected a header row");
+  auto header = parse_header(path, line, options);
+  if (!header) {
+    return header.error();
   }
-  const std::size_t header_fields = count_fields(line, delimiter);
-  if (header_fields > kCsvMaxColumns) {
-    return fail(errc::resource_exhausted,
-                file_prefix(path) + "header has " + std::to_string(header_fields) +
-                    " columns; the limit is " + std::to_string(kCsvMaxColumns));
-  }
-  std::vector<std::string_view> fields;
-  split_fields(line, delimiter, fields);
-  const std::vector<std::string> header(fields.begin(), fields.end());
-  const std::size_t columns = header.size();
+  const std::size_t columns = header->names.size();
 
-  std::size_t label_index = columns - 1;
-  if (!options.label_column.empty()) {
-    const auto found = std::find(header.begin(), header.end(), options.label_column);
-    if (found == header.end()) {
-      return fail(errc::invalid_argument, file_prefix(path) + "label column '" +
-                                              options.label_column + "' is not in the header");
-    }
-    label_index = static_cast<std::size_t>(found - header.begin());
-  }
-  if (columns < 2) {
-    return fail(errc::invalid_argument,
-                file_prefix(path) + "has no feature columns besides the label column");
-  }
-  const std::string& label_name = header[label_index];
-  const std::size_t num_features = columns - 1;
-
-  std::vector<float> values;  // row after row, num_features each
+  std::vector<float> values;  // row after row, columns - 1 each
   std::vector<RawLabel> labels;
-  std::size_t pending_blank = 0;  // line number of the first blank line not yet excused
+  std::vector<std::string_view> fields;
+  std::size_t pending_blank = 0;  // the first blank line since the last data row, if any
   for (;;) {
-    ++line_number;
-    const LineStatus read = read_line(in, line);
-    if (read == LineStatus::end) {
+    auto got = reader.next(line);
+    if (!got) {
+      return got.error();
+    }
+    if (!*got) {
       break;
     }
-    if (read == LineStatus::too_long) {
-      return too_long();
-    }
+    const std::size_t line_number = reader.number();
     if (is_blank(line)) {
       // Blank lines are fine at the end of a file but would hide lost rows in the middle.
       if (pending_blank == 0) {
@@ -285,53 +342,27 @@ result<Dataset> load_csv(const std::string& path, const CsvOptions& options) {
                                               std::to_string(columns));
     }
     split_fields(line, delimiter, fields);
-    // Built only on the error paths: most files have millions of cells and no errors.
-    const auto where = [&](std::size_t c) {
-      return at_line(path, line_number) + ", column '" + header[c] + "': ";
-    };
-    for (std::size_t c = 0; c < columns; ++c) {
-      if (c == label_index) {
-        if (fields[c].empty()) {
-          return fail(errc::invalid_argument, where(c) + "empty label");
-        }
-        labels.push_back(RawLabel{std::string(fields[c]), line_number});
-        continue;
-      }
-      float value = 0;
-      switch (parse_float(fields[c], value)) {
-        case NumberStatus::ok:
-          values.push_back(value);
-          break;
-        case NumberStatus::not_a_number:
-          return fail(errc::invalid_argument,
-                      where(c) + "'" + std::string(fields[c]) + "' is not a number");
-        case NumberStatus::not_finite:
-          return fail(errc::invalid_argument,
-                      where(c) + "'" + std::string(fields[c]) + "' is not finite");
-        case NumberStatus::out_of_range:
-          return fail(errc::invalid_argument,
-                      where(c) + "'" + std::string(fields[c]) + "' is out of float range");
-      }
+    auto parsed = parse_row(path, line_number, *header, fields, values, labels);
+    if (!parsed) {
+      return parsed.error();
     }
-  }
-  if (file.bad()) {
-    return fail(errc::io_error, file_prefix(path) + "read failed");
   }
   if (labels.empty()) {
     return fail(errc::invalid_argument, file_prefix(path) + "has a header but no data rows");
   }
 
   Dataset out;
+  const std::size_t num_features = columns - 1;
   out.features =
       Eigen::Map<const Eigen::MatrixXf>(values.data(), static_cast<Eigen::Index>(num_features),
                                         static_cast<Eigen::Index>(labels.size()));
   out.sample_shape = {static_cast<std::int64_t>(num_features)};
   for (std::size_t c = 0; c < columns; ++c) {
-    if (c != label_index) {
-      out.feature_names.push_back(header[c]);
+    if (c != header->label_index) {
+      out.feature_names.push_back(header->names[c]);
     }
   }
-  auto assigned = assign_labels(path, label_name, labels, out);
+  auto assigned = assign_labels(path, header->names[header->label_index], labels, out);
   if (!assigned) {
     return assigned.error();
   }

@@ -33,4 +33,10 @@ struct Dataset {
   std::vector<std::size_t> label_counts() const;
 };
 
+// A data set's standard training and test parts.
+struct TrainTest {
+  Dataset train;
+  Dataset test;
+};
+
 }  // namespace fedcore::data

@@ -11,12 +11,6 @@
 
 namespace fedcore::data {
 
-// A dataset's standard training and test parts.
-struct TrainTest {
-  Dataset train;
-  Dataset test;
-};
-
 // Class names in label order: "T-shirt/top", "Trouser", ..., "Ankle boot".
 const std::array<std::string_view, 10>& fashion_mnist_class_names() noexcept;
 

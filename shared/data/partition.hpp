@@ -34,11 +34,13 @@ using Partitions = std::vector<std::vector<std::size_t>>;  // [client] -> sample
 Partitions partition_iid(std::span<const std::int32_t> labels, std::size_t clients,
                          std::uint64_t seed);
 
+inline constexpr int kDirichletMaxDraws = 100;
+
 // Every client gets at least one sample: a draw that leaves a client empty is redrawn (up
 // to kDirichletMaxDraws times, continuing the same random stream); if every draw leaves
-// one empty, each empty client takes the last index of the currently largest client.
+// one empty, each empty client in turn takes the most recently assigned sample of the
+// then-largest client (the lowest-numbered one on ties).
 // REQUIRES: 0 < clients <= labels.size(); alpha > 0 and finite; labels in [0, num_classes).
-inline constexpr int kDirichletMaxDraws = 100;
 Partitions partition_dirichlet(std::span<const std::int32_t> labels, std::int32_t num_classes,
                                std::size_t clients, double alpha, std::uint64_t seed);
 

@@ -180,7 +180,7 @@ TEST_F(CsvTest, OverlongLineIsResourceExhausted) {
 TEST_F(CsvTest, TooManyColumnsIsResourceExhausted) {
   std::string header;
   for (std::size_t i = 0; i <= kCsvMaxColumns; ++i) {
-    header += "c" + std::to_string(i) + ",";
+    header.append("c").append(std::to_string(i)).append(",");
   }
   header += "y\n";
   expect_error(header, errc::resource_exhausted);

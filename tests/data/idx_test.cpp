@@ -209,6 +209,21 @@ TEST_F(IdxTest, CutGzipStreamIsOutOfRange) {
   EXPECT_THAT(loaded.error().message, HasSubstr(path("images.gz")));
 }
 
+TEST_F(IdxTest, CorruptGzipStreamIsDataLoss) {
+  write_gz(path("images.gz"), images_bytes(20, 28, 28));
+  // Overwrite compressed bytes after the 10-byte gzip header with garbage.
+  {
+    std::fstream file(path("images.gz"), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(10);
+    const std::string garbage(64, '\xff');
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  auto loaded = read_idx_images(path("images.gz"));
+  ASSERT_FALSE(loaded.has_value());
+  EXPECT_EQ(loaded.error().code, errc::data_loss) << loaded.error().message;
+  EXPECT_THAT(loaded.error().message, HasSubstr(path("images.gz")));
+}
+
 TEST_F(IdxTest, TruncatedLabelsIsOutOfRange) {
   write_raw(path("images"), images_bytes(3, 2, 3));
   auto bytes = labels_bytes({0, 1, 2});

@@ -10,9 +10,10 @@ core_packages=(
   g++ cmake ninja-build make pkg-config
   libboost1.81-dev libssl-dev openssl nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3
   googletest libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev zlib1g-dev
+  libopenblas0-openmp
   dataset-fashion-mnist clang-format
 )
-bench_packages=(python3 python3-torch python3-numpy libopenblas0-openmp)
+bench_packages=(python3 python3-torch python3-numpy)
 
 want=("${core_packages[@]}")
 for arg in "$@"; do

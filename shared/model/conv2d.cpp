@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <cstring>
 
 #include "model/init.hpp"
 #include "model/layers.hpp"
@@ -71,34 +70,39 @@ void Conv2d::initialize(Rng& rng) {
   bias_.setZero();
 }
 
-// A column of `columns_` holds one receptive field in (ky, kx, c) order, so each kernel
-// row is copied as runs of `in_c_` contiguous floats (the input is HWC). Positions in
-// the zero padding are written as zeros.
+// A column of `columns_` holds one receptive field in (ky, kx, c) order. The input is
+// HWC, so for each kernel row the k * in_c values under the window are contiguous in
+// the input and in the column: one copy per kernel row when the row lies inside the
+// image; element-wise handling only where the window overlaps the zero padding.
 void Conv2d::im2col(const Matrix& input) {
   const auto batch = input.cols();
   const auto positions = out_h_ * out_w_;
   const auto k = options_.kernel;
+  const auto row_floats = k * in_c_;
   columns_.resize(patch_size_, positions * batch);
-  const auto run = static_cast<std::size_t>(in_c_) * sizeof(float);
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < batch; ++b) {
     const float* sample = input.col(b).data();
     for (std::int64_t oy = 0; oy < out_h_; ++oy) {
       for (std::int64_t ox = 0; ox < out_w_; ++ox) {
         float* column = columns_.col(b * positions + oy * out_w_ + ox).data();
+        const std::int64_t x0 = ox * options_.stride - options_.padding;
+        const bool row_inside = x0 >= 0 && x0 + k <= in_w_;
         for (std::int64_t ky = 0; ky < k; ++ky) {
           const std::int64_t iy = oy * options_.stride - options_.padding + ky;
-          float* dst = column + ky * k * in_c_;
+          float* dst = column + ky * row_floats;
           if (iy < 0 || iy >= in_h_) {
-            std::memset(dst, 0, run * static_cast<std::size_t>(k));
-            continue;
-          }
-          for (std::int64_t kx = 0; kx < k; ++kx) {
-            const std::int64_t ix = ox * options_.stride - options_.padding + kx;
-            if (ix < 0 || ix >= in_w_) {
-              std::memset(dst + kx * in_c_, 0, run);
-            } else {
-              std::memcpy(dst + kx * in_c_, sample + (iy * in_w_ + ix) * in_c_, run);
+            std::fill_n(dst, row_floats, 0.0f);
+          } else if (row_inside) {
+            std::copy_n(sample + (iy * in_w_ + x0) * in_c_, row_floats, dst);
+          } else {
+            for (std::int64_t kx = 0; kx < k; ++kx) {
+              const std::int64_t ix = x0 + kx;
+              if (ix < 0 || ix >= in_w_) {
+                std::fill_n(dst + kx * in_c_, in_c_, 0.0f);
+              } else {
+                std::copy_n(sample + (iy * in_w_ + ix) * in_c_, in_c_, dst + kx * in_c_);
+              }
             }
           }
         }
@@ -108,11 +112,12 @@ void Conv2d::im2col(const Matrix& input) {
 }
 
 // The adjoint of im2col: every column entry is added back to the input element it was
-// copied from (overlapping windows accumulate).
+// copied from (overlapping windows accumulate), in the same contiguous kernel-row runs.
 void Conv2d::col2im(const Matrix& columns, Matrix& grad_input) const {
   const auto batch = grad_input.cols();
   const auto positions = out_h_ * out_w_;
   const auto k = options_.kernel;
+  const auto row_floats = k * in_c_;
   grad_input.setZero();
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -120,21 +125,19 @@ void Conv2d::col2im(const Matrix& columns, Matrix& grad_input) const {
     for (std::int64_t oy = 0; oy < out_h_; ++oy) {
       for (std::int64_t ox = 0; ox < out_w_; ++ox) {
         const float* column = columns.col(b * positions + oy * out_w_ + ox).data();
+        const std::int64_t x0 = ox * options_.stride - options_.padding;
+        const std::int64_t kx_begin = std::max<std::int64_t>(0, -x0);
+        const std::int64_t kx_end = std::min<std::int64_t>(k, in_w_ - x0);
         for (std::int64_t ky = 0; ky < k; ++ky) {
           const std::int64_t iy = oy * options_.stride - options_.padding + ky;
-          if (iy < 0 || iy >= in_h_) {
+          if (iy < 0 || iy >= in_h_ || kx_begin >= kx_end) {
             continue;
           }
-          for (std::int64_t kx = 0; kx < k; ++kx) {
-            const std::int64_t ix = ox * options_.stride - options_.padding + kx;
-            if (ix < 0 || ix >= in_w_) {
-              continue;
-            }
-            const float* src = column + (ky * k + kx) * in_c_;
-            float* dst = sample + (iy * in_w_ + ix) * in_c_;
-            for (std::int64_t c = 0; c < in_c_; ++c) {
-              dst[c] += src[c];
-            }
+          const float* src = column + ky * row_floats + kx_begin * in_c_;
+          float* dst = sample + (iy * in_w_ + x0 + kx_begin) * in_c_;
+          const std::int64_t run = (kx_end - kx_begin) * in_c_;
+          for (std::int64_t i = 0; i < run; ++i) {
+            dst[i] += src[i];
           }
         }
       }

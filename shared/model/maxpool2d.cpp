@@ -69,6 +69,7 @@ void MaxPool2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_
   const auto batch = grad_output.cols();
   const auto out_rows = grad_output.rows();
   grad_input.setZero(input.rows(), batch);
+#pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < batch; ++b) {
     const float* dy = grad_output.col(b).data();
     float* dx = grad_input.col(b).data();

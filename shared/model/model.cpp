@@ -24,6 +24,7 @@ Model::Model(Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
   params_.assign(layout_.total(), 0.0f);
   grads_.assign(layout_.total(), 0.0f);
   activations_.resize(layers_.size());
+  input_grads_.resize(layers_.size());
   bind_all();
 }
 
@@ -32,7 +33,8 @@ Model::Model(const Model& other)
       layout_(other.layout_),
       params_(other.params_),
       grads_(other.grads_),
-      activations_(other.layers_.size()) {
+      activations_(other.layers_.size()),
+      input_grads_(other.layers_.size()) {
   layers_.reserve(other.layers_.size());
   for (const auto& layer : other.layers_) {
     layers_.push_back(layer->clone());
@@ -98,9 +100,8 @@ void Model::backward(const Matrix& grad_output) {
     if (i == 0) {
       break;
     }
-    Matrix& dx = (dy == &grad_a_) ? grad_b_ : grad_a_;
-    layers_[i]->backward(x, activations_[i], *dy, dx);
-    dy = &dx;
+    layers_[i]->backward(x, activations_[i], *dy, input_grads_[i]);
+    dy = &input_grads_[i];
   }
 }
 

@@ -79,8 +79,10 @@ class Model {
   // activations_[i] is layer i's output; input_ points at the caller's batch.
   std::vector<Matrix> activations_;
   const Matrix* input_ = nullptr;
-  Matrix grad_a_;
-  Matrix grad_b_;
+  // input_grads_[i] is d loss / d (input of layer i). One buffer per layer, so every
+  // buffer keeps its size from step to step and is never reallocated (two ping-pong
+  // buffers would change size at every layer and page-fault fresh memory each step).
+  std::vector<Matrix> input_grads_;
 };
 
 }  // namespace fedcore::model

@@ -6,12 +6,32 @@ namespace fedcore::model {
 
 std::unique_ptr<Layer> ReLU::clone() const { return std::make_unique<ReLU>(*this); }
 
-void ReLU::forward(const Matrix& input, Matrix& output, Phase) { output = input.cwiseMax(0.0f); }
+// The element-wise passes are split across the compute threads: on the cnn they touch
+// tens of megabytes per step and would otherwise be the serial part of a parallel step.
+void ReLU::forward(const Matrix& input, Matrix& output, Phase) {
+  output.resize(input.rows(), input.cols());
+  const float* x = input.data();
+  float* y = output.data();
+  const Eigen::Index n = input.size();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (Eigen::Index i = 0; i < n; ++i) {
+    y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+}
 
 void ReLU::backward(const Matrix&, const Matrix& output, const Matrix& grad_output,
                     Matrix& grad_input) {
-  // The derivative at 0 is taken as 0, as PyTorch does.
-  grad_input = (output.array() > 0.0f).select(grad_output, 0.0f);
+  grad_input.resize(grad_output.rows(), grad_output.cols());
+  // A plain loop the compiler vectorises; Eigen's select() here ran 5x slower. The
+  // derivative at 0 is taken as 0, as PyTorch does.
+  const float* y = output.data();
+  const float* dy = grad_output.data();
+  float* dx = grad_input.data();
+  const Eigen::Index n = grad_output.size();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (Eigen::Index i = 0; i < n; ++i) {
+    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
 }
 
 Flatten::Flatten(const Shape& input_shape)

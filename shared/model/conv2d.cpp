@@ -155,7 +155,11 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
   // output of every sample in turn.
   MatrixMap out(output.data(), cout, columns_.cols());
   out.noalias() = weight_ * columns_;
-  out.colwise() += bias_;
+  const auto positions = columns_.cols() / std::max<Eigen::Index>(input.cols(), 1);
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index b = 0; b < input.cols(); ++b) {
+    out.middleCols(b * positions, positions).colwise() += bias_;
+  }
 }
 
 void Conv2d::gradient(const Matrix&, const Matrix& grad_output) {

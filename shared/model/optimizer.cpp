@@ -9,6 +9,8 @@
 namespace fedcore::model {
 namespace {
 
+constexpr std::size_t kParallelMin = std::size_t{1} << 16;
+
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, std::size_t n) : config_(config), velocity_(config.momentum > 0 ? n : 0) {}
@@ -21,7 +23,10 @@ class Sgd final : public Optimizer {
     const std::size_t n = params.size();
     float* p = params.data();
     const float* g = grads.data();
+    // Updates are element-wise, so splitting them across the compute threads changes no
+    // result; below kParallelMin elements the fork costs more than it saves.
     if (mu == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
       for (std::size_t i = 0; i < n; ++i) {
         p[i] -= lr * (g[i] + wd * p[i]);
       }
@@ -31,10 +36,12 @@ class Sgd final : public Optimizer {
     float* v = velocity_.data();
     // PyTorch starts the momentum buffer at the first gradient, not at zero.
     const float dampening_first = first_step_ ? 0.0f : 1.0f;
+    const bool nesterov = config_.nesterov;
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
     for (std::size_t i = 0; i < n; ++i) {
       const float d = g[i] + wd * p[i];
       v[i] = dampening_first * mu * v[i] + d;
-      p[i] -= lr * (config_.nesterov ? d + mu * v[i] : v[i]);
+      p[i] -= lr * (nesterov ? d + mu * v[i] : v[i]);
     }
     first_step_ = false;
   }
@@ -67,11 +74,15 @@ class Adam final : public Optimizer {
     const float eps = config_.epsilon;
     float* p = params.data();
     const float* g = grads.data();
-    for (std::size_t i = 0; i < params.size(); ++i) {
+    float* m = m_.data();
+    float* s = s_.data();
+    const std::size_t n = params.size();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (std::size_t i = 0; i < n; ++i) {
       const float d = g[i] + wd * p[i];
-      m_[i] = b1 * m_[i] + (1.0f - b1) * d;
-      s_[i] = b2 * s_[i] + (1.0f - b2) * d * d;
-      p[i] -= step_size * m_[i] / (std::sqrt(s_[i]) / bias2_sqrt + eps);
+      m[i] = b1 * m[i] + (1.0f - b1) * d;
+      s[i] = b2 * s[i] + (1.0f - b2) * d * d;
+      p[i] -= step_size * m[i] / (std::sqrt(s[i]) / bias2_sqrt + eps);
     }
   }
 

@@ -1,16 +1,15 @@
 // fedcore-train: trains one model centrally on one machine and reports test accuracy and
 // throughput. It is the single-node baseline that federated runs are compared with.
+#include <chrono>
+#include <cstdio>
+#include <string>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <cstdio>
-#include <string>
-
-#include "data/csv.hpp"
 #include "data/cifar10.hpp"
+#include "data/csv.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/normalize.hpp"
 #include "data/split.hpp"
@@ -55,7 +54,9 @@ result<TrainTest> load_data(const Options& o) {
     return fedcore::data::load_cifar10(o.data_path);
   }
   if (o.data == "breast-cancer") {
-    const std::string path = o.data_path.empty() ? std::string(FEDCORE_DATA_DIR "/breast_cancer_wisconsin.csv") : o.data_path;
+    const std::string path = o.data_path.empty()
+                                 ? std::string(FEDCORE_DATA_DIR "/breast_cancer_wisconsin.csv")
+                                 : o.data_path;
     auto table = fedcore::data::load_csv(path, {.label_column = "benign"});
     if (!table) {
       return table.error();
@@ -92,9 +93,12 @@ int run(const Options& o) {
     std::fprintf(stderr, "fedcore-train: %s\n", spec.error().to_string().c_str());
     return 2;
   }
-  auto optimizer_config = fedcore::model::optimizer_config_from_json(
-      {{"kind", o.optimizer}, {"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay},
-       {"nesterov", o.nesterov}});
+  auto optimizer_config =
+      fedcore::model::optimizer_config_from_json({{"kind", o.optimizer},
+                                                  {"lr", o.lr},
+                                                  {"momentum", o.momentum},
+                                                  {"weight_decay", o.weight_decay},
+                                                  {"nesterov", o.nesterov}});
   if (!optimizer_config) {
     std::fprintf(stderr, "fedcore-train: %s\n", optimizer_config.error().to_string().c_str());
     return 2;
@@ -110,10 +114,12 @@ int run(const Options& o) {
 
   std::printf("data: %s, %zu train / %zu test samples of shape %s, %d classes\n", o.data.c_str(),
               data->train.size(), data->test.size(),
-              fedcore::model::shape_to_string(data->train.sample_shape).c_str(), data->train.num_classes);
+              fedcore::model::shape_to_string(data->train.sample_shape).c_str(),
+              data->train.num_classes);
   std::printf("model: %s\n%s", nlohmann::json(*spec).dump().c_str(), model->summary().c_str());
-  std::printf("training: %d epoch(s), batch %d, %s lr %g momentum %g, %d compute thread(s)\n", o.epochs,
-              o.batch, o.optimizer.c_str(), double(o.lr), double(o.momentum), fedcore::compute_threads());
+  std::printf("training: %d epoch(s), batch %d, %s lr %g momentum %g, %d compute thread(s)\n",
+              o.epochs, o.batch, o.optimizer.c_str(), double(o.lr), double(o.momentum),
+              fedcore::compute_threads());
   std::fflush(stdout);
 
   const bool tty = isatty(STDOUT_FILENO) != 0;
@@ -124,22 +130,25 @@ int run(const Options& o) {
     config.seed = o.seed + static_cast<std::uint64_t>(epoch);
     next_report = 0;
     const auto report = fedcore::model::train(
-        *model, loss, *optimizer, data->train, config, {}, [&](const fedcore::model::TrainProgress& p) {
+        *model, loss, *optimizer, data->train, config, {},
+        [&](const fedcore::model::TrainProgress& p) {
           if (o.quiet || p.samples < next_report) {
             return;
           }
           next_report = p.samples + p.epoch_samples / 10;
-          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-          std::printf("%sepoch %d: %6zu/%zu samples, loss %.4f%s", tty ? "\r" : "", epoch + 1, p.samples,
-                      p.epoch_samples, p.mean_loss, tty ? "" : "\n");
+          const double elapsed =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          std::printf("%sepoch %d: %6zu/%zu samples, loss %.4f%s", tty ? "\r" : "", epoch + 1,
+                      p.samples, p.epoch_samples, p.mean_loss, tty ? "" : "\n");
           (void)elapsed;
           std::fflush(stdout);
         });
     const auto test = fedcore::model::evaluate(*model, loss, data->test);
-    std::printf("%sepoch %d: train loss %.4f, train accuracy %.2f%%, test loss %.4f, test accuracy %.2f%%, "
-                "%.0f samples/s (%.1f s)\n",
-                tty && !o.quiet ? "\n" : "", epoch + 1, report.loss, 100 * report.accuracy, test.loss,
-                100 * test.accuracy, double(report.samples) / report.seconds, report.seconds);
+    std::printf(
+        "%sepoch %d: train loss %.4f, train accuracy %.2f%%, test loss %.4f, test accuracy %.2f%%, "
+        "%.0f samples/s (%.1f s)\n",
+        tty && !o.quiet ? "\n" : "", epoch + 1, report.loss, 100 * report.accuracy, test.loss,
+        100 * test.accuracy, double(report.samples) / report.seconds, report.seconds);
     std::fflush(stdout);
   }
   if (!o.save.empty()) {
@@ -167,8 +176,10 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"fedcore-train: centralized training on one machine (the federated runs' baseline)"};
   Options o;
-  app.add_option("--data", o.data, "fashion-mnist | breast-cancer | cifar10")->capture_default_str();
-  app.add_option("--data-path", o.data_path, "data directory or CSV file (default: the standard location)");
+  app.add_option("--data", o.data, "fashion-mnist | breast-cancer | cifar10")
+      ->capture_default_str();
+  app.add_option("--data-path", o.data_path,
+                 "data directory or CSV file (default: the standard location)");
   app.add_option("--model", o.model, R"(model spec JSON, e.g. {"type":"mlp","hidden":[256,128]})")
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd | adam")->capture_default_str();
@@ -177,13 +188,17 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
   app.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
   app.add_option("--epochs", o.epochs, "epochs")->capture_default_str()->check(CLI::Range(1, 1000));
-  app.add_option("--batch", o.batch, "batch size")->capture_default_str()->check(CLI::Range(1, 65536));
+  app.add_option("--batch", o.batch, "batch size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   app.add_option("--seed", o.seed, "seed for initialisation and shuffling")->capture_default_str();
-  app.add_option("--threads", o.threads, "compute threads (0 = all cores)")->capture_default_str()
+  app.add_option("--threads", o.threads, "compute threads (0 = all cores)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   app.add_option("--train-limit", o.train_limit, "use only the first N training samples");
   app.add_option("--save", o.save, "save the trained parameters (Fedcore format) to this file");
-  app.add_option("--export-npy", o.export_npy, "export the trained parameters as .npy files to this folder");
+  app.add_option("--export-npy", o.export_npy,
+                 "export the trained parameters as .npy files to this folder");
   app.add_flag("--quiet", o.quiet, "only the per-epoch lines");
   CLI11_PARSE(app, argc, argv);
   return run(o);

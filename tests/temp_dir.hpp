@@ -2,11 +2,10 @@
 // when the object goes out of scope.
 #pragma once
 
-#include <unistd.h>
-
 #include <atomic>
 #include <filesystem>
 #include <string>
+#include <unistd.h>
 
 namespace fedcore::testing {
 

@@ -10,7 +10,8 @@ Dataset Dataset::subset(std::span<const std::size_t> indices) const {
   out.labels.reserve(indices.size());
   for (std::size_t j = 0; j < indices.size(); ++j) {
     FEDCORE_ASSERT(indices[j] < size(), "Dataset::subset: index out of range");
-    out.features.col(static_cast<Eigen::Index>(j)) = features.col(static_cast<Eigen::Index>(indices[j]));
+    out.features.col(static_cast<Eigen::Index>(j)) =
+        features.col(static_cast<Eigen::Index>(indices[j]));
     out.labels.push_back(labels[indices[j]]);
   }
   out.sample_shape = sample_shape;

@@ -17,11 +17,11 @@
 namespace fedcore::data {
 
 struct Dataset {
-  Eigen::MatrixXf features;              // sample_size x count
-  std::vector<std::int32_t> labels;      // count entries in [0, num_classes)
+  Eigen::MatrixXf features;          // sample_size x count
+  std::vector<std::int32_t> labels;  // count entries in [0, num_classes)
   std::vector<std::int64_t> sample_shape;
   std::int32_t num_classes = 0;
-  std::vector<std::string> class_names;  // optional, num_classes entries when present
+  std::vector<std::string> class_names;    // optional, num_classes entries when present
   std::vector<std::string> feature_names;  // optional (tabular data)
 
   std::size_t size() const noexcept { return labels.size(); }

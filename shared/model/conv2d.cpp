@@ -20,9 +20,9 @@ Conv2d::Conv2d(const Shape& input_shape, const Conv2dOptions& options)
                              : Shape{1}),
       options_(options) {
   FEDCORE_ASSERT(input_shape.size() == 3, "Conv2d needs an {H, W, C} input");
-  FEDCORE_ASSERT(options.kernel > 0 && options.stride > 0 && options.padding >= 0 &&
-                     options.out_channels > 0,
-                 "Conv2d: bad options");
+  FEDCORE_ASSERT(
+      options.kernel > 0 && options.stride > 0 && options.padding >= 0 && options.out_channels > 0,
+      "Conv2d: bad options");
   in_h_ = input_shape[0];
   in_w_ = input_shape[1];
   in_c_ = input_shape[2];
@@ -44,7 +44,9 @@ Conv2d::Conv2d(const Conv2d& other)
       options_(other.options_),
       patch_size_(other.patch_size_) {}
 
-std::unique_ptr<Layer> Conv2d::clone() const { return std::unique_ptr<Layer>(new Conv2d(*this)); }
+std::unique_ptr<Layer> Conv2d::clone() const {
+  return std::unique_ptr<Layer>(new Conv2d(*this));
+}
 
 std::vector<ParamShape> Conv2d::param_shapes() const {
   const auto k = options_.kernel;
@@ -54,9 +56,9 @@ std::vector<ParamShape> Conv2d::param_shapes() const {
 void Conv2d::bind(std::span<float> params, std::span<float> grads) {
   const auto cout = options_.out_channels;
   const auto weights = static_cast<std::size_t>(patch_size_ * cout);
-  FEDCORE_ASSERT(params.size() == weights + static_cast<std::size_t>(cout) &&
-                     grads.size() == params.size(),
-                 "Conv2d::bind: slice size mismatch");
+  FEDCORE_ASSERT(
+      params.size() == weights + static_cast<std::size_t>(cout) && grads.size() == params.size(),
+      "Conv2d::bind: slice size mismatch");
   new (&weight_) MatrixMap(params.data(), cout, patch_size_);
   new (&bias_) VectorMap(params.data() + weights, cout);
   new (&weight_grad_) MatrixMap(grads.data(), cout, patch_size_);

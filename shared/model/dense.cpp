@@ -14,7 +14,9 @@ Dense::Dense(const Shape& input_shape, std::int64_t units)
 // Views are not copied: the clone is unbound until its model binds it.
 Dense::Dense(const Dense& other) : Layer(other), in_(other.in_), out_(other.out_) {}
 
-std::unique_ptr<Layer> Dense::clone() const { return std::unique_ptr<Layer>(new Dense(*this)); }
+std::unique_ptr<Layer> Dense::clone() const {
+  return std::unique_ptr<Layer>(new Dense(*this));
+}
 
 std::vector<ParamShape> Dense::param_shapes() const {
   return {{"weight", {in_, out_}}, {"bias", {out_}}};
@@ -22,9 +24,9 @@ std::vector<ParamShape> Dense::param_shapes() const {
 
 void Dense::bind(std::span<float> params, std::span<float> grads) {
   const auto weights = static_cast<std::size_t>(in_ * out_);
-  FEDCORE_ASSERT(params.size() == weights + static_cast<std::size_t>(out_) &&
-                     grads.size() == params.size(),
-                 "Dense::bind: slice size mismatch");
+  FEDCORE_ASSERT(
+      params.size() == weights + static_cast<std::size_t>(out_) && grads.size() == params.size(),
+      "Dense::bind: slice size mismatch");
   new (&weight_) MatrixMap(params.data(), out_, in_);
   new (&bias_) VectorMap(params.data() + weights, out_);
   new (&weight_grad_) MatrixMap(grads.data(), out_, in_);
@@ -38,7 +40,8 @@ void Dense::initialize(Rng& rng) {
 }
 
 void Dense::forward(const Matrix& input, Matrix& output, Phase) {
-  FEDCORE_ASSERT(input.rows() == in_, "Dense::forward: input rows differ from the layer's input size");
+  FEDCORE_ASSERT(input.rows() == in_,
+                 "Dense::forward: input rows differ from the layer's input size");
   output.resize(out_, input.cols());
   output.noalias() = weight_ * input;
   output.colwise() += bias_;

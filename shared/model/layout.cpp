@@ -1,8 +1,8 @@
 #include "model/layout.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
+
+#include <nlohmann/json.hpp>
 
 #include "util/assert.hpp"
 
@@ -125,20 +125,24 @@ result<ParamLayout> layout_from_json(const nlohmann::json& j) {
     Shape shape;
     for (const auto& d : t["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() <= 0 || d.get<std::int64_t>() > kMaxDim) {
-        return fail(errc::invalid_argument, where + " ('" + name + "'): dimensions must be positive integers");
+        return fail(errc::invalid_argument,
+                    where + " ('" + name + "'): dimensions must be positive integers");
       }
       shape.push_back(d.get<std::int64_t>());
     }
-    if (t.contains("offset") && (!t["offset"].is_number_unsigned() || t["offset"].get<std::size_t>() != layout.total())) {
+    if (t.contains("offset") &&
+        (!t["offset"].is_number_unsigned() || t["offset"].get<std::size_t>() != layout.total())) {
       return fail(errc::invalid_argument, where + " ('" + name + "'): offset is not contiguous");
     }
     layout.append(name, std::move(shape));
   }
-  if (j.contains("total") && (!j["total"].is_number_unsigned() || j["total"].get<std::size_t>() != layout.total())) {
+  if (j.contains("total") &&
+      (!j["total"].is_number_unsigned() || j["total"].get<std::size_t>() != layout.total())) {
     return fail(errc::invalid_argument, "layout: 'total' does not match the tensors");
   }
   if (j.contains("fingerprint") &&
-      (!j["fingerprint"].is_string() || j["fingerprint"].get<std::string>() != layout.fingerprint_hex())) {
+      (!j["fingerprint"].is_string() ||
+       j["fingerprint"].get<std::string>() != layout.fingerprint_hex())) {
     return fail(errc::data_loss, "layout: fingerprint does not match the tensors");
   }
   return layout;

@@ -68,8 +68,7 @@ LossValue binary_cross_entropy(const Matrix& logits, std::span<const std::int32_
 }  // namespace
 
 std::string_view loss_name(LossKind kind) noexcept {
-  return kind == LossKind::softmax_cross_entropy ? "softmax_cross_entropy"
-                                                 : "binary_cross_entropy";
+  return kind == LossKind::softmax_cross_entropy ? "softmax_cross_entropy" : "binary_cross_entropy";
 }
 
 LossValue evaluate_loss(LossKind kind, const Matrix& logits, std::span<const std::int32_t> labels,
@@ -79,8 +78,9 @@ LossValue evaluate_loss(LossKind kind, const Matrix& logits, std::span<const std
   if (logits.cols() == 0) {
     return {};
   }
-  return kind == LossKind::softmax_cross_entropy ? softmax_cross_entropy(logits, labels, grad_logits)
-                                                 : binary_cross_entropy(logits, labels, grad_logits);
+  return kind == LossKind::softmax_cross_entropy
+             ? softmax_cross_entropy(logits, labels, grad_logits)
+             : binary_cross_entropy(logits, labels, grad_logits);
 }
 
 std::int32_t predict_class(LossKind kind, const Matrix& logits, Eigen::Index j) {

@@ -25,7 +25,9 @@ MaxPool2d::MaxPool2d(const Shape& input_shape, std::int64_t kernel, std::int64_t
       kernel_(kernel),
       stride_(stride > 0 ? stride : kernel) {}
 
-std::unique_ptr<Layer> MaxPool2d::clone() const { return std::make_unique<MaxPool2d>(*this); }
+std::unique_ptr<Layer> MaxPool2d::clone() const {
+  return std::make_unique<MaxPool2d>(*this);
+}
 
 void MaxPool2d::forward(const Matrix& input, Matrix& output, Phase) {
   FEDCORE_ASSERT(input.rows() == static_cast<Eigen::Index>(input_size()),

@@ -12,7 +12,8 @@ Model::Model(Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
   const Shape* previous = &input_shape_;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     auto& layer = *layers_[i];
-    FEDCORE_ASSERT(layer.input_shape() == *previous, "layer input shape differs from the previous output");
+    FEDCORE_ASSERT(layer.input_shape() == *previous,
+                   "layer input shape differs from the previous output");
     if (layer.name().empty()) {
       layer.set_name(std::string(layer.kind()) + std::to_string(i));
     }
@@ -116,8 +117,8 @@ std::string Model::summary() const {
       count += element_count(p.shape);
     }
     std::snprintf(line, sizeof line, "%-14s %-10s %-18s %12zu\n", layer->name().c_str(),
-                  std::string(layer->kind()).c_str(), shape_to_string(layer->output_shape()).c_str(),
-                  count);
+                  std::string(layer->kind()).c_str(),
+                  shape_to_string(layer->output_shape()).c_str(), count);
     out += line;
   }
   std::snprintf(line, sizeof line, "total parameters: %zu (fingerprint %s)\n", layout_.total(),

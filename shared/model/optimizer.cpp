@@ -1,8 +1,8 @@
 #include "model/optimizer.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+
+#include <nlohmann/json.hpp>
 
 #include "util/assert.hpp"
 
@@ -13,7 +13,8 @@ constexpr std::size_t kParallelMin = std::size_t{1} << 16;
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& config, std::size_t n) : config_(config), velocity_(config.momentum > 0 ? n : 0) {}
+  Sgd(const OptimizerConfig& config, std::size_t n)
+      : config_(config), velocity_(config.momentum > 0 ? n : 0) {}
 
   void step(std::span<float> params, std::span<const float> grads) override {
     FEDCORE_ASSERT(params.size() == grads.size(), "Sgd::step: size mismatch");
@@ -127,7 +128,8 @@ result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j) {
       } else if (value == "adam") {
         config.kind = OptimizerKind::adam;
       } else {
-        return fail(errc::invalid_argument, "optimizer: 'kind' must be \"sgd\" or \"adam\", got " + value.dump());
+        return fail(errc::invalid_argument,
+                    "optimizer: 'kind' must be \"sgd\" or \"adam\", got " + value.dump());
       }
     } else if (key == "nesterov") {
       if (!value.is_boolean()) {
@@ -173,11 +175,14 @@ result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j) {
 
 void to_json(nlohmann::json& j, const OptimizerConfig& c) {
   if (c.kind == OptimizerKind::sgd) {
-    j = {{"kind", "sgd"}, {"lr", c.learning_rate}, {"momentum", c.momentum},
-         {"nesterov", c.nesterov}, {"weight_decay", c.weight_decay}};
+    j = {{"kind", "sgd"},
+         {"lr", c.learning_rate},
+         {"momentum", c.momentum},
+         {"nesterov", c.nesterov},
+         {"weight_decay", c.weight_decay}};
   } else {
-    j = {{"kind", "adam"}, {"lr", c.learning_rate}, {"beta1", c.beta1}, {"beta2", c.beta2},
-         {"epsilon", c.epsilon}, {"weight_decay", c.weight_decay}};
+    j = {{"kind", "adam"},   {"lr", c.learning_rate}, {"beta1", c.beta1},
+         {"beta2", c.beta2}, {"epsilon", c.epsilon},  {"weight_decay", c.weight_decay}};
   }
 }
 

@@ -1,16 +1,15 @@
 #include "model/param_io.hpp"
 
+#include <bit>
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
-
-#include <bit>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "util/assert.hpp"
 #include "util/checksum.hpp"
@@ -63,7 +62,8 @@ std::vector<std::byte> encode_params(const ParamLayout& layout, std::span<const 
   FEDCORE_ASSERT(params.size() == layout.total(), "encode_params: params differ from the layout");
   nlohmann::json header = {{"layout", layout}};
   auto metadata = nlohmann::json::parse(metadata_json, nullptr, false);
-  FEDCORE_ASSERT(!metadata.is_discarded() && metadata.is_object(), "encode_params: metadata must be a JSON object");
+  FEDCORE_ASSERT(!metadata.is_discarded() && metadata.is_object(),
+                 "encode_params: metadata must be a JSON object");
   header["metadata"] = std::move(metadata);
   const std::string text = header.dump();
   FEDCORE_ASSERT(text.size() <= kMaxParamHeaderBytes, "encode_params: header too large");
@@ -132,7 +132,8 @@ result<ParamBundle> decode_params(std::span<const std::byte> bytes, std::string_
   ParamBundle bundle;
   bundle.layout = std::move(*layout);
   bundle.params.resize(count);
-  std::memcpy(bundle.params.data(), bytes.data() + kFixedHeader + header_len, count * sizeof(float));
+  std::memcpy(bundle.params.data(), bytes.data() + kFixedHeader + header_len,
+              count * sizeof(float));
   if (header.contains("metadata") && header["metadata"].is_object()) {
     bundle.metadata_json = header["metadata"].dump();
   }
@@ -143,7 +144,8 @@ result<void> write_file_atomically(const std::string& path, std::span<const std:
   const std::string temp = path + ".tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return fail(errno == ENOENT ? errc::not_found : errc::io_error, os_error("cannot create", temp));
+    return fail(errno == ENOENT ? errc::not_found : errc::io_error,
+                os_error("cannot create", temp));
   }
   auto written = write_all(fd, bytes.data(), bytes.size(), temp);
   if (written && ::fsync(fd) != 0) {

@@ -39,7 +39,8 @@ std::vector<std::byte> encode_params(const ParamLayout& layout, std::span<const 
 // inconsistent lengths), errc::out_of_range (truncated), errc::unimplemented (a future
 // version), errc::resource_exhausted (lengths over the limits). `what` names the source
 // in messages (a file path).
-result<ParamBundle> decode_params(std::span<const std::byte> bytes, std::string_view what = "buffer");
+result<ParamBundle> decode_params(std::span<const std::byte> bytes,
+                                  std::string_view what = "buffer");
 
 result<void> save_params(const std::string& path, const ParamLayout& layout,
                          std::span<const float> params, std::string_view metadata_json = "{}");

@@ -4,7 +4,9 @@
 
 namespace fedcore::model {
 
-std::unique_ptr<Layer> ReLU::clone() const { return std::make_unique<ReLU>(*this); }
+std::unique_ptr<Layer> ReLU::clone() const {
+  return std::make_unique<ReLU>(*this);
+}
 
 // The element-wise passes are split across the compute threads: on the cnn they touch
 // tens of megabytes per step and would otherwise be the serial part of a parallel step.
@@ -37,21 +39,31 @@ void ReLU::backward(const Matrix&, const Matrix& output, const Matrix& grad_outp
 Flatten::Flatten(const Shape& input_shape)
     : Layer(input_shape, Shape{static_cast<std::int64_t>(element_count(input_shape))}) {}
 
-std::unique_ptr<Layer> Flatten::clone() const { return std::make_unique<Flatten>(*this); }
+std::unique_ptr<Layer> Flatten::clone() const {
+  return std::make_unique<Flatten>(*this);
+}
 
-void Flatten::forward(const Matrix& input, Matrix& output, Phase) { output = input; }
+void Flatten::forward(const Matrix& input, Matrix& output, Phase) {
+  output = input;
+}
 
-void Flatten::backward(const Matrix&, const Matrix&, const Matrix& grad_output, Matrix& grad_input) {
+void Flatten::backward(const Matrix&, const Matrix&, const Matrix& grad_output,
+                       Matrix& grad_input) {
   grad_input = grad_output;
 }
 
-Dropout::Dropout(const Shape& input_shape, float rate) : Layer(input_shape, input_shape), rate_(rate) {
+Dropout::Dropout(const Shape& input_shape, float rate)
+    : Layer(input_shape, input_shape), rate_(rate) {
   FEDCORE_ASSERT(rate >= 0.0f && rate < 1.0f, "Dropout rate must be in [0, 1)");
 }
 
-std::unique_ptr<Layer> Dropout::clone() const { return std::make_unique<Dropout>(*this); }
+std::unique_ptr<Layer> Dropout::clone() const {
+  return std::make_unique<Dropout>(*this);
+}
 
-void Dropout::initialize(Rng& rng) { rng_ = rng.split(); }
+void Dropout::initialize(Rng& rng) {
+  rng_ = rng.split();
+}
 
 void Dropout::forward(const Matrix& input, Matrix& output, Phase phase) {
   masked_ = phase == Phase::train && rate_ > 0.0f;
@@ -68,7 +80,8 @@ void Dropout::forward(const Matrix& input, Matrix& output, Phase phase) {
   output = input.cwiseProduct(mask_);
 }
 
-void Dropout::backward(const Matrix&, const Matrix&, const Matrix& grad_output, Matrix& grad_input) {
+void Dropout::backward(const Matrix&, const Matrix&, const Matrix& grad_output,
+                       Matrix& grad_input) {
   if (masked_) {
     grad_input = grad_output.cwiseProduct(mask_);
   } else {

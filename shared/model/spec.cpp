@@ -10,7 +10,9 @@ namespace {
 constexpr std::size_t kMaxParams = std::size_t{1} << 28;  // 1 GiB of float32
 constexpr std::int64_t kMaxWidth = 1 << 16;
 
-error bad(const std::string& message) { return fail(errc::invalid_argument, "model spec: " + message); }
+error bad(const std::string& message) {
+  return fail(errc::invalid_argument, "model spec: " + message);
+}
 
 result<std::vector<std::int64_t>> positive_ints(const nlohmann::json& j, const char* key,
                                                 std::size_t max_count, bool allow_empty) {
@@ -22,7 +24,8 @@ result<std::vector<std::int64_t>> positive_ints(const nlohmann::json& j, const c
   std::vector<std::int64_t> out;
   for (const auto& x : v) {
     if (!x.is_number_integer() || x.get<std::int64_t>() <= 0 || x.get<std::int64_t>() > kMaxWidth) {
-      return bad(std::string("'") + key + "' entries must be integers in [1, 65536], got " + x.dump());
+      return bad(std::string("'") + key + "' entries must be integers in [1, 65536], got " +
+                 x.dump());
     }
     out.push_back(x.get<std::int64_t>());
   }
@@ -38,7 +41,9 @@ result<std::int64_t> positive_int(const nlohmann::json& j, const char* key, std:
   return v.get<std::int64_t>();
 }
 
-std::int64_t output_units(const ModelSpec& spec) { return spec.num_classes == 2 ? 1 : spec.num_classes; }
+std::int64_t output_units(const ModelSpec& spec) {
+  return spec.num_classes == 2 ? 1 : spec.num_classes;
+}
 
 // Layers for a complete, validated spec. Shapes are checked here because they depend on
 // the input: returns an error for a cnn whose input is too small.
@@ -63,7 +68,8 @@ result<std::vector<std::unique_ptr<Layer>>> make_layers(const ModelSpec& spec) {
           shape = add(std::make_unique<Dropout>(shape, spec.dropout), "dropout" + n);
         }
       }
-      add(std::make_unique<Dense>(shape, output_units(spec)), "fc" + std::to_string(spec.hidden.size() + 1));
+      add(std::make_unique<Dense>(shape, output_units(spec)),
+          "fc" + std::to_string(spec.hidden.size() + 1));
       break;
     }
     case ModelType::cnn: {
@@ -77,7 +83,8 @@ result<std::vector<std::unique_ptr<Layer>>> make_layers(const ModelSpec& spec) {
           return bad("input " + shape_to_string(spec.input_shape) + " is too small for " +
                      std::to_string(spec.channels.size()) + " conv/pool stages");
         }
-        shape = add(std::make_unique<Conv2d>(shape, Conv2dOptions{spec.channels[i], spec.kernel, 1, padding}),
+        shape = add(std::make_unique<Conv2d>(
+                        shape, Conv2dOptions{spec.channels[i], spec.kernel, 1, padding}),
                     "conv" + n);
         shape = add(std::make_unique<ReLU>(shape), "relu" + n);
         if (shape[0] < 2 || shape[1] < 2) {
@@ -117,8 +124,8 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
   if (!j.is_object()) {
     return bad("expected a JSON object");
   }
-  static const char* const kKeys[] = {"type", "input_shape", "num_classes", "hidden", "channels",
-                                      "kernel", "dense", "dropout"};
+  static const char* const kKeys[] = {"type",     "input_shape", "num_classes", "hidden",
+                                      "channels", "kernel",      "dense",       "dropout"};
   for (const auto& [key, value] : j.items()) {
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
         std::end(kKeys)) {
@@ -168,7 +175,8 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
   } else if (j.contains("hidden")) {
     return bad("'hidden' applies only to an mlp");
   }
-  if (spec.type != ModelType::cnn && (j.contains("channels") || j.contains("kernel") || j.contains("dense"))) {
+  if (spec.type != ModelType::cnn &&
+      (j.contains("channels") || j.contains("kernel") || j.contains("dense"))) {
     return bad("'channels', 'kernel' and 'dense' apply only to a cnn");
   }
   if (j.contains("channels")) {
@@ -194,7 +202,8 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
   }
   if (j.contains("dropout")) {
     const auto& d = j["dropout"];
-    if (spec.type == ModelType::logreg || !d.is_number() || d.get<double>() < 0 || d.get<double>() >= 1) {
+    if (spec.type == ModelType::logreg || !d.is_number() || d.get<double>() < 0 ||
+        d.get<double>() >= 1) {
       return bad("'dropout' must be a number in [0, 1) on an mlp or cnn");
     }
     spec.dropout = d.get<float>();

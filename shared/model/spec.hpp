@@ -31,13 +31,13 @@ enum class ModelType { logreg, mlp, cnn };
 
 struct ModelSpec {
   ModelType type = ModelType::logreg;
-  Shape input_shape;           // empty until completed
-  std::int32_t num_classes = 0;  // 0 until completed
-  std::vector<std::int64_t> hidden;  // mlp
+  Shape input_shape;                           // empty until completed
+  std::int32_t num_classes = 0;                // 0 until completed
+  std::vector<std::int64_t> hidden;            // mlp
   std::vector<std::int64_t> channels{32, 64};  // cnn
-  std::int64_t kernel = 5;     // cnn
-  std::int64_t dense = 512;    // cnn
-  float dropout = 0.0f;        // mlp (after each hidden layer) and cnn (before the last dense)
+  std::int64_t kernel = 5;                     // cnn
+  std::int64_t dense = 512;                    // cnn
+  float dropout = 0.0f;  // mlp (after each hidden layer) and cnn (before the last dense)
 
   bool complete() const noexcept { return !input_shape.empty() && num_classes > 0; }
 };

@@ -15,7 +15,8 @@ void gather(const data::Dataset& data, std::span<const std::size_t> indices, Mat
   batch.resize(data.features.rows(), static_cast<Eigen::Index>(indices.size()));
   labels.resize(indices.size());
   for (std::size_t j = 0; j < indices.size(); ++j) {
-    batch.col(static_cast<Eigen::Index>(j)) = data.features.col(static_cast<Eigen::Index>(indices[j]));
+    batch.col(static_cast<Eigen::Index>(j)) =
+        data.features.col(static_cast<Eigen::Index>(indices[j]));
     labels[j] = data.labels[indices[j]];
   }
 }
@@ -26,9 +27,11 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
                   const TrainConfig& config, std::span<const float> anchor,
                   const ProgressFn& progress) {
   FEDCORE_ASSERT(data.size() > 0, "train: empty data set");
-  FEDCORE_ASSERT(data.sample_size() == model.input_size(), "train: sample size differs from the model input");
+  FEDCORE_ASSERT(data.sample_size() == model.input_size(),
+                 "train: sample size differs from the model input");
   FEDCORE_ASSERT(config.batch_size > 0 && config.epochs >= 0, "train: bad config");
-  FEDCORE_ASSERT(anchor.empty() || anchor.size() == model.param_count(), "train: anchor size differs");
+  FEDCORE_ASSERT(anchor.empty() || anchor.size() == model.param_count(),
+                 "train: anchor size differs");
   const auto start = std::chrono::steady_clock::now();
   const bool proximal = config.proximal_mu > 0 && !anchor.empty();
 
@@ -44,11 +47,13 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
     double loss_sum = 0;
     std::size_t correct = 0;
     std::size_t seen = 0;
-    for (std::size_t begin = 0; begin < order.size(); begin += static_cast<std::size_t>(config.batch_size)) {
+    for (std::size_t begin = 0; begin < order.size();
+         begin += static_cast<std::size_t>(config.batch_size)) {
       if (config.max_steps > 0 && report.steps >= config.max_steps) {
         break;
       }
-      const std::size_t count = std::min(order.size() - begin, static_cast<std::size_t>(config.batch_size));
+      const std::size_t count =
+          std::min(order.size() - begin, static_cast<std::size_t>(config.batch_size));
       gather(data, std::span(order).subspan(begin, count), batch, labels);
       const Matrix& logits = model.forward(batch, Phase::train);
       const LossValue value = evaluate_loss(loss, logits, labels, &grad_logits);
@@ -74,7 +79,8 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
 }
 
 EvalReport evaluate(Model& model, LossKind loss, const data::Dataset& data, int batch_size) {
-  FEDCORE_ASSERT(data.sample_size() == model.input_size(), "evaluate: sample size differs from the model input");
+  FEDCORE_ASSERT(data.sample_size() == model.input_size(),
+                 "evaluate: sample size differs from the model input");
   FEDCORE_ASSERT(batch_size > 0, "evaluate: batch_size must be positive");
   EvalReport report;
   double loss_sum = 0;

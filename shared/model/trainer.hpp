@@ -31,16 +31,16 @@ struct TrainConfig {
 };
 
 struct TrainProgress {
-  int epoch = 0;             // 0-based
-  std::size_t step = 0;      // steps so far, all epochs
-  std::size_t samples = 0;   // samples so far in this epoch
+  int epoch = 0;            // 0-based
+  std::size_t step = 0;     // steps so far, all epochs
+  std::size_t samples = 0;  // samples so far in this epoch
   std::size_t epoch_samples = 0;
-  double mean_loss = 0;      // running mean over this epoch
+  double mean_loss = 0;  // running mean over this epoch
 };
 
 struct TrainReport {
-  double loss = 0;      // mean training loss of the last epoch (data term only)
-  double accuracy = 0;  // training accuracy of the last epoch, measured during training
+  double loss = 0;          // mean training loss of the last epoch (data term only)
+  double accuracy = 0;      // training accuracy of the last epoch, measured during training
   std::size_t samples = 0;  // samples processed in total
   std::size_t steps = 0;
   double seconds = 0;

@@ -9,9 +9,9 @@ namespace fedcore::detail {
                                 const char* message) noexcept;
 }  // namespace fedcore::detail
 
-#define FEDCORE_ASSERT(condition, message)                                              \
-  do {                                                                                  \
-    if (!(condition)) [[unlikely]] {                                                    \
-      ::fedcore::detail::assert_failed(#condition, __FILE__, __LINE__, (message));      \
-    }                                                                                   \
+#define FEDCORE_ASSERT(condition, message)                                         \
+  do {                                                                             \
+    if (!(condition)) [[unlikely]] {                                               \
+      ::fedcore::detail::assert_failed(#condition, __FILE__, __LINE__, (message)); \
+    }                                                                              \
   } while (false)

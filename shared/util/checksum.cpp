@@ -1,9 +1,9 @@
 #include "util/checksum.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <limits>
+
+#include <zlib.h>
 
 namespace fedcore {
 
@@ -13,7 +13,8 @@ std::uint32_t crc32(std::span<const std::byte> bytes, std::uint32_t previous) no
   const auto* data = reinterpret_cast<const Bytef*>(bytes.data());
   std::size_t left = bytes.size();
   while (left > 0) {
-    const auto piece = static_cast<uInt>(std::min<std::size_t>(left, std::numeric_limits<uInt>::max()));
+    const auto piece =
+        static_cast<uInt>(std::min<std::size_t>(left, std::numeric_limits<uInt>::max()));
     value = ::crc32(value, data, piece);
     data += piece;
     left -= piece;

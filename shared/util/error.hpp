@@ -64,7 +64,9 @@ template <class T>
 using result = boost::system::result<T, error>;
 
 // Shorthand used in `return fail(errc::not_found, "...")`.
-inline error fail(errc code, std::string message) { return error{code, std::move(message)}; }
+inline error fail(errc code, std::string message) {
+  return error{code, std::move(message)};
+}
 
 // Thrown only by `result<T>::value()` on an error (i.e. by code that chose to treat a
 // failure as fatal); sessions catch it once, at their top.

@@ -14,7 +14,9 @@ std::uint64_t splitmix64(std::uint64_t& x) noexcept {
   return z ^ (z >> 31);
 }
 
-constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept {
+  return (x << k) | (x >> (64 - k));
+}
 
 }  // namespace
 
@@ -93,12 +95,15 @@ double Rng::gamma(double shape) noexcept {
     } while (v <= 0.0);
     v = v * v * v;
     const double u = uniform_double();
-    if (u < 1.0 - 0.0331 * x * x * x * x || std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) {
+    if (u < 1.0 - 0.0331 * x * x * x * x ||
+        std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) {
       return d * v;
     }
   }
 }
 
-Rng Rng::split() noexcept { return Rng(next_u64() ^ 0x6a09e667f3bcc909ULL); }
+Rng Rng::split() noexcept {
+  return Rng(next_u64() ^ 0x6a09e667f3bcc909ULL);
+}
 
 }  // namespace fedcore

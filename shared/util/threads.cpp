@@ -1,14 +1,17 @@
 #include "util/threads.hpp"
 
 #include <omp.h>
-
 #include <thread>
 
 namespace fedcore {
 
-void set_compute_threads(int n) noexcept { omp_set_num_threads(n > 0 ? n : hardware_threads()); }
+void set_compute_threads(int n) noexcept {
+  omp_set_num_threads(n > 0 ? n : hardware_threads());
+}
 
-int compute_threads() noexcept { return omp_get_max_threads(); }
+int compute_threads() noexcept {
+  return omp_get_max_threads();
+}
 
 int hardware_threads() noexcept {
   const unsigned n = std::thread::hardware_concurrency();

@@ -9,9 +9,9 @@
 // gradient norm. We require ||analytic - numeric|| / (||analytic|| + ||numeric||) <= 5e-3.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+
+#include <gtest/gtest.h>
 
 #include "model/layer.hpp"
 #include "util/rng.hpp"
@@ -71,12 +71,14 @@ inline void expect_input_gradient_matches(Layer& layer, Matrix x, std::uint64_t 
     numeric.push_back((plus - minus) / (2.0 * kStep));
     analytic.push_back(dx.data()[i]);
   }
-  EXPECT_LE(relative_error(analytic, numeric), kGradientTolerance) << layer.kind() << " input gradient";
+  EXPECT_LE(relative_error(analytic, numeric), kGradientTolerance)
+      << layer.kind() << " input gradient";
 }
 
 // Checks d L / d params of `layer` (bound to `params`/`grads`) at `x`.
-inline void expect_param_gradient_matches(Layer& layer, std::span<float> params, std::span<float> grads,
-                                          const Matrix& x, std::uint64_t seed = 11) {
+inline void expect_param_gradient_matches(Layer& layer, std::span<float> params,
+                                          std::span<float> grads, const Matrix& x,
+                                          std::uint64_t seed = 11) {
   Rng rng(seed);
   Matrix y;
   layer.forward(x, y, Phase::train);
@@ -92,7 +94,8 @@ inline void expect_param_gradient_matches(Layer& layer, std::span<float> params,
     params[i] = saved;
     numeric.push_back((plus - minus) / (2.0 * kStep));
   }
-  EXPECT_LE(relative_error(analytic, numeric), kGradientTolerance) << layer.kind() << " parameter gradient";
+  EXPECT_LE(relative_error(analytic, numeric), kGradientTolerance)
+      << layer.kind() << " parameter gradient";
 }
 
 // A layer bound to its own buffers, for tests.

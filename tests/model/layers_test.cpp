@@ -1,7 +1,8 @@
+#include "model/layers.hpp"
+
 #include <gtest/gtest.h>
 
 #include "gradient_check.hpp"
-#include "model/layers.hpp"
 
 namespace fedcore::model {
 namespace {
@@ -95,7 +96,8 @@ Matrix direct_conv(const Matrix& x, const std::vector<float>& p, std::int64_t h,
                 continue;
               }
               for (std::int64_t ci = 0; ci < cin; ++ci) {
-                sum += double(p[((ky * k + kx) * cin + ci) * cout + co]) * x((iy * w + ix) * cin + ci, b);
+                sum += double(p[((ky * k + kx) * cin + ci) * cout + co]) *
+                       x((iy * w + ix) * cin + ci, b);
               }
             }
           }

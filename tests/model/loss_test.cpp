@@ -1,9 +1,10 @@
-#include <gtest/gtest.h>
+#include "model/loss.hpp"
 
 #include <cmath>
 
+#include <gtest/gtest.h>
+
 #include "gradient_check.hpp"
-#include "model/loss.hpp"
 
 namespace fedcore::model {
 namespace {
@@ -39,7 +40,8 @@ TEST(BinaryCrossEntropy, MatchesHandComputedValues) {
   const auto value = evaluate_loss(LossKind::binary_cross_entropy, logits, labels, &grad);
   const double expected = (std::log(2.0) + 2.0 + std::log1p(std::exp(-2.0))) / 2.0;
   EXPECT_NEAR(value.loss, expected, 1e-6);
-  EXPECT_EQ(value.correct, 0u);  // 0 is not > 0, so predicted 0 for label 1; 2 > 0 predicts 1 for label 0
+  EXPECT_EQ(value.correct,
+            0u);  // 0 is not > 0, so predicted 0 for label 1; 2 > 0 predicts 1 for label 0
   EXPECT_NEAR(grad(0, 0), (0.5 - 1.0) / 2.0, 1e-6);
   EXPECT_NEAR(grad(0, 1), (1.0 / (1.0 + std::exp(-2.0))) / 2.0, 1e-6);
 }
@@ -55,7 +57,8 @@ TEST(BinaryCrossEntropy, StaysFiniteForHugeLogits) {
 }
 
 // Central differences of the mean loss against the analytic gradient, for both losses.
-void expect_loss_gradient_matches(LossKind kind, Eigen::Index rows, std::vector<std::int32_t> labels) {
+void expect_loss_gradient_matches(LossKind kind, Eigen::Index rows,
+                                  std::vector<std::int32_t> labels) {
   Rng rng(9);
   Matrix logits = testing::random_matrix(rows, static_cast<Eigen::Index>(labels.size()), rng, 2.0f);
   Matrix grad;
@@ -71,7 +74,8 @@ void expect_loss_gradient_matches(LossKind kind, Eigen::Index rows, std::vector<
     numeric.push_back((plus - minus) / (2.0 * testing::kStep));
     analytic.push_back(grad.data()[i]);
   }
-  EXPECT_LE(testing::relative_error(analytic, numeric), testing::kGradientTolerance) << loss_name(kind);
+  EXPECT_LE(testing::relative_error(analytic, numeric), testing::kGradientTolerance)
+      << loss_name(kind);
 }
 
 TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {

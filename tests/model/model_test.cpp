@@ -84,7 +84,8 @@ TEST(Model, CopyReseatsViewsOntoItsOwnBuffers) {
 }
 
 TEST(Model, InitializationIsDeterministicForASeed) {
-  Model a = build(R"({"type":"cnn","input_shape":[8,8,1],"num_classes":4,"channels":[2,3],"dense":5})");
+  Model a =
+      build(R"({"type":"cnn","input_shape":[8,8,1],"num_classes":4,"channels":[2,3],"dense":5})");
   Model b = a;
   a.initialize(42);
   b.initialize(42);
@@ -96,13 +97,15 @@ TEST(Model, InitializationIsDeterministicForASeed) {
 // Whole-model parameter gradient through conv, pool, flatten, dense and the loss,
 // against central differences of the loss.
 TEST(Model, EndToEndGradientMatchesFiniteDifferences) {
-  Model cnn = build(R"({"type":"cnn","input_shape":[6,6,2],"num_classes":3,"channels":[2,3],"kernel":3,"dense":4})");
+  Model cnn = build(
+      R"({"type":"cnn","input_shape":[6,6,2],"num_classes":3,"channels":[2,3],"kernel":3,"dense":4})");
   cnn.initialize(5);
   Rng rng(6);
   const Matrix x = testing::random_matrix(72, 3, rng);
   const std::vector<std::int32_t> labels{0, 2, 1};
   Matrix grad_logits;
-  evaluate_loss(LossKind::softmax_cross_entropy, cnn.forward(x, Phase::train), labels, &grad_logits);
+  evaluate_loss(LossKind::softmax_cross_entropy, cnn.forward(x, Phase::train), labels,
+                &grad_logits);
   cnn.backward(grad_logits);
   const std::vector<double> analytic(cnn.grads().begin(), cnn.grads().end());
   std::vector<double> numeric;
@@ -113,9 +116,13 @@ TEST(Model, EndToEndGradientMatchesFiniteDifferences) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const float saved = params[i];
     params[i] = saved + kEps;
-    const double plus = evaluate_loss(LossKind::softmax_cross_entropy, cnn.forward(x, Phase::train), labels, nullptr).loss;
+    const double plus = evaluate_loss(LossKind::softmax_cross_entropy, cnn.forward(x, Phase::train),
+                                      labels, nullptr)
+                            .loss;
     params[i] = saved - kEps;
-    const double minus = evaluate_loss(LossKind::softmax_cross_entropy, cnn.forward(x, Phase::train), labels, nullptr).loss;
+    const double minus = evaluate_loss(LossKind::softmax_cross_entropy,
+                                       cnn.forward(x, Phase::train), labels, nullptr)
+                             .loss;
     params[i] = saved;
     numeric.push_back((plus - minus) / (2.0 * kEps));
   }

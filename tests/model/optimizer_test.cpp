@@ -1,9 +1,10 @@
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "model/optimizer.hpp"
 
 #include <cmath>
 
-#include "model/optimizer.hpp"
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "model/proximal.hpp"
 
 namespace fedcore::model {

@@ -1,16 +1,18 @@
-#include <gtest/gtest.h>
+#include "model/param_io.hpp"
 
 #include <filesystem>
 #include <fstream>
 
-#include "model/param_io.hpp"
+#include <gtest/gtest.h>
+
 #include "model/spec.hpp"
 #include "temp_dir.hpp"
 
 namespace fedcore::model {
 namespace {
 
-Model small_model(const char* json = R"({"type":"mlp","hidden":[5],"input_shape":[4],"num_classes":3})") {
+Model small_model(
+    const char* json = R"({"type":"mlp","hidden":[5],"input_shape":[4],"num_classes":3})") {
   auto model = build_model(*parse_model_spec(std::string_view(json)));
   model->initialize(3);
   return std::move(*model);
@@ -32,7 +34,8 @@ TEST(ParamIo, EveryTruncationIsRejected) {
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     auto bundle = decode_params(std::span(bytes).first(n));
     ASSERT_FALSE(bundle) << "length " << n;
-    EXPECT_EQ(bundle.error().code, errc::out_of_range) << "length " << n << ": " << bundle.error().message;
+    EXPECT_EQ(bundle.error().code, errc::out_of_range)
+        << "length " << n << ": " << bundle.error().message;
   }
 }
 
@@ -94,7 +97,8 @@ TEST(ParamIo, NpyExportWritesValidNumpyFiles) {
     ASSERT_TRUE(in) << entry.name;
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
-    const std::size_t header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    const std::size_t header_len =
+        static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
     EXPECT_EQ((10 + header_len) % 64, 0u);
     const std::string header = bytes.substr(10, header_len);
     EXPECT_NE(header.find("'descr': '<f4'"), std::string::npos);
@@ -107,7 +111,9 @@ TEST(ParamIo, NpyExportWritesValidNumpyFiles) {
     }
     EXPECT_NE(header.find("'shape': " + shape + ")"), std::string::npos) << header;
     ASSERT_EQ(bytes.size(), 10 + header_len + entry.size * 4);
-    EXPECT_EQ(std::memcmp(bytes.data() + 10 + header_len, model.params().data() + entry.offset, entry.size * 4), 0);
+    EXPECT_EQ(std::memcmp(bytes.data() + 10 + header_len, model.params().data() + entry.offset,
+                          entry.size * 4),
+              0);
   }
 }
 

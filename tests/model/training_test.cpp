@@ -1,9 +1,9 @@
 // Training on real data: these tests fail if the layers, losses, optimizers or loaders
 // are wrong in any way that matters for learning.
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <numeric>
+
+#include <gtest/gtest.h>
 
 #include "data/csv.hpp"
 #include "data/fashion_mnist.hpp"
@@ -17,7 +17,8 @@ namespace fedcore::model {
 namespace {
 
 Model build(const char* json, const data::Dataset& data) {
-  auto spec = complete_spec(*parse_model_spec(std::string_view(json)), data.sample_shape, data.num_classes);
+  auto spec =
+      complete_spec(*parse_model_spec(std::string_view(json)), data.sample_shape, data.num_classes);
   EXPECT_TRUE(spec) << spec.error().to_string();
   auto model = build_model(*spec);
   model->initialize(1);
@@ -37,7 +38,8 @@ const data::TrainTest* fashion_mnist() {
 
 TEST(Training, LogregOnBreastCancerReaches95PercentTestAccuracy) {
   set_compute_threads(1);
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv", {.label_column = "benign"});
+  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+                              {.label_column = "benign"});
   ASSERT_TRUE(table) << table.error().to_string();
   auto split = data::stratified_split(*table, 0.25, 7);
   const auto standardizer = data::Standardizer::fit(split.train);
@@ -45,7 +47,8 @@ TEST(Training, LogregOnBreastCancerReaches95PercentTestAccuracy) {
   standardizer.apply(split.test);
   Model model = build(R"({"type":"logreg"})", split.train);
   auto sgd = make_optimizer({.learning_rate = 0.1f}, model.param_count());
-  train(model, LossKind::binary_cross_entropy, *sgd, split.train, {.epochs = 30, .batch_size = 16, .seed = 1});
+  train(model, LossKind::binary_cross_entropy, *sgd, split.train,
+        {.epochs = 30, .batch_size = 16, .seed = 1});
   const auto test = evaluate(model, LossKind::binary_cross_entropy, split.test);
   EXPECT_EQ(test.samples, 142u);  // round(0.25 * 212) + round(0.25 * 357)
   EXPECT_GE(test.accuracy, 0.95) << "test loss " << test.loss;
@@ -62,7 +65,8 @@ TEST(Training, MlpOnFashionMnistSubsetBeatsTheThreshold) {
   Model model = build(R"({"type":"mlp","hidden":[256,128]})", train_set);
   auto sgd = make_optimizer({.learning_rate = 0.05f, .momentum = 0.9f}, model.param_count());
   const auto before = evaluate(model, LossKind::softmax_cross_entropy, test_set);
-  train(model, LossKind::softmax_cross_entropy, *sgd, train_set, {.epochs = 2, .batch_size = 32, .seed = 1});
+  train(model, LossKind::softmax_cross_entropy, *sgd, train_set,
+        {.epochs = 2, .batch_size = 32, .seed = 1});
   const auto after = evaluate(model, LossKind::softmax_cross_entropy, test_set);
   // Threshold 0.75 on the 10k test images. Chance is 0.10 and the untrained net sits
   // near it. PyTorch 1.13 with the same network, Glorot init, first 10k samples, batch
@@ -83,7 +87,8 @@ TEST(Training, CnnDrivesTheLossOfOneSmallBatchNearZero) {
   Model model = build(R"({"type":"cnn"})", batch);
   auto sgd = make_optimizer({.learning_rate = 0.05f, .momentum = 0.9f}, model.param_count());
   const double initial = evaluate(model, LossKind::softmax_cross_entropy, batch).loss;
-  train(model, LossKind::softmax_cross_entropy, *sgd, batch, {.epochs = 60, .batch_size = 16, .seed = 1});
+  train(model, LossKind::softmax_cross_entropy, *sgd, batch,
+        {.epochs = 60, .batch_size = 16, .seed = 1});
   const auto final_eval = evaluate(model, LossKind::softmax_cross_entropy, batch);
   EXPECT_GT(initial, 1.5);
   EXPECT_LT(final_eval.loss, 0.01);
@@ -92,12 +97,15 @@ TEST(Training, CnnDrivesTheLossOfOneSmallBatchNearZero) {
 
 TEST(Training, IsBitForBitReproducibleOnOneThread) {
   set_compute_threads(1);
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv", {.label_column = "benign"});
+  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+                              {.label_column = "benign"});
   ASSERT_TRUE(table);
   auto run = [&] {
     Model model = build(R"({"type":"mlp","hidden":[8],"dropout":0.2})", *table);
-    auto adam = make_optimizer({.kind = OptimizerKind::adam, .learning_rate = 0.01f}, model.param_count());
-    train(model, LossKind::binary_cross_entropy, *adam, *table, {.epochs = 2, .batch_size = 32, .seed = 5});
+    auto adam =
+        make_optimizer({.kind = OptimizerKind::adam, .learning_rate = 0.01f}, model.param_count());
+    train(model, LossKind::binary_cross_entropy, *adam, *table,
+          {.epochs = 2, .batch_size = 32, .seed = 5});
     return std::vector<float>(model.params().begin(), model.params().end());
   };
   EXPECT_EQ(run(), run());
@@ -105,7 +113,8 @@ TEST(Training, IsBitForBitReproducibleOnOneThread) {
 
 TEST(Training, ProximalTermKeepsWeightsNearTheAnchor) {
   set_compute_threads(1);
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv", {.label_column = "benign"});
+  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+                              {.label_column = "benign"});
   ASSERT_TRUE(table);
   data::Standardizer::fit(*table).apply(*table);
   auto distance_after = [&](float mu) {

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "util/error.hpp"
+
+#include <gtest/gtest.h>
 
 namespace fedcore {
 namespace {

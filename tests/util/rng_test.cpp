@@ -1,10 +1,11 @@
-#include <gtest/gtest.h>
+#include "util/rng.hpp"
 
 #include <cmath>
 #include <numeric>
 
+#include <gtest/gtest.h>
+
 #include "util/checksum.hpp"
-#include "util/rng.hpp"
 
 namespace fedcore {
 namespace {
@@ -74,7 +75,8 @@ TEST(Crc32, MatchesTheStandardCheckValue) {
   const char text[] = "123456789";
   EXPECT_EQ(crc32(std::as_bytes(std::span(text, 9))), 0xCBF43926u);
   // Incremental equals one-shot.
-  EXPECT_EQ(crc32(std::as_bytes(std::span(text + 4, 5)), crc32(std::as_bytes(std::span(text, 4)))), 0xCBF43926u);
+  EXPECT_EQ(crc32(std::as_bytes(std::span(text + 4, 5)), crc32(std::as_bytes(std::span(text, 4)))),
+            0xCBF43926u);
 }
 
 }  // namespace

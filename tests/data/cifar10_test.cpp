@@ -3,11 +3,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {
@@ -37,17 +38,6 @@ std::vector<char> records(std::size_t first, std::size_t count) {
 
 class Cifar10Test : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("fedcore_cifar10_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string write(const std::string& name, const std::vector<char>& bytes) {
     const auto path = dir_ / name;
     std::filesystem::create_directories(path.parent_path());
@@ -56,7 +46,8 @@ class Cifar10Test : public ::testing::Test {
     EXPECT_TRUE(out.good()) << path;
     return path.string();
   }
-  std::filesystem::path dir_;
+  fedcore::testing::TempDir temp_;
+  std::filesystem::path dir_ = temp_.root();
 };
 
 TEST_F(Cifar10Test, RoundTripConvertsChwToHwc) {

@@ -3,11 +3,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {
@@ -16,17 +17,6 @@ using ::testing::HasSubstr;
 
 class CsvTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("fedcore_csv_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string write(const std::string& text) {
     const std::string path = (dir_ / "table.csv").string();
     std::ofstream out(path, std::ios::binary);
@@ -46,7 +36,8 @@ class CsvTest : public ::testing::Test {
     EXPECT_THAT(loaded.error().message, HasSubstr(path));
     return loaded.error().message;
   }
-  std::filesystem::path dir_;
+  fedcore::testing::TempDir temp_;
+  std::filesystem::path dir_ = temp_.root();
 };
 
 TEST_F(CsvTest, StringLabelsBecomeSortedClasses) {

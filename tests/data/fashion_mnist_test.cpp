@@ -6,11 +6,12 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {
@@ -120,18 +121,8 @@ void write_small_dataset(const std::filesystem::path& dir, std::uint8_t last_lab
 
 class FashionMnistDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("fedcore_fashion_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::filesystem::path dir_;
+  fedcore::testing::TempDir temp_;
+  std::filesystem::path dir_ = temp_.root();
 };
 
 TEST_F(FashionMnistDirTest, LoadsUncompressedFiles) {

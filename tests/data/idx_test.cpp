@@ -4,12 +4,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
+
+#include "temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {
@@ -66,17 +67,6 @@ void write_gz(const std::string& path, const std::vector<std::uint8_t>& bytes) {
 
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("fedcore_idx_test_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Writes a well-formed 3-image 2x3 pair and returns {images, labels} paths.
@@ -89,7 +79,8 @@ class IdxTest : public ::testing::Test {
     return {images, labels};
   }
 
-  std::filesystem::path dir_;
+  fedcore::testing::TempDir temp_;
+  std::filesystem::path dir_ = temp_.root();
 };
 
 void expect_round_trip(const result<Dataset>& loaded) {

@@ -1,0 +1,246 @@
+#include "net/frame_channel.hpp"
+
+#include <array>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include "util/assert.hpp"
+
+namespace fedcore::net {
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+
+asio::ip::tcp::socket& lowest(TcpStream& s) {
+  return s;
+}
+asio::ip::tcp::socket& lowest(TlsStream& s) {
+  return s.next_layer();
+}
+
+bool is_end_of_stream(const error_code& ec) {
+  return ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
+         ec == asio::error::connection_reset;
+}
+
+// One direction's deadline. `generation` makes a late timer handler harmless: if the
+// timer expired just as the operation completed, its queued handler sees that it belongs
+// to an earlier arm() and leaves the socket alone.
+struct Deadline {
+  explicit Deadline(const asio::any_io_executor& executor) : timer(executor) {}
+  asio::steady_timer timer;
+  std::uint64_t generation = 0;
+  bool armed = false;
+  bool expired = false;
+};
+
+}  // namespace
+
+// The state lives behind a shared_ptr so that a watchdog handler that runs after the
+// channel is gone finds nothing to close instead of a dangling pointer.
+template <class Stream>
+struct FrameChannel<Stream>::Impl : std::enable_shared_from_this<Impl> {
+  Impl(Stream s, ChannelOptions o)
+      : stream(std::move(s)),
+        options(o),
+        read(stream.get_executor()),
+        write(stream.get_executor()) {}
+
+  // If `deadline` is still armed when the timer expires, the socket is closed, which
+  // makes the pending operation fail at once.
+  void arm(Deadline& deadline, std::chrono::milliseconds timeout) {
+    const auto generation = ++deadline.generation;
+    deadline.armed = true;
+    deadline.expired = false;
+    deadline.timer.expires_after(timeout);
+    deadline.timer.async_wait([weak = this->weak_from_this(), &deadline,
+                               generation](const error_code& ec) {
+      if (ec) {
+        return;
+      }
+      if (auto self = weak.lock(); self && deadline.armed && deadline.generation == generation) {
+        deadline.expired = true;
+        self->close();
+      }
+    });
+  }
+
+  static void disarm(Deadline& deadline) {
+    deadline.armed = false;
+    deadline.timer.cancel();
+  }
+
+  void close() noexcept {
+    error_code ignored;
+    auto& socket = lowest(stream);
+    if (socket.is_open()) {
+      socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      socket.close(ignored);
+    }
+  }
+
+  Stream stream;
+  ChannelOptions options;
+  Deadline read;
+  Deadline write;
+  bool reading = false;
+  bool writing = false;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+};
+
+template <class Stream>
+FrameChannel<Stream>::FrameChannel(Stream stream, ChannelOptions options)
+    : impl_(std::make_shared<Impl>(std::move(stream), options)) {}
+
+template <class Stream>
+FrameChannel<Stream>::~FrameChannel() {
+  if (impl_) {
+    Impl::disarm(impl_->read);
+    Impl::disarm(impl_->write);
+  }
+}
+
+template <class Stream>
+FrameChannel<Stream>::FrameChannel(FrameChannel&&) noexcept = default;
+template <class Stream>
+FrameChannel<Stream>& FrameChannel<Stream>::operator=(FrameChannel&&) noexcept = default;
+
+template <class Stream>
+asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame() {
+  Impl& s = *impl_;
+  FEDCORE_ASSERT(!s.reading, "FrameChannel: two reads in flight");
+  s.reading = true;
+  struct Done {
+    Impl& s;
+    ~Done() { s.reading = false; }
+  } done{s};
+
+  auto failure = [&](const error_code& ec, bool expired, bool inside_frame) -> error {
+    if (expired) {
+      return fail(errc::deadline_exceeded,
+                  inside_frame ? "peer too slow: frame not received within the transfer timeout"
+                               : "peer silent: no frame within the idle timeout");
+    }
+    if (is_end_of_stream(ec)) {
+      return inside_frame ? fail(errc::out_of_range, "peer closed the connection inside a frame")
+                          : fail(errc::unavailable, "peer closed the connection");
+    }
+    return fail(errc::unavailable, "read failed: " + ec.message());
+  };
+
+  // The first byte may take up to the idle timeout; the rest of the header and the body
+  // must follow within the transfer timeout.
+  std::array<std::byte, protocol::kFrameHeaderSize> head{};
+  s.arm(s.read, s.options.idle_timeout);
+  auto [ec, n] = co_await asio::async_read(s.stream, asio::buffer(head.data(), 1), kNoThrow);
+  Impl::disarm(s.read);
+  if (ec) {
+    co_return failure(ec, s.read.expired, false);
+  }
+  s.arm(s.read, s.options.transfer_timeout);
+  std::tie(ec, n) =
+      co_await asio::async_read(s.stream, asio::buffer(head.data() + 1, head.size() - 1), kNoThrow);
+  if (ec) {
+    Impl::disarm(s.read);
+    co_return failure(ec, s.read.expired, true);
+  }
+  s.bytes_read += head.size();
+  auto header = protocol::decode_header(head, s.options.limits);
+  if (!header) {
+    Impl::disarm(s.read);
+    co_return header.error();
+  }
+  protocol::Frame frame;
+  frame.type = header->type;
+  frame.metadata.resize(header->metadata_length);
+  frame.payload.resize(header->payload_length);
+  const std::array<asio::mutable_buffer, 2> body{
+      asio::buffer(frame.metadata.data(), frame.metadata.size()),
+      asio::buffer(frame.payload.data(), frame.payload.size())};
+  std::tie(ec, n) = co_await asio::async_read(s.stream, body, kNoThrow);
+  Impl::disarm(s.read);
+  if (ec) {
+    co_return failure(ec, s.read.expired, true);
+  }
+  s.bytes_read += n;
+  if (auto valid = protocol::validate_metadata(frame.metadata); !valid) {
+    co_return valid.error();
+  }
+  co_return frame;
+}
+
+template <class Stream>
+asio::awaitable<result<void>> FrameChannel<Stream>::write_frame(
+    protocol::MessageType type, std::string_view metadata, std::span<const std::byte> payload) {
+  Impl& s = *impl_;
+  FEDCORE_ASSERT(!s.writing, "FrameChannel: two writes in flight");
+  if (metadata.size() > s.options.limits.max_metadata_bytes ||
+      payload.size() > s.options.limits.max_payload_bytes) {
+    co_return fail(errc::invalid_argument, "frame larger than the channel's limits; not sent");
+  }
+  s.writing = true;
+  const auto head = protocol::encode_header(
+      {type, static_cast<std::uint32_t>(metadata.size()), 0, payload.size()});
+  const std::array<asio::const_buffer, 3> buffers{asio::buffer(head),
+                                                  asio::buffer(metadata.data(), metadata.size()),
+                                                  asio::buffer(payload.data(), payload.size())};
+  s.arm(s.write, s.options.transfer_timeout);
+  auto [ec, n] = co_await asio::async_write(s.stream, buffers, kNoThrow);
+  Impl::disarm(s.write);
+  s.writing = false;
+  s.bytes_written += n;
+  if (ec) {
+    if (s.write.expired) {
+      co_return fail(errc::deadline_exceeded,
+                     "peer too slow: frame not sent within the transfer timeout");
+    }
+    co_return fail(errc::unavailable, "write failed: " + ec.message());
+  }
+  co_return result<void>{};
+}
+
+template <class Stream>
+void FrameChannel<Stream>::close() noexcept {
+  if (impl_) {
+    impl_->close();
+  }
+}
+
+template <class Stream>
+bool FrameChannel<Stream>::is_open() const noexcept {
+  return impl_ && lowest(impl_->stream).is_open();
+}
+
+template <class Stream>
+Stream& FrameChannel<Stream>::stream() noexcept {
+  return impl_->stream;
+}
+
+template <class Stream>
+const ChannelOptions& FrameChannel<Stream>::options() const noexcept {
+  return impl_->options;
+}
+
+template <class Stream>
+std::uint64_t FrameChannel<Stream>::bytes_read() const noexcept {
+  return impl_->bytes_read;
+}
+
+template <class Stream>
+std::uint64_t FrameChannel<Stream>::bytes_written() const noexcept {
+  return impl_->bytes_written;
+}
+
+template class FrameChannel<TcpStream>;
+template class FrameChannel<TlsStream>;
+
+}  // namespace fedcore::net

@@ -1,0 +1,90 @@
+// FrameChannel: Fedcore frames (protocol/frame.hpp) over a byte stream, with deadlines.
+//
+// One channel wraps one connected stream: a TLS stream (`TlsStream`, the federation and
+// TLS datacenter jobs) or a plain TCP socket (`TcpStream`, trusted in-datacenter jobs
+// only, chosen explicitly by the caller). Coroutines only (`asio::awaitable`).
+//
+// Deadlines (RELIABILITY.md R1). Every read and write has one; when it passes, the
+// channel closes the socket, the operation returns errc::deadline_exceeded and the
+// channel is dead. A read waits at most `idle_timeout` for the first byte of the
+// header and then at most `transfer_timeout` for the rest of the frame; a write gets
+// `transfer_timeout`. Each direction has its own timer, so writing heartbeats never
+// extends the deadline of a read from a silent peer.
+//
+// Limits (R3). The header's lengths are checked against `limits` before any buffer is
+// allocated; a violation returns the codec's error and the caller closes the channel.
+//
+// Zero copy. `write_frame` sends header, metadata and payload as one gather write; the
+// payload span (e.g. a model's flat parameters) is handed to the stream as it is.
+//
+// Thread safety and ordering: a channel belongs to one strand (or a single-threaded
+// io_context). At most one read and at most one write may be in flight at a time
+// (asserted); a session that pushes messages must queue them behind one writer.
+// The channel must outlive its in-flight operations (hold it in the session coroutine).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
+
+#include "protocol/frame.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::net {
+
+using TcpStream = boost::asio::ip::tcp::socket;
+using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
+
+struct ChannelOptions {
+  protocol::FrameLimits limits;
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(120)};
+  std::chrono::milliseconds transfer_timeout{std::chrono::seconds(60)};
+};
+
+template <class Stream>
+class FrameChannel {
+ public:
+  // Takes a connected (and, for TLS, handshaken) stream.
+  FrameChannel(Stream stream, ChannelOptions options);
+  ~FrameChannel();
+  FrameChannel(FrameChannel&&) noexcept;
+  FrameChannel& operator=(FrameChannel&&) noexcept;
+  FrameChannel(const FrameChannel&) = delete;
+  FrameChannel& operator=(const FrameChannel&) = delete;
+
+  // Reads one whole frame. Errors: deadline_exceeded; unavailable when the peer closed
+  // the connection between frames or the socket failed; out_of_range when it closed
+  // inside a frame; the codec's errors (data_loss, unimplemented, invalid_argument,
+  // resource_exhausted) for a bad header or metadata.
+  boost::asio::awaitable<result<protocol::Frame>> read_frame();
+
+  // Writes one frame. Errors: deadline_exceeded, unavailable; invalid_argument when the
+  // lengths exceed this channel's limits (nothing is sent).
+  boost::asio::awaitable<result<void>> write_frame(protocol::MessageType type,
+                                                   std::string_view metadata,
+                                                   std::span<const std::byte> payload = {});
+
+  // Closes the socket; pending operations finish with an error. Idempotent.
+  void close() noexcept;
+  bool is_open() const noexcept;
+
+  Stream& stream() noexcept;
+  const ChannelOptions& options() const noexcept;
+  std::uint64_t bytes_read() const noexcept;
+  std::uint64_t bytes_written() const noexcept;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+extern template class FrameChannel<TcpStream>;
+extern template class FrameChannel<TlsStream>;
+
+}  // namespace fedcore::net

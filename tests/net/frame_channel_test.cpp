@@ -1,0 +1,272 @@
+// FrameChannel over real loopback TCP sockets. Every test runs its io_context with a
+// bound (run_for), so a broken deadline fails the test instead of hanging it.
+#include "net/frame_channel.hpp"
+
+#include <cstring>
+#include <functional>
+#include <optional>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <gtest/gtest.h>
+
+namespace fedcore::net {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using protocol::MessageType;
+using Clock = std::chrono::steady_clock;
+
+using Side = std::function<asio::awaitable<void>(tcp::socket)>;
+
+// Connects a client socket to a server socket on 127.0.0.1 and runs both sides as
+// coroutines; fails the test if they have not both finished within `bound`.
+void run_pair(Side server, Side client, std::chrono::seconds bound = std::chrono::seconds(10)) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const auto endpoint = acceptor.local_endpoint();
+  int finished = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto socket = co_await acceptor.async_accept(asio::use_awaitable);
+        co_await server(std::move(socket));
+        ++finished;
+      },
+      asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        tcp::socket socket(io);
+        co_await socket.async_connect(endpoint, asio::use_awaitable);
+        co_await client(std::move(socket));
+        ++finished;
+      },
+      asio::detached);
+  io.run_for(bound);
+  EXPECT_EQ(finished, 2) << "a side did not finish within the bound";
+}
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_after(d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+ChannelOptions fast(std::chrono::milliseconds idle, std::chrono::milliseconds transfer) {
+  ChannelOptions o;
+  o.idle_timeout = idle;
+  o.transfer_timeout = transfer;
+  return o;
+}
+
+TEST(FrameChannel, RoundTripsFramesAndALargePayloadWithoutLoss) {
+  std::vector<float> params(1 << 20);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i] = static_cast<float>(i) * 0.5f;
+  }
+  std::vector<protocol::Frame> received;
+  std::uint64_t sent_bytes = 0, received_bytes = 0;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s), {});
+        for (int i = 0; i < 3; ++i) {
+          auto frame = co_await channel.read_frame();
+          EXPECT_TRUE(frame) << frame.error().to_string();
+          if (frame) {
+            received.push_back(std::move(*frame));
+          }
+        }
+        received_bytes = channel.bytes_read();
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s), {});
+        EXPECT_TRUE(co_await channel.write_frame(MessageType::hello, R"({"samples":120})"));
+        EXPECT_TRUE(co_await channel.write_frame(MessageType::update, R"({"round":1})",
+                                                 std::as_bytes(std::span<const float>(params))));
+        EXPECT_TRUE(co_await channel.write_frame(MessageType::heartbeat, "{}"));
+        sent_bytes = channel.bytes_written();
+      });
+  ASSERT_EQ(received.size(), 3u);
+  EXPECT_EQ(received[0].type, MessageType::hello);
+  EXPECT_EQ(received[0].metadata, R"({"samples":120})");
+  EXPECT_EQ(received[1].type, MessageType::update);
+  auto floats = protocol::payload_floats(received[1].payload);
+  ASSERT_TRUE(floats);
+  ASSERT_EQ(floats->size(), params.size());
+  EXPECT_EQ(std::memcmp(floats->data(), params.data(), params.size() * 4), 0);
+  EXPECT_EQ(received[2].type, MessageType::heartbeat);
+  EXPECT_EQ(sent_bytes, received_bytes);
+  EXPECT_EQ(sent_bytes, 3 * protocol::kFrameHeaderSize + 15 + 11 + 2 + params.size() * 4);
+}
+
+TEST(FrameChannel, SilentPeerHitsTheIdleDeadline) {
+  std::optional<error> failure;
+  Clock::duration waited{};
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), fast(std::chrono::milliseconds(200), std::chrono::seconds(5)));
+        const auto start = Clock::now();
+        auto frame = co_await channel.read_frame();
+        waited = Clock::now() - start;
+        if (!frame) {
+          failure = frame.error();
+        }
+        EXPECT_FALSE(channel.is_open());
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        co_await sleep_for(std::chrono::milliseconds(600));  // connected but silent
+        s.close();
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::deadline_exceeded);
+  EXPECT_NE(failure->message.find("idle"), std::string::npos);
+  EXPECT_GE(waited, std::chrono::milliseconds(190));
+  EXPECT_LT(waited, std::chrono::milliseconds(550));
+}
+
+TEST(FrameChannel, PeerStalledInsideAFrameHitsTheTransferDeadline) {
+  std::optional<error> failure;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), fast(std::chrono::seconds(5), std::chrono::milliseconds(200)));
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          failure = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        // A header announcing 100 payload bytes, then only 10 of them.
+        const auto head = protocol::encode_header({MessageType::update, 2, 0, 100});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        const char partial[12] = "{}012345678";
+        co_await asio::async_write(s, asio::buffer(partial, 12), asio::use_awaitable);
+        co_await sleep_for(std::chrono::milliseconds(600));
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::deadline_exceeded);
+  EXPECT_NE(failure->message.find("transfer"), std::string::npos);
+}
+
+TEST(FrameChannel, OwnWritesDoNotExtendTheReadDeadline) {
+  std::optional<error> failure;
+  Clock::duration waited{};
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), fast(std::chrono::milliseconds(300), std::chrono::seconds(5)));
+        bool reading_done = false;
+        // A heartbeat writer keeps sending while the read waits on a silent peer.
+        asio::co_spawn(
+            co_await asio::this_coro::executor,
+            [&]() -> asio::awaitable<void> {
+              while (!reading_done && channel.is_open()) {
+                co_await channel.write_frame(MessageType::heartbeat, "{}");
+                co_await sleep_for(std::chrono::milliseconds(50));
+              }
+            },
+            asio::detached);
+        const auto start = Clock::now();
+        auto frame = co_await channel.read_frame();
+        waited = Clock::now() - start;
+        reading_done = true;
+        if (!frame) {
+          failure = frame.error();
+        }
+        co_await sleep_for(std::chrono::milliseconds(100));  // let the writer notice
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        co_await sleep_for(std::chrono::milliseconds(900));  // reads nothing, says nothing
+        s.close();
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::deadline_exceeded);
+  EXPECT_LT(waited, std::chrono::milliseconds(800));
+}
+
+TEST(FrameChannel, OversizedHeaderIsRefusedBeforeReadingTheBody) {
+  std::optional<error> failure;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        ChannelOptions o = fast(std::chrono::seconds(5), std::chrono::seconds(5));
+        o.limits.max_payload_bytes = 1 << 20;
+        FrameChannel<TcpStream> channel(std::move(s), o);
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          failure = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const auto head =
+            protocol::encode_header({MessageType::update, 2, 0, std::uint64_t{1} << 40});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        co_await sleep_for(std::chrono::milliseconds(100));
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::resource_exhausted);
+}
+
+TEST(FrameChannel, GarbageBytesAreDataLoss) {
+  std::optional<error> failure;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s),
+                                        fast(std::chrono::seconds(5), std::chrono::seconds(5)));
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          failure = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        co_await asio::async_write(s, asio::buffer(http, sizeof http - 1), asio::use_awaitable);
+        co_await sleep_for(std::chrono::milliseconds(100));
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::data_loss);
+}
+
+TEST(FrameChannel, PeerCloseBetweenFramesIsUnavailableAndInsideAFrameIsOutOfRange) {
+  std::optional<error> between, inside;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s),
+                                        fast(std::chrono::seconds(5), std::chrono::seconds(5)));
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          between = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        s.close();
+        co_return;
+      });
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s),
+                                        fast(std::chrono::seconds(5), std::chrono::seconds(5)));
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          inside = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const auto head = protocol::encode_header({MessageType::update, 2, 0, 64});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        s.close();
+      });
+  ASSERT_TRUE(between);
+  EXPECT_EQ(between->code, errc::unavailable);
+  ASSERT_TRUE(inside);
+  EXPECT_EQ(inside->code, errc::out_of_range);
+}
+
+}  // namespace
+}  // namespace fedcore::net

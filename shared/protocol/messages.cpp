@@ -1,0 +1,343 @@
+#include "protocol/messages.hpp"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+namespace fedcore::protocol {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one message and remembers the first problem; the parse functions
+// then read like a list of fields.
+class Reader {
+ public:
+  Reader(std::string_view what, std::string_view metadata) : what_(what) {
+    json_ = json::parse(metadata, nullptr, false);
+    if (json_.is_discarded() || !json_.is_object()) {
+      fail_with("metadata is not a JSON object");
+    }
+  }
+
+  bool ok() const noexcept { return !error_; }
+  error take_error() { return std::move(*error_); }
+
+  template <class Int>
+  Int integer(const char* key, Int low, Int high, std::optional<Int> fallback = std::nullopt) {
+    const json* v = field(key, fallback.has_value());
+    if (v == nullptr) {
+      return fallback.value_or(Int{});
+    }
+    if (!v->is_number_integer()) {
+      fail_with(std::string("'") + key + "' must be an integer");
+      return Int{};
+    }
+    // Compare in the widest type the value can take so that huge numbers cannot wrap.
+    const bool in_range =
+        v->is_number_unsigned()
+            ? v->get<std::uint64_t>() <= static_cast<std::uint64_t>(high) &&
+                  (low <= 0 || v->get<std::uint64_t>() >= static_cast<std::uint64_t>(low))
+            : v->get<std::int64_t>() >= static_cast<std::int64_t>(low) &&
+                  v->get<std::int64_t>() <= static_cast<std::int64_t>(high);
+    if (!in_range) {
+      fail_with(std::string("'") + key + "' = " + v->dump() + " is outside [" +
+                std::to_string(low) + ", " + std::to_string(high) + "]");
+      return Int{};
+    }
+    return v->get<Int>();
+  }
+
+  double number(const char* key, double low, double high,
+                std::optional<double> fallback = std::nullopt) {
+    const json* v = field(key, fallback.has_value());
+    if (v == nullptr) {
+      return fallback.value_or(0.0);
+    }
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < low ||
+        v->get<double>() > high) {
+      fail_with(std::string("'") + key + "' must be a finite number in [" + std::to_string(low) +
+                ", " + std::to_string(high) + "]");
+      return 0.0;
+    }
+    return v->get<double>();
+  }
+
+  std::string text(const char* key, std::size_t max_length,
+                   std::optional<std::string> fallback = std::nullopt) {
+    const json* v = field(key, fallback.has_value());
+    if (v == nullptr) {
+      return fallback.value_or("");
+    }
+    if (!v->is_string() || v->get_ref<const std::string&>().size() > max_length) {
+      fail_with(std::string("'") + key + "' must be a string of at most " +
+                std::to_string(max_length) + " bytes");
+      return {};
+    }
+    return v->get<std::string>();
+  }
+
+  std::string hex(const char* key, std::size_t length) {
+    auto s = text(key, length);
+    if (ok() &&
+        (s.size() != length || s.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+      fail_with(std::string("'") + key + "' must be " + std::to_string(length) +
+                " lowercase hex digits");
+    }
+    return s;
+  }
+
+  bool boolean(const char* key, bool fallback) {
+    const json* v = field(key, true);
+    if (v == nullptr) {
+      return fallback;
+    }
+    if (!v->is_boolean()) {
+      fail_with(std::string("'") + key + "' must be true or false");
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+
+  // A nested JSON object, returned as compact text.
+  std::string object_text(const char* key, std::size_t max_length) {
+    const json* v = field(key, false);
+    if (v == nullptr) {
+      return {};
+    }
+    if (!v->is_object()) {
+      fail_with(std::string("'") + key + "' must be a JSON object");
+      return {};
+    }
+    auto s = v->dump();
+    if (s.size() > max_length) {
+      fail_with(std::string("'") + key + "' is longer than " + std::to_string(max_length) +
+                " bytes");
+    }
+    return s;
+  }
+
+  std::vector<std::int64_t> shape(const char* key) {
+    const json* v = field(key, false);
+    std::vector<std::int64_t> out;
+    if (v == nullptr) {
+      return out;
+    }
+    if (!v->is_array() || v->empty() || v->size() > 4) {
+      fail_with(std::string("'") + key + "' must be an array of 1 to 4 positive integers");
+      return out;
+    }
+    for (const auto& d : *v) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() <= 0 ||
+          d.get<std::int64_t>() > (1 << 20)) {
+        fail_with(std::string("'") + key + "' must be an array of 1 to 4 positive integers");
+        return {};
+      }
+      out.push_back(d.get<std::int64_t>());
+    }
+    return out;
+  }
+
+  std::vector<std::string> strings(const char* key, std::size_t max_count, std::size_t max_length) {
+    const json* v = field(key, true);
+    std::vector<std::string> out;
+    if (v == nullptr) {
+      return out;
+    }
+    if (!v->is_array() || v->size() > max_count) {
+      fail_with(std::string("'") + key + "' must be an array of at most " +
+                std::to_string(max_count) + " strings");
+      return out;
+    }
+    for (const auto& s : *v) {
+      if (!s.is_string() || s.get_ref<const std::string&>().size() > max_length) {
+        fail_with(std::string("'") + key + "' entries must be strings of at most " +
+                  std::to_string(max_length) + " bytes");
+        return {};
+      }
+      out.push_back(s.get<std::string>());
+    }
+    return out;
+  }
+
+  const json& raw() const { return json_; }
+  bool has(const char* key) const { return json_.is_object() && json_.contains(key); }
+  void fail_with(std::string message) {
+    if (!error_) {
+      error_ = fail(errc::invalid_argument, what_ + ": " + std::move(message));
+    }
+  }
+
+ private:
+  const json* field(const char* key, bool optional) {
+    if (error_) {
+      return nullptr;
+    }
+    if (!json_.contains(key)) {
+      if (!optional) {
+        fail_with(std::string("missing '") + key + "'");
+      }
+      return nullptr;
+    }
+    return &json_[key];
+  }
+
+  std::string what_;
+  json json_;
+  std::optional<error> error_;
+};
+
+constexpr std::int64_t kMaxRound = std::int64_t{1} << 40;
+constexpr std::uint64_t kMaxSamples = std::uint64_t{1} << 40;
+
+}  // namespace
+
+bool is_valid_client_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 64) {
+    return false;
+  }
+  for (char c : id) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!allowed) {
+      return false;
+    }
+  }
+  return true;
+}
+
+result<Hello> parse_hello(std::string_view metadata) {
+  Reader r("hello", metadata);
+  Hello m;
+  m.samples = r.integer<std::uint64_t>("samples", 0, kMaxSamples);
+  m.test_samples = r.integer<std::uint64_t>("test_samples", 0, kMaxSamples, 0);
+  m.input_shape = r.shape("input_shape");
+  m.num_classes = r.integer<std::int32_t>("num_classes", 2, 100000);
+  m.capabilities = r.strings("capabilities", 16, 32);
+  m.software = r.text("software", 128, "");
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+result<Welcome> parse_welcome(std::string_view metadata) {
+  Reader r("welcome", metadata);
+  Welcome m;
+  m.client_id = r.text("client_id", 64);
+  m.heartbeat_seconds = r.integer<std::uint32_t>("heartbeat_seconds", 1, 3600);
+  if (r.ok() && !is_valid_client_id(m.client_id)) {
+    r.fail_with("'client_id' must be 1-64 characters of [A-Za-z0-9._-]");
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+result<TrainRequest> parse_train_request(std::string_view metadata) {
+  Reader r("train", metadata);
+  TrainRequest m;
+  m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
+  m.round = r.integer<std::int64_t>("round", 1, kMaxRound);
+  m.nonce = r.hex("nonce", 32);
+  m.model_spec_json = r.object_text("model", 4096);
+  m.layout_fingerprint = r.hex("layout", 16);
+  m.settings.epochs = r.integer<std::int32_t>("epochs", 1, 1000);
+  m.settings.batch_size = r.integer<std::int32_t>("batch_size", 1, 65536);
+  m.settings.optimizer_json = r.object_text("optimizer", 1024);
+  m.settings.proximal_mu = static_cast<float>(r.number("proximal_mu", 0.0, 100.0, 0.0));
+  m.settings.seed =
+      r.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max(), 0);
+  m.evaluate = r.boolean("evaluate", false);
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+result<UpdateReport> parse_update_report(std::string_view metadata) {
+  Reader r("update", metadata);
+  UpdateReport m;
+  m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
+  m.round = r.integer<std::int64_t>("round", 1, kMaxRound);
+  m.nonce = r.hex("nonce", 32);
+  m.layout_fingerprint = r.hex("layout", 16);
+  m.samples = r.integer<std::uint64_t>("samples", 1, kMaxSamples);
+  m.loss = r.number("loss", 0.0, 1e9);
+  m.accuracy = r.number("accuracy", 0.0, 1.0);
+  m.train_seconds = r.number("train_seconds", 0.0, 1e7);
+  if (r.ok() && r.has("evaluation")) {
+    const auto& e = r.raw()["evaluation"];
+    auto inner = Reader("update.evaluation", e.is_object() ? e.dump() : std::string("null"));
+    LocalEvaluation eval;
+    eval.loss = inner.number("loss", 0.0, 1e9);
+    eval.accuracy = inner.number("accuracy", 0.0, 1.0);
+    eval.samples = inner.integer<std::uint64_t>("samples", 1, kMaxSamples);
+    if (!inner.ok()) {
+      return inner.take_error();
+    }
+    m.evaluation = eval;
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+result<ErrorMessage> parse_error_message(std::string_view metadata) {
+  Reader r("error", metadata);
+  ErrorMessage m;
+  m.code = r.text("code", 64);
+  m.message = r.text("message", 4096);
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+std::string to_metadata(const Hello& m) {
+  return json{{"samples", m.samples},           {"test_samples", m.test_samples},
+              {"input_shape", m.input_shape},   {"num_classes", m.num_classes},
+              {"capabilities", m.capabilities}, {"software", m.software}}
+      .dump();
+}
+
+std::string to_metadata(const Welcome& m) {
+  return json{{"client_id", m.client_id}, {"heartbeat_seconds", m.heartbeat_seconds}}.dump();
+}
+
+std::string to_metadata(const TrainRequest& m) {
+  return json{{"run", m.run_id},
+              {"round", m.round},
+              {"nonce", m.nonce},
+              {"model", json::parse(m.model_spec_json.empty() ? "{}" : m.model_spec_json)},
+              {"layout", m.layout_fingerprint},
+              {"epochs", m.settings.epochs},
+              {"batch_size", m.settings.batch_size},
+              {"optimizer",
+               json::parse(m.settings.optimizer_json.empty() ? "{}" : m.settings.optimizer_json)},
+              {"proximal_mu", m.settings.proximal_mu},
+              {"seed", m.settings.seed},
+              {"evaluate", m.evaluate}}
+      .dump();
+}
+
+std::string to_metadata(const UpdateReport& m) {
+  json j{{"run", m.run_id},        {"round", m.round},
+         {"nonce", m.nonce},       {"layout", m.layout_fingerprint},
+         {"samples", m.samples},   {"loss", m.loss},
+         {"accuracy", m.accuracy}, {"train_seconds", m.train_seconds}};
+  if (m.evaluation) {
+    j["evaluation"] = {{"loss", m.evaluation->loss},
+                       {"accuracy", m.evaluation->accuracy},
+                       {"samples", m.evaluation->samples}};
+  }
+  return j.dump();
+}
+
+std::string to_metadata(const ErrorMessage& m) {
+  return json{{"code", m.code}, {"message", m.message}}.dump();
+}
+
+}  // namespace fedcore::protocol

@@ -1,0 +1,93 @@
+// Typed metadata of the federation's messages (docs/protocol.md), with the validation
+// that turns untrusted JSON into these structs. JSON stays here, at the edge: sessions
+// and rounds only ever see the structs.
+//
+// Every parse_* function accepts the metadata text of one frame and returns
+// errc::invalid_argument naming the field for anything missing, mistyped or out of
+// range. Unknown fields are ignored (so a newer peer can add optional fields).
+// to_metadata() produces what the matching parse_* accepts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace fedcore::protocol {
+
+// Client ids come from certificate CNs; the same rule applies wherever one is named.
+bool is_valid_client_id(std::string_view id) noexcept;
+
+struct Hello {
+  std::uint64_t samples = 0;       // training samples held by the client
+  std::uint64_t test_samples = 0;  // local test split, for federated evaluation
+  std::vector<std::int64_t> input_shape;
+  std::int32_t num_classes = 0;
+  std::vector<std::string> capabilities;  // e.g. "train", "evaluate"
+  std::string software;                   // "fedcore-client 0.1.0"
+};
+
+struct Welcome {
+  std::string client_id;  // as read from the client's certificate
+  std::uint32_t heartbeat_seconds = 15;
+};
+
+struct TrainSettings {
+  std::int32_t epochs = 1;
+  std::int32_t batch_size = 32;
+  std::string optimizer_json = R"({"kind":"sgd","lr":0.05})";
+  float proximal_mu = 0.0f;
+  std::uint64_t seed = 0;
+};
+
+// The payload of a train frame is the global model's parameters.
+struct TrainRequest {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  std::string nonce;  // 32 hex digits, fresh per (round, client)
+  std::string model_spec_json;
+  std::string layout_fingerprint;  // 16 hex digits
+  TrainSettings settings;
+  bool evaluate = false;  // also evaluate the received model on the local test split
+};
+
+struct LocalEvaluation {
+  double loss = 0;
+  double accuracy = 0;
+  std::uint64_t samples = 0;
+};
+
+// The payload of an update frame is the locally trained parameters.
+struct UpdateReport {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  std::string nonce;
+  std::string layout_fingerprint;
+  std::uint64_t samples = 0;  // the weight of this update in FedAvg
+  double loss = 0;
+  double accuracy = 0;
+  double train_seconds = 0;
+  std::optional<LocalEvaluation> evaluation;  // of the received global model
+};
+
+struct ErrorMessage {
+  std::string code;  // an errc name, e.g. "invalid_argument"
+  std::string message;
+};
+
+result<Hello> parse_hello(std::string_view metadata);
+result<Welcome> parse_welcome(std::string_view metadata);
+result<TrainRequest> parse_train_request(std::string_view metadata);
+result<UpdateReport> parse_update_report(std::string_view metadata);
+result<ErrorMessage> parse_error_message(std::string_view metadata);
+
+std::string to_metadata(const Hello& m);
+std::string to_metadata(const Welcome& m);
+std::string to_metadata(const TrainRequest& m);
+std::string to_metadata(const UpdateReport& m);
+std::string to_metadata(const ErrorMessage& m);
+
+}  // namespace fedcore::protocol

@@ -1,0 +1,115 @@
+#include "federation/aggregate.hpp"
+
+#include <cmath>
+
+#include "util/assert.hpp"
+
+namespace fedcore::server {
+namespace {
+
+std::string tensor_at(const model::ParamLayout& layout, std::size_t index) {
+  for (const auto& e : layout.entries()) {
+    if (index >= e.offset && index < e.offset + e.size) {
+      return e.name + "[" + std::to_string(index - e.offset) + "]";
+    }
+  }
+  return "[" + std::to_string(index) + "]";
+}
+
+class FedAvg final : public Strategy {
+ public:
+  explicit FedAvg(std::size_t n) : average_(n) {}
+  std::string_view name() const noexcept override { return "fedavg"; }
+  void begin_round(std::span<const float>) override { average_.clear(); }
+  void add_update(std::span<const float> update, std::uint64_t samples) override {
+    average_.add(update, static_cast<double>(samples));
+  }
+  std::size_t updates() const noexcept override { return average_.count(); }
+  void finish_round(std::span<float> global) override { average_.mean(global); }
+
+ private:
+  WeightedAverage average_;
+};
+
+}  // namespace
+
+result<void> validate_update(std::span<const float> update, std::string_view claimed_fingerprint,
+                             std::uint64_t samples, std::span<const float> global,
+                             const model::ParamLayout& layout, const UpdateChecks& checks) {
+  if (claimed_fingerprint != layout.fingerprint_hex()) {
+    return fail(errc::failed_precondition, "update layout " + std::string(claimed_fingerprint) +
+                                               " differs from the global model's " +
+                                               layout.fingerprint_hex());
+  }
+  if (update.size() != layout.total()) {
+    return fail(errc::invalid_argument, "update has " + std::to_string(update.size()) +
+                                            " values, the model has " +
+                                            std::to_string(layout.total()));
+  }
+  FEDCORE_ASSERT(global.size() == layout.total(),
+                 "validate_update: global differs from the layout");
+  double squared = 0;
+  for (std::size_t i = 0; i < update.size(); ++i) {
+    if (!std::isfinite(update[i])) {
+      return fail(errc::invalid_argument, std::string("update value ") + tensor_at(layout, i) +
+                                              " is " +
+                                              (std::isnan(update[i]) ? "NaN" : "infinite"));
+    }
+    const double d = double(update[i]) - double(global[i]);
+    squared += d * d;
+  }
+  if (samples == 0 || samples > checks.max_samples) {
+    return fail(errc::out_of_range, "update claims " + std::to_string(samples) +
+                                        " samples; allowed 1 to " +
+                                        std::to_string(checks.max_samples));
+  }
+  const double norm = std::sqrt(squared);
+  if (checks.max_update_norm > 0 && norm > checks.max_update_norm) {
+    return fail(errc::out_of_range, "update moves the model by L2 norm " + std::to_string(norm) +
+                                        ", above the bound " +
+                                        std::to_string(checks.max_update_norm));
+  }
+  return {};
+}
+
+WeightedAverage::WeightedAverage(std::size_t size) : sum_(size, 0.0) {}
+
+void WeightedAverage::add(std::span<const float> values, double weight) {
+  FEDCORE_ASSERT(values.size() == sum_.size(), "WeightedAverage::add: size mismatch");
+  FEDCORE_ASSERT(weight > 0 && std::isfinite(weight),
+                 "WeightedAverage::add: weight must be positive");
+  // Double sums keep the mean exact to float precision even over thousands of clients.
+  double* sum = sum_.data();
+  const float* v = values.data();
+  const std::size_t n = sum_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    sum[i] += weight * double(v[i]);
+  }
+  total_weight_ += weight;
+  ++count_;
+}
+
+void WeightedAverage::mean(std::span<float> out) const {
+  FEDCORE_ASSERT(count_ > 0 && out.size() == sum_.size(),
+                 "WeightedAverage::mean: nothing to average");
+  const double inv = 1.0 / total_weight_;
+  for (std::size_t i = 0; i < sum_.size(); ++i) {
+    out[i] = static_cast<float>(sum_[i] * inv);
+  }
+}
+
+void WeightedAverage::clear() noexcept {
+  std::fill(sum_.begin(), sum_.end(), 0.0);
+  total_weight_ = 0;
+  count_ = 0;
+}
+
+result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size_t param_count) {
+  if (name == "fedavg" || name == "fedprox") {
+    return std::unique_ptr<Strategy>(std::make_unique<FedAvg>(param_count));
+  }
+  return fail(errc::invalid_argument,
+              "unknown strategy '" + std::string(name) + "' (known: fedavg, fedprox)");
+}
+
+}  // namespace fedcore::server

@@ -1,0 +1,78 @@
+// Aggregation: validating client updates and folding them into the next global model.
+//
+// Updates are full parameter vectors (a client's locally trained model), weighted by the
+// client's sample count, as in FedAvg (McMahan et al. 2017). `validate_update` checks an
+// update before it may touch the aggregate (RELIABILITY.md S2); a Strategy folds valid
+// updates one at a time into a running sum, so the server's memory is O(model) whatever
+// the number of clients, and produces the next global model when the round closes.
+//
+// Thread safety: none; a round's strategy belongs to the round's coroutine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/layout.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::server {
+
+struct UpdateChecks {
+  // Reject updates whose L2 distance from the round's global model exceeds this (0 = off).
+  double max_update_norm = 0;
+  // Reject sample counts above this: a client cannot buy a larger say in the average.
+  std::uint64_t max_samples = std::uint64_t{1} << 32;
+};
+
+// Checks, in order: the layout fingerprint the client claims equals the global model's
+// (errc::failed_precondition), the value count equals the layout's total
+// (errc::invalid_argument), every value is finite (errc::invalid_argument naming the
+// first bad tensor and index), the sample count is within bounds (errc::out_of_range), and
+// the norm bound (errc::out_of_range with the measured norm).
+result<void> validate_update(std::span<const float> update, std::string_view claimed_fingerprint,
+                             std::uint64_t samples, std::span<const float> global,
+                             const model::ParamLayout& layout, const UpdateChecks& checks);
+
+// A running sample-weighted mean of equally long vectors, accumulated in double.
+class WeightedAverage {
+ public:
+  explicit WeightedAverage(std::size_t size);
+
+  // REQUIRES: values.size() == size(), weight > 0 and finite values (validated before).
+  void add(std::span<const float> values, double weight);
+  std::size_t size() const noexcept { return sum_.size(); }
+  std::size_t count() const noexcept { return count_; }
+  double total_weight() const noexcept { return total_weight_; }
+  // Writes sum / total_weight into `out`. REQUIRES: count() > 0, out.size() == size().
+  void mean(std::span<float> out) const;
+  void clear() noexcept;
+
+ private:
+  std::vector<double> sum_;
+  double total_weight_ = 0;
+  std::size_t count_ = 0;
+};
+
+// The seam for aggregation strategies. One object lives for a whole run (so strategies
+// with server state, e.g. server momentum, can keep it between rounds).
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string_view name() const noexcept = 0;
+  // Starts a round from the current global model.
+  virtual void begin_round(std::span<const float> global) = 0;
+  // Folds in one validated update.
+  virtual void add_update(std::span<const float> update, std::uint64_t samples) = 0;
+  virtual std::size_t updates() const noexcept = 0;
+  // Writes the next global model. REQUIRES: updates() > 0.
+  virtual void finish_round(std::span<float> global) = 0;
+};
+
+// "fedavg" (also what FedProx uses server-side). Errors: invalid_argument for unknown names.
+result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size_t param_count);
+
+}  // namespace fedcore::server

@@ -1,0 +1,119 @@
+#include "federation/aggregate.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "util/rng.hpp"
+
+namespace fedcore::server {
+namespace {
+
+model::ParamLayout small_layout() {
+  model::ParamLayout layout;
+  layout.append("fc.weight", {3, 2});
+  layout.append("fc.bias", {2});
+  return layout;
+}
+
+TEST(WeightedAverage, EqualsTheSampleWeightedMeanTo1e6) {
+  Rng rng(1);
+  const std::size_t n = 10000;
+  const std::vector<double> weights{1204, 37, 999, 5, 12000};
+  std::vector<std::vector<float>> updates(weights.size(), std::vector<float>(n));
+  for (auto& u : updates) {
+    for (auto& v : u) {
+      v = static_cast<float>(rng.normal());
+    }
+  }
+  auto strategy = make_strategy("fedavg", n);
+  ASSERT_TRUE(strategy);
+  std::vector<float> global(n, 0.0f);
+  (*strategy)->begin_round(global);
+  for (std::size_t c = 0; c < updates.size(); ++c) {
+    (*strategy)->add_update(updates[c], static_cast<std::uint64_t>(weights[c]));
+  }
+  EXPECT_EQ((*strategy)->updates(), weights.size());
+  (*strategy)->finish_round(global);
+  double total = 0;
+  for (double w : weights) {
+    total += w;
+  }
+  double max_error = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double expected = 0;
+    for (std::size_t c = 0; c < updates.size(); ++c) {
+      expected += weights[c] * updates[c][i];
+    }
+    expected /= total;
+    max_error = std::max(max_error, std::abs(expected - global[i]));
+  }
+  EXPECT_LE(max_error, 1e-6);
+}
+
+TEST(WeightedAverage, NewRoundStartsFromZero) {
+  WeightedAverage average(2);
+  average.add(std::vector<float>{1, 1}, 1);
+  average.clear();
+  average.add(std::vector<float>{4, 6}, 2);
+  std::vector<float> out(2);
+  average.mean(out);
+  EXPECT_EQ(out, (std::vector<float>{4, 6}));
+}
+
+TEST(ValidateUpdate, AcceptsAGoodUpdate) {
+  const auto layout = small_layout();
+  const std::vector<float> global(8, 0.0f), update(8, 0.1f);
+  EXPECT_TRUE(validate_update(update, layout.fingerprint_hex(), 10, global, layout, {}));
+}
+
+TEST(ValidateUpdate, RejectsEachBadUpdateWithItsReason) {
+  const auto layout = small_layout();
+  const std::vector<float> global(8, 0.0f);
+  std::vector<float> nan_update(8, 0.0f);
+  nan_update[6] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> inf_update(8, 0.0f);
+  inf_update[1] = std::numeric_limits<float>::infinity();
+
+  auto r = validate_update(nan_update, layout.fingerprint_hex(), 10, global, layout, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::invalid_argument);
+  EXPECT_NE(r.error().message.find("fc.bias[0] is NaN"), std::string::npos) << r.error().message;
+
+  r = validate_update(inf_update, layout.fingerprint_hex(), 10, global, layout, {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("fc.weight[1] is infinite"), std::string::npos)
+      << r.error().message;
+
+  r = validate_update(std::vector<float>(7, 0.0f), layout.fingerprint_hex(), 10, global, layout,
+                      {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::invalid_argument);
+  EXPECT_NE(r.error().message.find("7 values, the model has 8"), std::string::npos);
+
+  r = validate_update(global, "0000000000000000", 10, global, layout, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::failed_precondition);
+
+  r = validate_update(global, layout.fingerprint_hex(), 0, global, layout, {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::out_of_range);
+
+  std::vector<float> far(8, 1.0f);  // L2 distance sqrt(8) = 2.83
+  r = validate_update(far, layout.fingerprint_hex(), 10, global, layout, {.max_update_norm = 2.0});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::out_of_range);
+  EXPECT_NE(r.error().message.find("2.828"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(
+      validate_update(far, layout.fingerprint_hex(), 10, global, layout, {.max_update_norm = 3.0}));
+}
+
+TEST(Strategy, UnknownNameIsInvalidArgument) {
+  auto s = make_strategy("fedmagic", 4);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fedcore::server

@@ -1,0 +1,155 @@
+#include "federation/round.hpp"
+
+#include "util/assert.hpp"
+
+namespace fedcore::server {
+
+std::string_view client_status_name(ClientStatus status) noexcept {
+  switch (status) {
+    case ClientStatus::ok:
+      return "ok";
+    case ClientStatus::rejected:
+      return "rejected";
+    case ClientStatus::timeout:
+      return "timeout";
+    case ClientStatus::dropped:
+      return "dropped";
+  }
+  return "unknown";
+}
+
+Round::Round(RoundSettings settings, std::map<std::string, std::string> nonces,
+             std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy)
+    : settings_(std::move(settings)),
+      nonces_(std::move(nonces)),
+      global_(global),
+      layout_(layout),
+      strategy_(strategy) {
+  for (const auto& [id, nonce] : nonces_) {
+    ClientOutcome outcome;
+    outcome.client_id = id;
+    outcome.reason = "no update before the deadline";
+    outcomes_.push_back(std::move(outcome));
+  }
+  has_answered_.assign(outcomes_.size(), false);
+}
+
+ClientOutcome* Round::find(std::string_view client_id) {
+  for (auto& o : outcomes_) {
+    if (o.client_id == client_id) {
+      return &o;
+    }
+  }
+  return nullptr;
+}
+
+bool Round::is_selected(std::string_view client_id) const {
+  return nonces_.find(std::string(client_id)) != nonces_.end();
+}
+
+UpdateVerdict Round::on_update(std::string_view client_id, const protocol::UpdateReport& report,
+                               std::span<const float> params, std::uint64_t bytes_up,
+                               std::string* why) {
+  auto set_why = [&](std::string text) {
+    if (why != nullptr) {
+      *why = std::move(text);
+    }
+  };
+  // Binding first: an update for another run, round or nonce proves nothing about this
+  // round and must not consume the client's one answer.
+  if (report.run_id != settings_.run_id || report.round != settings_.round) {
+    set_why("stale or replayed update for run " + std::to_string(report.run_id) + " round " +
+            std::to_string(report.round) + "; current is run " + std::to_string(settings_.run_id) +
+            " round " + std::to_string(settings_.round));
+    return UpdateVerdict::stale;
+  }
+  const auto nonce = nonces_.find(std::string(client_id));
+  if (nonce == nonces_.end()) {
+    set_why("client '" + std::string(client_id) + "' was not selected for this round");
+    return UpdateVerdict::stale;
+  }
+  if (report.nonce != nonce->second) {
+    set_why("nonce does not match the one issued to this client for this round (replay?)");
+    return UpdateVerdict::stale;
+  }
+  ClientOutcome* outcome = find(client_id);
+  FEDCORE_ASSERT(outcome != nullptr, "selected client without an outcome");
+  const auto index = static_cast<std::size_t>(outcome - outcomes_.data());
+  if (has_answered_[index]) {
+    set_why("duplicate update: this client already answered this round");
+    return UpdateVerdict::stale;
+  }
+  has_answered_[index] = true;
+  ++answered_;
+  outcome->samples = report.samples;
+  outcome->loss = report.loss;
+  outcome->accuracy = report.accuracy;
+  outcome->train_seconds = report.train_seconds;
+  outcome->bytes_up = bytes_up;
+  outcome->evaluation = report.evaluation;
+  auto valid = validate_update(params, report.layout_fingerprint, report.samples, global_, layout_,
+                               settings_.checks);
+  if (!valid) {
+    outcome->status = ClientStatus::rejected;
+    outcome->reason = valid.error().message;
+    set_why(outcome->reason);
+    return UpdateVerdict::rejected;
+  }
+  strategy_.add_update(params, report.samples);
+  outcome->status = ClientStatus::ok;
+  outcome->reason.clear();
+  ++accepted_;
+  return UpdateVerdict::accepted;
+}
+
+void Round::on_dropped(std::string_view client_id, std::string reason) {
+  ClientOutcome* outcome = find(client_id);
+  if (outcome == nullptr) {
+    return;
+  }
+  const auto index = static_cast<std::size_t>(outcome - outcomes_.data());
+  if (has_answered_[index]) {
+    return;
+  }
+  has_answered_[index] = true;
+  ++answered_;
+  outcome->status = ClientStatus::dropped;
+  outcome->reason = std::move(reason);
+}
+
+void Round::set_bytes_down(std::string_view client_id, std::uint64_t bytes) {
+  if (ClientOutcome* outcome = find(client_id)) {
+    outcome->bytes_down = bytes;
+  }
+}
+
+RoundClose Round::close() {
+  RoundClose summary;
+  for (const auto& o : outcomes_) {
+    switch (o.status) {
+      case ClientStatus::ok:
+        ++summary.accepted;
+        break;
+      case ClientStatus::rejected:
+        ++summary.rejected;
+        break;
+      case ClientStatus::timeout:
+        ++summary.timed_out;
+        break;
+      case ClientStatus::dropped:
+        ++summary.dropped;
+        break;
+    }
+  }
+  summary.succeeded = summary.accepted >= std::max<std::size_t>(settings_.min_clients, 1);
+  if (!summary.succeeded) {
+    summary.failure_reason = "no quorum: " + std::to_string(summary.accepted) +
+                             " accepted update(s), " + std::to_string(settings_.min_clients) +
+                             " required (" + std::to_string(summary.rejected) + " rejected, " +
+                             std::to_string(summary.timed_out) + " timed out, " +
+                             std::to_string(summary.dropped) + " dropped)";
+  }
+  return summary;
+}
+
+}  // namespace fedcore::server

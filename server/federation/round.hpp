@@ -1,0 +1,111 @@
+// Round: the bookkeeping of one federated round, without I/O or clocks.
+//
+// The orchestrator creates a Round with the sampled clients and the nonce it sent each
+// of them, feeds it every update and every lost session, and asks it to close when all
+// selected clients have answered or the deadline has passed. The Round decides, per
+// update, whether it may touch the aggregate (binding to run, round and nonce; one
+// update per client; the checks of validate_update) and, at close, whether the round
+// reached quorum (RELIABILITY.md R4):
+//
+//   all selected answered                      -> complete (if at least min_clients accepted)
+//   deadline passed, accepted >= min_clients   -> complete at quorum; the silent are "timeout"
+//   otherwise                                  -> failed; nothing is aggregated
+//
+// An update that names another run or round, or carries a nonce we did not issue for
+// this client, is a replay or a stale message: it is refused without using up the
+// client's answer (its real update may still come) and reported as such.
+//
+// Thread safety: none; one round belongs to the run's coroutine.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "federation/aggregate.hpp"
+#include "protocol/messages.hpp"
+
+namespace fedcore::server {
+
+enum class ClientStatus { ok, rejected, timeout, dropped };
+std::string_view client_status_name(ClientStatus status) noexcept;
+
+// What happened to one selected client in this round.
+struct ClientOutcome {
+  std::string client_id;
+  ClientStatus status = ClientStatus::timeout;
+  std::string reason;
+  std::uint64_t samples = 0;
+  double loss = 0;
+  double accuracy = 0;
+  double train_seconds = 0;
+  std::uint64_t bytes_up = 0;
+  std::uint64_t bytes_down = 0;
+  std::optional<protocol::LocalEvaluation> evaluation;
+};
+
+struct RoundSettings {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  std::size_t min_clients = 1;
+  UpdateChecks checks;
+};
+
+enum class UpdateVerdict {
+  accepted,  // folded into the aggregate
+  rejected,  // the client's answer for this round, refused with a reason
+  stale,     // replay or wrong round: refused, the client may still answer
+};
+
+struct RoundClose {
+  bool succeeded = false;
+  std::string failure_reason;
+  std::size_t accepted = 0;
+  std::size_t rejected = 0;
+  std::size_t timed_out = 0;
+  std::size_t dropped = 0;
+};
+
+class Round {
+ public:
+  // `nonces` maps each selected client id to the nonce sent to it. `global` and `layout`
+  // are the model the round started from; `strategy` receives accepted updates.
+  // REQUIRES: strategy.begin_round(global) was called; global outlives the Round.
+  Round(RoundSettings settings, std::map<std::string, std::string> nonces,
+        std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy);
+
+  // Judges one update. For `stale`, `why` says what was wrong; for `rejected` the reason is
+  // also in the client's outcome.
+  UpdateVerdict on_update(std::string_view client_id, const protocol::UpdateReport& report,
+                          std::span<const float> params, std::uint64_t bytes_up, std::string* why);
+  // A selected client's session ended before it answered.
+  void on_dropped(std::string_view client_id, std::string reason);
+  void set_bytes_down(std::string_view client_id, std::uint64_t bytes);
+
+  bool is_selected(std::string_view client_id) const;
+  bool all_answered() const noexcept { return answered_ == outcomes_.size(); }
+  std::size_t accepted() const noexcept { return accepted_; }
+
+  // Decides the round: call when all_answered() or at the deadline. Clients that never
+  // answered become "timeout". On success the strategy holds the accepted updates.
+  RoundClose close();
+  const std::vector<ClientOutcome>& outcomes() const noexcept { return outcomes_; }
+  const RoundSettings& settings() const noexcept { return settings_; }
+
+ private:
+  ClientOutcome* find(std::string_view client_id);
+
+  RoundSettings settings_;
+  std::map<std::string, std::string> nonces_;
+  std::span<const float> global_;
+  const model::ParamLayout& layout_;
+  Strategy& strategy_;
+  std::vector<ClientOutcome> outcomes_;
+  std::vector<bool> has_answered_;
+  std::size_t answered_ = 0;
+  std::size_t accepted_ = 0;
+};
+
+}  // namespace fedcore::server

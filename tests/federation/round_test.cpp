@@ -1,0 +1,143 @@
+#include "federation/round.hpp"
+
+#include <limits>
+
+#include <gtest/gtest.h>
+
+namespace fedcore::server {
+namespace {
+
+constexpr std::size_t kClients = 4;
+
+struct Fixture {
+  model::ParamLayout layout;
+  std::vector<float> global;
+  std::unique_ptr<Strategy> strategy;
+  std::map<std::string, std::string> nonces;
+
+  Fixture() {
+    layout.append("w", {3});
+    global.assign(3, 0.0f);
+    strategy = std::move(*make_strategy("fedavg", 3));
+    strategy->begin_round(global);
+    for (std::size_t c = 0; c < kClients; ++c) {
+      nonces["h" + std::to_string(c)] = std::string(31, '0') + std::to_string(c);
+    }
+  }
+
+  Round make(std::size_t min_clients, std::int64_t round = 2) {
+    RoundSettings settings;
+    settings.run_id = 1;
+    settings.round = round;
+    settings.min_clients = min_clients;
+    return Round(settings, nonces, global, layout, *strategy);
+  }
+
+  protocol::UpdateReport report(std::size_t c, std::int64_t round = 2) {
+    protocol::UpdateReport r;
+    r.run_id = 1;
+    r.round = round;
+    r.nonce = nonces["h" + std::to_string(c)];
+    r.layout_fingerprint = layout.fingerprint_hex();
+    r.samples = 10 * (c + 1);
+    r.loss = 0.5;
+    r.accuracy = 0.8;
+    return r;
+  }
+};
+
+const std::vector<float> kGood{1.0f, 2.0f, 3.0f};
+
+// min_clients in {1, n-1, n} x a short deadline (2 of 4 answered when it passes) and a
+// long one (all 4 answered before it).
+TEST(Round, QuorumMatrix) {
+  struct Case {
+    std::size_t min_clients;
+    std::size_t answered_before_close;
+    bool expect_success;
+  };
+  const Case cases[] = {
+      {1, 2, true},        {kClients - 1, 2, false},       {kClients, 2, false},
+      {1, kClients, true}, {kClients - 1, kClients, true}, {kClients, kClients, true}};
+  for (const auto& c : cases) {
+    Fixture f;
+    Round round = f.make(c.min_clients);
+    for (std::size_t i = 0; i < c.answered_before_close; ++i) {
+      EXPECT_EQ(round.on_update("h" + std::to_string(i), f.report(i), kGood, 12, nullptr),
+                UpdateVerdict::accepted);
+    }
+    EXPECT_EQ(round.all_answered(), c.answered_before_close == kClients);
+    const auto closed = round.close();
+    EXPECT_EQ(closed.succeeded, c.expect_success)
+        << "min " << c.min_clients << ", answered " << c.answered_before_close;
+    EXPECT_EQ(closed.accepted, c.answered_before_close);
+    EXPECT_EQ(closed.timed_out, kClients - c.answered_before_close);
+    if (!c.expect_success) {
+      EXPECT_NE(closed.failure_reason.find("no quorum"), std::string::npos);
+    }
+    for (const auto& o : round.outcomes()) {
+      EXPECT_TRUE(o.status == ClientStatus::ok || o.status == ClientStatus::timeout);
+    }
+  }
+}
+
+TEST(Round, NanAndWrongLayoutAreRejectedAndRecordedYetTheRoundCompletes) {
+  Fixture f;
+  Round round = f.make(2);
+  std::string why;
+  std::vector<float> nan_update{1.0f, std::numeric_limits<float>::quiet_NaN(), 3.0f};
+  EXPECT_EQ(round.on_update("h0", f.report(0), nan_update, 12, &why), UpdateVerdict::rejected);
+  EXPECT_NE(why.find("NaN"), std::string::npos);
+  auto wrong_layout = f.report(1);
+  wrong_layout.layout_fingerprint = "0123456789abcdef";
+  EXPECT_EQ(round.on_update("h1", wrong_layout, kGood, 12, &why), UpdateVerdict::rejected);
+  EXPECT_NE(why.find("layout"), std::string::npos);
+  EXPECT_EQ(round.on_update("h2", f.report(2), kGood, 12, nullptr), UpdateVerdict::accepted);
+  EXPECT_EQ(round.on_update("h3", f.report(3), kGood, 12, nullptr), UpdateVerdict::accepted);
+  ASSERT_TRUE(round.all_answered());
+  const auto closed = round.close();
+  EXPECT_TRUE(closed.succeeded);
+  EXPECT_EQ(closed.accepted, 2u);
+  EXPECT_EQ(closed.rejected, 2u);
+  EXPECT_EQ(round.outcomes()[0].status, ClientStatus::rejected);
+  EXPECT_NE(round.outcomes()[0].reason.find("NaN"), std::string::npos);
+  EXPECT_EQ(f.strategy->updates(), 2u);  // the rejected ones never touched the aggregate
+}
+
+TEST(Round, ReplaysWrongNoncesAndDuplicatesAreStaleAndDoNotConsumeTheAnswer) {
+  Fixture f;
+  Round round = f.make(1);
+  std::string why;
+  // An update from round 1 replayed in round 2.
+  EXPECT_EQ(round.on_update("h0", f.report(0, 1), kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_NE(why.find("replayed"), std::string::npos);
+  auto forged = f.report(0);
+  forged.nonce = std::string(32, 'f');
+  EXPECT_EQ(round.on_update("h0", forged, kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_NE(why.find("nonce"), std::string::npos);
+  EXPECT_EQ(round.on_update("stranger", f.report(0), kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_NE(why.find("not selected"), std::string::npos);
+  // The genuine update still counts, once.
+  EXPECT_EQ(round.on_update("h0", f.report(0), kGood, 12, nullptr), UpdateVerdict::accepted);
+  EXPECT_EQ(round.on_update("h0", f.report(0), kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_NE(why.find("duplicate"), std::string::npos);
+  EXPECT_EQ(f.strategy->updates(), 1u);
+}
+
+TEST(Round, DroppedClientsAnswerWithTheirReason) {
+  Fixture f;
+  Round round = f.make(3);
+  round.on_dropped("h1", "connection lost mid-round");
+  for (std::size_t c : {0u, 2u, 3u}) {
+    round.on_update("h" + std::to_string(c), f.report(c), kGood, 12, nullptr);
+  }
+  ASSERT_TRUE(round.all_answered());
+  const auto closed = round.close();
+  EXPECT_TRUE(closed.succeeded);
+  EXPECT_EQ(closed.dropped, 1u);
+  EXPECT_EQ(round.outcomes()[1].status, ClientStatus::dropped);
+  EXPECT_EQ(round.outcomes()[1].reason, "connection lost mid-round");
+}
+
+}  // namespace
+}  // namespace fedcore::server

@@ -192,20 +192,6 @@ constexpr std::uint64_t kMaxSamples = std::uint64_t{1} << 40;
 
 }  // namespace
 
-bool is_valid_client_id(std::string_view id) noexcept {
-  if (id.empty() || id.size() > 64) {
-    return false;
-  }
-  for (char c : id) {
-    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-    if (!allowed) {
-      return false;
-    }
-  }
-  return true;
-}
-
 result<Hello> parse_hello(std::string_view metadata) {
   Reader r("hello", metadata);
   Hello m;

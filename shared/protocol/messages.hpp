@@ -14,12 +14,12 @@
 #include <string_view>
 #include <vector>
 
+#include "util/client_id.hpp"
 #include "util/error.hpp"
 
 namespace fedcore::protocol {
 
-// Client ids come from certificate CNs; the same rule applies wherever one is named.
-bool is_valid_client_id(std::string_view id) noexcept;
+using fedcore::is_valid_client_id;  // util/client_id.hpp
 
 struct Hello {
   std::uint64_t samples = 0;       // training samples held by the client

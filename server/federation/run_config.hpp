@@ -1,0 +1,75 @@
+// RunConfig: everything that defines a federated run, parsed from the JSON an admin
+// submits (a file given to fedcore-server --run now, POST /api/v1/runs later).
+//
+//   {
+//     "name": "breast-cancer-fedavg",
+//     "model": {"type": "logreg"},              // a model spec (model/spec.hpp)
+//     "strategy": "fedavg",                     // or "fedprox" (needs proximal_mu > 0)
+//     "rounds": 5,
+//     "clients_per_round": 3,                   // or "fraction": 0.5 (of online clients)
+//     "min_clients": 2,                         // quorum
+//     "local_epochs": 1, "batch_size": 32,
+//     "optimizer": {"kind": "sgd", "lr": 0.1},  // optimizer config (model/optimizer.hpp)
+//     "proximal_mu": 0.0,
+//     "round_timeout_s": 60,
+//     "seed": 1,
+//     "max_update_norm": 0,                     // 0 = no norm bound
+//     "federated_evaluation": true,             // clients evaluate each global model
+//     "server_test_set": "",                    // a CSV path the server evaluates on, or ""
+//     "label_column": "",                       // label column of server_test_set
+//     "wait_for_clients_s": 300,                // how long a round waits for enough clients
+//     "on_failed_round": "pause",               // "pause" or "retry"
+//     "max_retries": 2                          // retries of a failed round before pausing
+//   }
+//
+// A round that fails (no quorum) is recorded as failed. With "retry" it is run again
+// (fresh sample, fresh nonces) up to max_retries times, then the run pauses; with "pause"
+// the run pauses at once. A paused run never spins: it waits for an admin.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "model/optimizer.hpp"
+#include "model/spec.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::server {
+
+enum class FailedRoundPolicy { pause, retry };
+
+struct RunConfig {
+  std::string name;
+  model::ModelSpec model;  // may be incomplete; completed from the clients' HELLO schema
+  std::string model_json;  // as submitted
+  std::string strategy = "fedavg";
+  std::int64_t rounds = 1;
+  std::int64_t clients_per_round = 0;  // 0: use fraction
+  double fraction = 1.0;
+  std::int64_t min_clients = 1;
+  std::int32_t local_epochs = 1;
+  std::int32_t batch_size = 32;
+  model::OptimizerConfig optimizer;
+  std::string optimizer_json;
+  float proximal_mu = 0.0f;
+  double round_timeout_s = 60;
+  std::uint64_t seed = 1;
+  double max_update_norm = 0;
+  bool federated_evaluation = true;
+  std::string server_test_set;
+  std::string label_column;
+  double wait_for_clients_s = 300;
+  FailedRoundPolicy on_failed_round = FailedRoundPolicy::pause;
+  std::int32_t max_retries = 2;
+};
+
+// Parses and validates; errc::invalid_argument naming the field for every problem.
+result<RunConfig> parse_run_config(std::string_view json_text);
+// The canonical JSON of a config (what the store keeps).
+std::string to_json_text(const RunConfig& config);
+
+// How many clients a round samples out of `online`.
+std::size_t clients_to_sample(const RunConfig& config, std::size_t online) noexcept;
+
+}  // namespace fedcore::server

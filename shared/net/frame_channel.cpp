@@ -231,6 +231,13 @@ const ChannelOptions& FrameChannel<Stream>::options() const noexcept {
 }
 
 template <class Stream>
+void FrameChannel<Stream>::set_timeouts(std::chrono::milliseconds idle,
+                                        std::chrono::milliseconds transfer) noexcept {
+  impl_->options.idle_timeout = idle;
+  impl_->options.transfer_timeout = transfer;
+}
+
+template <class Stream>
 std::uint64_t FrameChannel<Stream>::bytes_read() const noexcept {
   return impl_->bytes_read;
 }

@@ -76,6 +76,9 @@ class FrameChannel {
 
   Stream& stream() noexcept;
   const ChannelOptions& options() const noexcept;
+  // Changes the deadlines for operations started afterwards (e.g. a short deadline for a
+  // HELLO, then the session's idle timeout).
+  void set_timeouts(std::chrono::milliseconds idle, std::chrono::milliseconds transfer) noexcept;
   std::uint64_t bytes_read() const noexcept;
   std::uint64_t bytes_written() const noexcept;
 

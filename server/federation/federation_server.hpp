@@ -1,0 +1,96 @@
+// FederationServer: the federation listener, the client registry and the run loop.
+//
+// Clients connect over mutual TLS 1.3 (tls/context.hpp); a client's identity is the CN
+// of its certificate, never a field of a message. After the handshake a client has
+// `hello_timeout` to say HELLO; then it must send something (heartbeats) at least every
+// `channel.idle_timeout`. A second connection under the same identity replaces the
+// first (logged). Every connection's failure (handshake refused, bad frame, deadline)
+// ends that connection only.
+//
+// One run is active at a time. Its loop, per round: wait for enough clients, sample
+// them with an Rng seeded by (seed, round, attempt), send each a TRAIN frame with the
+// global model and a fresh nonce, fold valid updates into the strategy as they arrive
+// (federation/round.hpp), and close at quorum or deadline. A successful round writes
+// its checkpoint file atomically and then commits round row, client results and
+// checkpoint reference in one SQLite transaction; a failed round is recorded and the run
+// retries or pauses (run_config.hpp). A server killed at any moment resumes with
+// `resume_runs()` from the last committed round and its checkpoint.
+//
+// Shutdown: stop accepting, abandon the round in flight (nothing of it is committed; it
+// is redone after a restart), close every session; the io_context then runs dry.
+//
+// Thread safety: everything runs on the io_context passed to create(), which must be
+// run by one thread. Call the public methods from that thread (or post to it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "federation/run_config.hpp"
+#include "net/frame_channel.hpp"
+#include "store/history_store.hpp"
+#include "tls/context.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::server {
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0 = any free port (tests)
+  tls::ServerTlsConfig tls;
+  std::string checkpoint_dir = "checkpoints";
+  std::size_t max_connections = 1024;
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
+  std::uint32_t heartbeat_seconds = 5;  // told to clients in WELCOME
+  net::ChannelOptions channel;          // idle_timeout should exceed 3 heartbeats
+  // Data the server evaluates each new global model on, when a run names one; loaded
+  // per run from RunConfig::server_test_set.
+};
+
+// Notifications for tests and the admin plane (called on the io_context thread).
+struct ServerHooks {
+  std::function<void(std::int64_t run_id, const store::RoundRecord&)> round_committed;
+  std::function<void(std::int64_t run_id, const store::RoundRecord&)> round_failed;
+  std::function<void(std::int64_t run_id, store::RunState)> run_ended;
+  std::function<void(const std::string& client_id, bool online)> client_changed;
+};
+
+class FederationServer {
+ public:
+  // Builds the TLS context (its errors are returned) and binds nothing yet. `store`
+  // must outlive the server.
+  static result<std::unique_ptr<FederationServer>> create(boost::asio::io_context& io,
+                                                          ServerOptions options,
+                                                          store::HistoryStore& store,
+                                                          ServerHooks hooks = {});
+  ~FederationServer();
+  FederationServer(const FederationServer&) = delete;
+  FederationServer& operator=(const FederationServer&) = delete;
+
+  // Binds and starts accepting; returns the bound port. Errors: unavailable (bind).
+  result<std::uint16_t> listen();
+  // Records the run (state running) and starts its loop. Errors: failed_precondition
+  // while another run is active; the store's errors.
+  result<std::int64_t> start_run(const RunConfig& config);
+  // Restarts the loop of every run the store has in state running (after a crash or a
+  // stop): at most one; others are marked paused with a reason.
+  result<void> resume_runs();
+  // See the class comment. Idempotent.
+  void shutdown();
+
+  std::size_t online_clients() const noexcept;
+  bool run_active() const noexcept;
+
+ private:
+  struct Impl;
+  explicit FederationServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedcore::server

@@ -1,0 +1,162 @@
+// HistoryStore: the server's durable history in one SQLite file — clients, runs, round
+// attempts, per-client results, checkpoint references and an event log (schema in
+// docs/schema.md). Callers deal in the records of store/records.hpp; no SQL crosses this
+// interface.
+//
+// Durability: the file is opened in WAL mode with synchronous=FULL, so a method that
+// returned success has reached the disk; a crash (even SIGKILL mid-write) leaves every
+// earlier success intact and nothing of the interrupted call.
+//
+// The round invariant: for each run, the committed rounds are exactly 1..last_round.
+// commit_round writes a round, its client results, its checkpoint reference and the new
+// last_round in one transaction, and only for round last_round + 1.
+//
+// Checkpoint files are the caller's: write one with model::write_file_atomically, then
+// pass its reference to commit_round. A file written but never committed (the process
+// died in between) is an orphan; at start-up, delete the files of the checkpoint
+// directory that referenced_checkpoint_paths() does not list.
+//
+// Errors common to every method: errc::unavailable when another connection holds the
+// write lock past StoreOptions::busy_timeout; errc::io_error when the disk refuses;
+// errc::data_loss when the file turns out to be corrupt; errc::permission_denied for a
+// write through a store opened with open_read_only. Unknown ids give errc::not_found
+// naming the id. Methods list their other errors below.
+//
+// Thread safety: none. A HistoryStore is one connection and belongs to one thread at a
+// time; give each reader thread its own open_read_only store. Any number of processes
+// may read while one writes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "store/records.hpp"
+#include "store/sqlite.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::store {
+
+struct StoreOptions {
+  // How long a call waits for another connection's write lock before errc::unavailable.
+  std::chrono::milliseconds busy_timeout{5000};
+};
+
+// Largest `limit` accepted by the paged listings.
+inline constexpr std::int64_t kMaxPageSize = 1000;
+
+class HistoryStore {
+ public:
+  // Opens or creates the history at `path` (":memory:" for a private in-memory store):
+  // WAL journal, synchronous=FULL, foreign keys on, PRAGMA quick_check, then migrations
+  // up to kSchemaVersion. Errors: errc::not_found (the directory is missing),
+  // errc::data_loss (not a database, or quick_check found damage, named in the message),
+  // errc::failed_precondition (the schema is newer than this build knows).
+  static result<HistoryStore> open(const std::string& path, const StoreOptions& options = {});
+  // Opens an existing history for reading only (dashboards, tools); every write method
+  // then fails with errc::permission_denied. Like any WAL reader it needs the -wal and
+  // -shm files to exist (a writer is running) or to be creatable (a writable directory).
+  // Errors: errc::not_found (no such file), errc::failed_precondition (the schema is not
+  // exactly kSchemaVersion).
+  static result<HistoryStore> open_read_only(const std::string& path,
+                                             const StoreOptions& options = {});
+
+  HistoryStore(HistoryStore&&) noexcept = default;
+  HistoryStore& operator=(HistoryStore&&) noexcept = default;
+
+  // ---- Clients
+
+  // Inserts the client, or updates every field of an existing one except first_seen_ms
+  // (kept) and last_seen_ms (never moves backwards). rounds_joined is ignored. Errors:
+  // errc::invalid_argument (empty id, negative samples, a *_json field that is not JSON).
+  result<void> upsert_client(const ClientRecord& client);
+  // Sets the online flag and advances last_seen_ms to now_ms.
+  result<void> set_client_online(const std::string& id, bool online, std::int64_t now_ms);
+  result<ClientRecord> get_client(const std::string& id);
+  // Every client, ordered by id.
+  result<std::vector<ClientRecord>> list_clients();
+
+  // ---- Runs
+
+  // A new run in state pending with last_round 0. Errors: errc::invalid_argument
+  // (rounds_total < 1, config_json not JSON).
+  result<RunRecord> create_run(const std::string& name, const std::string& config_json,
+                               std::int64_t rounds_total, std::int64_t now_ms);
+  result<RunRecord> get_run(std::int64_t id);
+  // Newest first. Errors: errc::invalid_argument (limit outside [1, kMaxPageSize],
+  // negative offset).
+  result<std::vector<RunRecord>> list_runs(std::int64_t limit, std::int64_t offset = 0);
+  // Moves a run to `state`, recording `error` (empty to clear it) and updated_ms = now_ms.
+  // Any state may follow any other except that finished is final. Errors:
+  // errc::failed_precondition (the run is finished).
+  result<void> set_run_state(std::int64_t id, RunState state, const std::string& error,
+                             std::int64_t now_ms);
+
+  // ---- Rounds
+
+  // Commits `round` of run `round.run_id` in one BEGIN IMMEDIATE transaction: the
+  // checkpoint row (if any), the round row (state committed, the next attempt number),
+  // every client result, and runs.last_round = round.round. Either all of it is written or
+  // none. round.attempt, round.state and round.checkpoint_id are ignored; the returned
+  // record has them filled in.
+  // Errors: errc::not_found (no such run); errc::failed_precondition, with nothing
+  // written, when round.round != last_round + 1 (a duplicate, a gap or a step backwards),
+  // when round.round > rounds_total, or when the run is not running or paused;
+  // errc::already_exists (two results for one client, or a checkpoint path already
+  // referenced); errc::failed_precondition (a result names an unknown client);
+  // errc::invalid_argument (negative counts).
+  result<RoundRecord> commit_round(const RoundRecord& round, std::span<const ClientResult> results,
+                                   const std::optional<CheckpointRef>& checkpoint);
+  // Records a failed attempt at round last_round + 1 with its failure_reason and the
+  // client results gathered so far, in one transaction. last_round does not move, so the
+  // same round number can be attempted again and finally committed; attempts are numbered
+  // 1, 2, ... per round. Errors: as commit_round.
+  result<RoundRecord> record_failed_round(const RoundRecord& round,
+                                          std::span<const ClientResult> results);
+  // The round at last_round, or nothing if none is committed yet.
+  result<std::optional<RoundRecord>> last_committed_round(std::int64_t run_id);
+  // Every attempt of every round of the run, by round then attempt.
+  result<std::vector<RoundRecord>> list_rounds(std::int64_t run_id);
+  // The client results of one attempt of a round, ordered by client id. Without
+  // `attempt`: the committed attempt, or the latest one if none is committed. Errors:
+  // errc::not_found (no such run, round or attempt).
+  result<std::vector<ClientResult>> list_client_results(
+      std::int64_t run_id, std::int64_t round, std::optional<std::int64_t> attempt = std::nullopt);
+
+  // ---- Checkpoints
+
+  // The checkpoint of the highest committed round that has one, or nothing.
+  result<std::optional<CheckpointRecord>> latest_checkpoint(std::int64_t run_id);
+  // Every checkpoint of the run, by round (for verification and retention).
+  result<std::vector<CheckpointRecord>> list_checkpoints(std::int64_t run_id);
+  // Every checkpoint path any row references, sorted. Files of the checkpoint directory
+  // not in this list are orphans and may be deleted.
+  result<std::vector<std::string>> referenced_checkpoint_paths();
+
+  // ---- Events
+
+  // Appends an event and returns its id (ids increase and are never reused). event.id is
+  // ignored. Errors: errc::invalid_argument (empty kind, detail_json not JSON).
+  result<std::int64_t> append_event(const EventRecord& event);
+  // Up to `limit` events with id > after_id, oldest first; pass the last id seen to page
+  // on. Errors: errc::invalid_argument (limit outside [1, kMaxPageSize]).
+  result<std::vector<EventRecord>> list_events(std::int64_t after_id, std::int64_t limit);
+
+  // ---- Maintenance
+
+  // PRAGMA integrity_check over the whole file: true if it reports "ok", false if it
+  // finds damage (or SQLite reports corruption while checking).
+  result<bool> integrity_check();
+
+ private:
+  explicit HistoryStore(Database db) noexcept : db_(std::move(db)) {}
+  result<RoundRecord> write_round(const RoundRecord& round, std::span<const ClientResult> results,
+                                  const std::optional<CheckpointRef>& checkpoint, RoundState state);
+
+  Database db_;
+};
+
+}  // namespace fedcore::store

@@ -1,0 +1,166 @@
+// The rows of the server's history (docs/schema.md), as plain values passed to and
+// returned by HistoryStore. Fields named *_json hold JSON text; times are milliseconds
+// since the Unix epoch; byte counts are totals for the round or client.
+//
+// Doubles that are not optional may be NaN (a diverged loss); SQLite has no NaN, so they
+// are stored as NULL and read back as NaN. An optional double set to NaN reads back empty.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fedcore::store {
+
+// ---- Enumerations, stored as their lower-case names.
+
+enum class RunState { pending, running, paused, finished, failed, stopped };
+enum class RoundState { committed, failed };
+enum class ResultStatus { ok, rejected, timeout, dropped };
+
+inline constexpr std::array<std::string_view, 6> kRunStateNames = {
+    "pending", "running", "paused", "finished", "failed", "stopped"};
+inline constexpr std::array<std::string_view, 2> kRoundStateNames = {"committed", "failed"};
+inline constexpr std::array<std::string_view, 4> kResultStatusNames = {"ok", "rejected", "timeout",
+                                                                       "dropped"};
+
+constexpr std::string_view to_string(RunState s) noexcept {
+  return kRunStateNames[static_cast<std::size_t>(s)];
+}
+constexpr std::string_view to_string(RoundState s) noexcept {
+  return kRoundStateNames[static_cast<std::size_t>(s)];
+}
+constexpr std::string_view to_string(ResultStatus s) noexcept {
+  return kResultStatusNames[static_cast<std::size_t>(s)];
+}
+
+// The value whose name is `name`, or nothing.
+template <class Enum, std::size_t N>
+constexpr std::optional<Enum> enum_from_name(const std::array<std::string_view, N>& names,
+                                             std::string_view name) noexcept {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == name) {
+      return static_cast<Enum>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- Records.
+
+// A federation client (a hospital's daemon), keyed by its certificate identity.
+struct ClientRecord {
+  std::string id;
+  std::int64_t first_seen_ms = 0;  // set by the first upsert, kept afterwards
+  std::int64_t last_seen_ms = 0;
+  std::int64_t samples = 0;  // training examples the client reported
+  std::string input_shape_json = "[]";
+  std::string capabilities_json = "{}";
+  bool online = false;
+  // Derived on read, ignored on write: committed rounds in which this client's result
+  // has status ok (it contributed to the aggregate).
+  std::int64_t rounds_joined = 0;
+
+  bool operator==(const ClientRecord&) const = default;
+};
+
+// One federated training run: a configuration and its rounds.
+struct RunRecord {
+  std::int64_t id = 0;  // assigned by create_run
+  std::string name;
+  std::string config_json = "{}";
+  RunState state = RunState::pending;
+  std::int64_t rounds_total = 0;
+  std::int64_t last_round = 0;  // last committed round, 0 = none; advanced by commit_round
+  std::int64_t created_ms = 0;
+  std::int64_t updated_ms = 0;
+  std::string error;  // why the run failed or stopped; empty otherwise
+
+  bool operator==(const RunRecord&) const = default;
+};
+
+// One attempt at one round of a run. A round number may be attempted several times: any
+// number of failed attempts, then at most one committed attempt. Attempts are numbered
+// 1, 2, ... per (run, round) by the store.
+struct RoundRecord {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;                    // 1-based
+  std::int64_t attempt = 0;                  // assigned by the store; ignored on write
+  RoundState state = RoundState::committed;  // set by the store from the method called
+  std::int64_t started_ms = 0;
+  std::int64_t finished_ms = 0;
+  // Clients asked to train, and what became of them.
+  std::int64_t selected = 0;
+  std::int64_t accepted = 0;
+  std::int64_t rejected = 0;
+  std::int64_t timed_out = 0;
+  std::int64_t dropped = 0;
+  double train_loss = 0.0;  // sample-weighted over accepted updates
+  double train_accuracy = 0.0;
+  std::optional<double> eval_loss;  // server-side evaluation of the new global model
+  std::optional<double> eval_accuracy;
+  std::optional<double> fed_eval_loss;  // federated evaluation on the clients' held-out data
+  std::optional<double> fed_eval_accuracy;
+  std::int64_t bytes_up = 0;  // client -> server
+  std::int64_t bytes_down = 0;
+  std::string failure_reason;                 // failed attempts only
+  std::optional<std::int64_t> checkpoint_id;  // assigned by commit_round; ignored on write
+
+  bool operator==(const RoundRecord&) const = default;
+};
+
+// What one client did in one round attempt.
+struct ClientResult {
+  std::string client_id;  // must name a known client (upsert_client first)
+  ResultStatus status = ResultStatus::ok;
+  std::string reason;  // why rejected / timed out / dropped; empty when ok
+  std::int64_t samples = 0;
+  double loss = 0.0;
+  double accuracy = 0.0;
+  double duration_s = 0.0;
+  std::int64_t bytes_up = 0;
+  std::int64_t bytes_down = 0;
+  std::optional<double> eval_loss;  // federated evaluation, if this client was asked
+  std::optional<double> eval_accuracy;
+  std::int64_t eval_samples = 0;
+
+  bool operator==(const ClientResult&) const = default;
+};
+
+// A checkpoint file of the global model after a committed round. The caller writes the
+// file (model::write_file_atomically) before commit_round; the store only references it.
+struct CheckpointRef {
+  std::string path;
+  std::int64_t size_bytes = 0;
+  std::uint32_t crc32 = 0;         // fedcore::crc32 of the whole file
+  std::string layout_fingerprint;  // ParamLayout::fingerprint_hex()
+
+  bool operator==(const CheckpointRef&) const = default;
+};
+
+// A checkpoint row: the reference and the round it belongs to.
+struct CheckpointRecord {
+  std::int64_t id = 0;
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  CheckpointRef ref;
+
+  bool operator==(const CheckpointRecord&) const = default;
+};
+
+// An entry of the server's event log (run started, client joined, round committed, ...).
+struct EventRecord {
+  std::int64_t id = 0;  // assigned by append_event, increasing; ignored on write
+  std::int64_t time_ms = 0;
+  std::string kind;  // non-empty, e.g. "round_committed"
+  std::optional<std::int64_t> run_id;
+  std::optional<std::int64_t> round;
+  std::string client_id;  // empty when the event concerns no client
+  std::string detail_json = "{}";
+
+  bool operator==(const EventRecord&) const = default;
+};
+
+}  // namespace fedcore::store

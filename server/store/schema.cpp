@@ -1,0 +1,207 @@
+#include "store/schema.hpp"
+
+#include <string>
+
+#include "util/assert.hpp"
+
+namespace fedcore::store {
+namespace {
+
+// Migration 1: the whole history. STRICT tables make SQLite enforce the column types
+// instead of silently storing, say, text in an INTEGER column. Doubles that may be NaN
+// are nullable because SQLite stores NaN as NULL.
+constexpr Migration kMigrations[] = {
+    {1, R"sql(
+CREATE TABLE clients (
+  id                TEXT    NOT NULL PRIMARY KEY CHECK (id <> ''),
+  first_seen_ms     INTEGER NOT NULL,
+  last_seen_ms      INTEGER NOT NULL,
+  samples           INTEGER NOT NULL CHECK (samples >= 0),
+  input_shape_json  TEXT    NOT NULL,
+  capabilities_json TEXT    NOT NULL,
+  online            INTEGER NOT NULL CHECK (online IN (0, 1))
+) STRICT;
+
+CREATE TABLE runs (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  name         TEXT    NOT NULL,
+  config_json  TEXT    NOT NULL,
+  state        TEXT    NOT NULL
+               CHECK (state IN ('pending', 'running', 'paused', 'finished', 'failed', 'stopped')),
+  rounds_total INTEGER NOT NULL CHECK (rounds_total >= 1),
+  last_round   INTEGER NOT NULL DEFAULT 0 CHECK (last_round BETWEEN 0 AND rounds_total),
+  created_ms   INTEGER NOT NULL,
+  updated_ms   INTEGER NOT NULL,
+  error        TEXT    NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE TABLE checkpoints (
+  id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id             INTEGER NOT NULL REFERENCES runs (id),
+  round              INTEGER NOT NULL CHECK (round >= 1),
+  path               TEXT    NOT NULL UNIQUE CHECK (path <> ''),
+  size_bytes         INTEGER NOT NULL CHECK (size_bytes >= 0),
+  crc32              INTEGER NOT NULL CHECK (crc32 BETWEEN 0 AND 4294967295),
+  layout_fingerprint TEXT    NOT NULL,
+  UNIQUE (run_id, round)
+) STRICT;
+
+CREATE TABLE rounds (
+  run_id            INTEGER NOT NULL REFERENCES runs (id),
+  round             INTEGER NOT NULL CHECK (round >= 1),
+  attempt           INTEGER NOT NULL CHECK (attempt >= 1),
+  state             TEXT    NOT NULL CHECK (state IN ('committed', 'failed')),
+  started_ms        INTEGER NOT NULL,
+  finished_ms       INTEGER NOT NULL,
+  selected          INTEGER NOT NULL CHECK (selected >= 0),
+  accepted          INTEGER NOT NULL CHECK (accepted >= 0),
+  rejected          INTEGER NOT NULL CHECK (rejected >= 0),
+  timed_out         INTEGER NOT NULL CHECK (timed_out >= 0),
+  dropped           INTEGER NOT NULL CHECK (dropped >= 0),
+  train_loss        REAL,
+  train_accuracy    REAL,
+  eval_loss         REAL,
+  eval_accuracy     REAL,
+  fed_eval_loss     REAL,
+  fed_eval_accuracy REAL,
+  bytes_up          INTEGER NOT NULL CHECK (bytes_up >= 0),
+  bytes_down        INTEGER NOT NULL CHECK (bytes_down >= 0),
+  failure_reason    TEXT    NOT NULL DEFAULT '',
+  checkpoint_id     INTEGER UNIQUE REFERENCES checkpoints (id),
+  PRIMARY KEY (run_id, round, attempt),
+  CHECK (state = 'committed' OR checkpoint_id IS NULL)
+) STRICT;
+
+-- At most one committed attempt per round, whatever the code above does.
+CREATE UNIQUE INDEX rounds_one_commit ON rounds (run_id, round) WHERE state = 'committed';
+
+CREATE TABLE client_results (
+  run_id        INTEGER NOT NULL,
+  round         INTEGER NOT NULL,
+  attempt       INTEGER NOT NULL,
+  client_id     TEXT    NOT NULL REFERENCES clients (id),
+  status        TEXT    NOT NULL CHECK (status IN ('ok', 'rejected', 'timeout', 'dropped')),
+  reason        TEXT    NOT NULL DEFAULT '',
+  samples       INTEGER NOT NULL CHECK (samples >= 0),
+  loss          REAL,
+  accuracy      REAL,
+  duration_s    REAL,
+  bytes_up      INTEGER NOT NULL CHECK (bytes_up >= 0),
+  bytes_down    INTEGER NOT NULL CHECK (bytes_down >= 0),
+  eval_loss     REAL,
+  eval_accuracy REAL,
+  eval_samples  INTEGER NOT NULL DEFAULT 0 CHECK (eval_samples >= 0),
+  PRIMARY KEY (run_id, round, attempt, client_id),
+  FOREIGN KEY (run_id, round, attempt) REFERENCES rounds (run_id, round, attempt)
+) STRICT;
+
+CREATE INDEX client_results_by_client ON client_results (client_id);
+
+CREATE TABLE events (
+  id          INTEGER PRIMARY KEY AUTOINCREMENT,
+  time_ms     INTEGER NOT NULL,
+  kind        TEXT    NOT NULL CHECK (kind <> ''),
+  run_id      INTEGER,
+  round       INTEGER,
+  client_id   TEXT    NOT NULL DEFAULT '',
+  detail_json TEXT    NOT NULL DEFAULT '{}'
+) STRICT;
+
+PRAGMA user_version = 1;
+)sql"},
+};
+
+static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
+
+std::string version_text(std::int64_t version) {
+  return std::to_string(version);
+}
+
+}  // namespace
+
+std::span<const Migration> migrations() noexcept {
+  return kMigrations;
+}
+
+result<std::int64_t> schema_version(Database& db) {
+  auto statement = db.prepare("PRAGMA user_version");
+  if (!statement) {
+    return statement.error();
+  }
+  auto stepped = statement->step();
+  if (!stepped) {
+    return stepped.error();
+  }
+  FEDCORE_ASSERT(*stepped == StepResult::row, "PRAGMA user_version returns one row");
+  return statement->column_int64(0);
+}
+
+result<void> migrate(Database& db) {
+  // Most opens find the schema current; answer those without taking the write lock.
+  auto version = schema_version(db);
+  if (!version) {
+    return version.error();
+  }
+  if (*version == kSchemaVersion) {
+    return {};
+  }
+  auto transaction = Transaction::begin(db, TransactionMode::immediate);
+  if (!transaction) {
+    return transaction.error();
+  }
+  // Read again under the lock: another process may have migrated in between.
+  version = schema_version(db);
+  if (!version) {
+    return version.error();
+  }
+  if (*version > kSchemaVersion) {
+    std::string message = "database '" + db.path() + "' has schema version ";
+    message += version_text(*version);
+    message += ", newer than the newest this build knows (";
+    message += version_text(kSchemaVersion);
+    message += "); it was written by a newer Fedcore";
+    return fail(errc::failed_precondition, std::move(message));
+  }
+  for (const auto& migration : kMigrations) {
+    if (migration.version <= *version) {
+      continue;
+    }
+    if (auto applied = db.exec(migration.sql); !applied) {
+      std::string message = "database '" + db.path() + "': migration ";
+      message += version_text(migration.version);
+      message += " failed: ";
+      message += applied.error().message;
+      return fail(applied.error().code, std::move(message));
+    }
+  }
+  version = schema_version(db);
+  if (!version) {
+    return version.error();
+  }
+  FEDCORE_ASSERT(*version == kSchemaVersion, "the last migration sets user_version");
+  return transaction->commit();
+}
+
+result<void> require_current_schema(Database& db) {
+  auto version = schema_version(db);
+  if (!version) {
+    return version.error();
+  }
+  if (*version == kSchemaVersion) {
+    return {};
+  }
+  std::string message = "database '" + db.path() + "' has schema version ";
+  message += version_text(*version);
+  message += " but this build reads version ";
+  message += version_text(kSchemaVersion);
+  if (*version == 0) {
+    message += "; it is not a Fedcore history (or was never opened by the server)";
+  } else if (*version < kSchemaVersion) {
+    message += "; open it read-write once to migrate it";
+  } else {
+    message += "; it was written by a newer Fedcore";
+  }
+  return fail(errc::failed_precondition, std::move(message));
+}
+
+}  // namespace fedcore::store

@@ -1,0 +1,212 @@
+// A real federation on loopback for tests: a PKI made by certs/fedcore-pki, a
+// FederationServer on its own thread with a real SQLite file, and client daemons each on
+// their own thread, all talking mutual TLS over 127.0.0.1. Everything started is stopped
+// and joined by the destructor; every wait is bounded.
+#pragma once
+
+#include <condition_variable>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <gtest/gtest.h>
+
+#include "daemon.hpp"
+#include "data/dataset.hpp"
+#include "federation/federation_server.hpp"
+#include "temp_dir.hpp"
+#include "tls/tls_support.hpp"
+
+namespace fedcore::testing {
+
+// Writes a Dataset as a CSV with its feature names and a label column.
+inline void write_csv(const data::Dataset& d, const std::string& path,
+                      const std::string& label = "label") {
+  std::ofstream out(path);
+  for (std::size_t f = 0; f < d.sample_size(); ++f) {
+    out << (d.feature_names.size() == d.sample_size() ? d.feature_names[f]
+                                                      : "f" + std::to_string(f))
+        << ",";
+  }
+  out << label << "\n";
+  out.precision(9);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    for (std::size_t f = 0; f < d.sample_size(); ++f) {
+      out << d.features(static_cast<Eigen::Index>(f), static_cast<Eigen::Index>(i)) << ",";
+    }
+    out << d.labels[i] << "\n";
+  }
+}
+
+class Federation {
+ public:
+  explicit Federation(const TempDir& dir) : dir_(dir), pki_(dir.path("pki")) {
+    auto init = pki_.run("init");
+    EXPECT_EQ(init.status, 0) << init.output;
+    auto server = pki_.run("server fedcore-server");
+    EXPECT_EQ(server.status, 0) << server.output;
+  }
+
+  ~Federation() { stop(); }
+
+  const tls::testing::Pki& pki() const { return pki_; }
+
+  void add_client_certificate(const std::string& id) {
+    auto issued = pki_.run("client " + id);
+    EXPECT_EQ(issued.status, 0) << issued.output;
+  }
+
+  // Opens the store and starts the server thread; returns the port.
+  std::uint16_t start_server(server::ServerOptions options = {}) {
+    if (!store_) {
+      auto store = store::HistoryStore::open(dir_.path("fedcore.db"));
+      EXPECT_TRUE(store) << store.error().to_string();
+      store_.emplace(std::move(*store));
+    }
+    options.tls = pki_.server_config();
+    options.checkpoint_dir = dir_.path("checkpoints");
+    server::ServerHooks hooks;
+    hooks.round_committed = [this](std::int64_t, const store::RoundRecord&) {
+      notify([&] { ++rounds_committed_; });
+    };
+    hooks.round_failed = [this](std::int64_t, const store::RoundRecord&) {
+      notify([&] { ++rounds_failed_; });
+    };
+    hooks.run_ended = [this](std::int64_t, store::RunState state) {
+      notify([&] { ended_ = state; });
+    };
+    hooks.client_changed = [this](const std::string&, bool online) {
+      notify([&] { online_ += online ? 1 : -1; });
+    };
+    server_io_ = std::make_unique<boost::asio::io_context>();
+    auto server = server::FederationServer::create(*server_io_, options, *store_, hooks);
+    EXPECT_TRUE(server) << server.error().to_string();
+    server_ = std::move(*server);
+    auto port = server_->listen();
+    EXPECT_TRUE(port) << port.error().to_string();
+    port_ = *port;
+    auto resumed = server_->resume_runs();
+    EXPECT_TRUE(resumed);
+    server_work_.emplace(boost::asio::make_work_guard(*server_io_));
+    server_thread_ = std::thread([this] { server_io_->run(); });
+    return port_;
+  }
+
+  void stop_server() {
+    if (!server_) {
+      return;
+    }
+    // Shut down, then let the io_context drain: coroutine frames reference the server and
+    // the server's timers reference the io_context, so neither may go first.
+    boost::asio::post(*server_io_, [this] { server_->shutdown(); });
+    server_work_.reset();
+    auto drained = std::async(std::launch::async, [this] { server_thread_.join(); });
+    if (drained.wait_for(std::chrono::seconds(15)) != std::future_status::ready) {
+      ADD_FAILURE() << "the server did not wind down within 15 s";
+      server_io_->stop();
+      drained.wait();
+    }
+    server_.reset();
+    server_io_.reset();
+  }
+
+  // Starts a client daemon on its own thread.
+  void start_client(const std::string& id, client::DataSource data) {
+    client::ClientOptions options;
+    options.port = port_;
+    options.tls = pki_.client_config(id);
+    options.data = std::move(data);
+    options.initial_backoff = std::chrono::milliseconds(100);
+    options.max_backoff = std::chrono::milliseconds(500);
+    auto c = std::make_unique<Client>();
+    auto daemon = client::ClientDaemon::create(c->io, options);
+    ASSERT_TRUE(daemon) << daemon.error().to_string();
+    c->daemon = std::move(*daemon);
+    boost::asio::co_spawn(c->io, c->daemon->run(), boost::asio::detached);
+    c->thread = std::thread([io = &c->io] { io->run(); });
+    clients_.push_back(std::move(c));
+  }
+
+  result<std::int64_t> start_run(const std::string& config_json) {
+    auto config = server::parse_run_config(config_json);
+    if (!config) {
+      return config.error();
+    }
+    std::promise<result<std::int64_t>> started;
+    boost::asio::post(*server_io_, [&] { started.set_value(server_->start_run(*config)); });
+    return started.get_future().get();
+  }
+
+  // Waits until `done()` holds (checked under the lock) or the timeout passes.
+  template <class Predicate>
+  bool wait_until(Predicate done, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return done(); });
+  }
+  int rounds_committed() const { return rounds_committed_; }
+  int rounds_failed() const { return rounds_failed_; }
+  std::optional<store::RunState> ended() const { return ended_; }
+  int online() const { return online_; }
+
+  void stop_clients() {
+    for (auto& c : clients_) {
+      boost::asio::post(c->io, [d = c->daemon.get()] { d->stop(); });
+    }
+    for (auto& c : clients_) {
+      c->thread.join();
+    }
+    clients_.clear();
+  }
+
+  void stop() {
+    stop_clients();
+    stop_server();
+  }
+
+  // A second connection to the store (the server's stays on its thread).
+  store::HistoryStore open_store() {
+    auto s = store::HistoryStore::open_read_only(dir_.path("fedcore.db"));
+    EXPECT_TRUE(s) << s.error().to_string();
+    return std::move(*s);
+  }
+
+ private:
+  struct Client {
+    boost::asio::io_context io;
+    std::unique_ptr<client::ClientDaemon> daemon;
+    std::thread thread;
+  };
+
+  template <class F>
+  void notify(F change) {
+    {
+      std::lock_guard lock(mutex_);
+      change();
+    }
+    changed_.notify_all();
+  }
+
+  const TempDir& dir_;
+  tls::testing::Pki pki_;
+  std::optional<store::HistoryStore> store_;
+  std::unique_ptr<boost::asio::io_context> server_io_;
+  std::unique_ptr<server::FederationServer> server_;
+  std::thread server_thread_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
+      server_work_;
+  std::uint16_t port_ = 0;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int rounds_committed_ = 0;
+  int rounds_failed_ = 0;
+  int online_ = 0;
+  std::optional<store::RunState> ended_;
+};
+
+}  // namespace fedcore::testing

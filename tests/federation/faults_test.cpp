@@ -1,0 +1,156 @@
+// Faults at the federation level, over real TLS: broken and hostile clients must be
+// rejected and recorded while the round completes for everyone else.
+#include <gtest/gtest.h>
+
+#include "data/csv.hpp"
+#include "federation_fixture.hpp"
+#include "rogue_client.hpp"
+
+namespace fedcore {
+namespace {
+
+using testing::Federation;
+using testing::Misbehaviour;
+using testing::RogueClient;
+using testing::TempDir;
+
+client::DataSource breast_cancer() {
+  client::DataSource source;
+  source.format = "csv";
+  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.label_column = "benign";
+  return source;
+}
+
+std::map<std::string, store::ClientResult> results_by_client(store::HistoryStore& history,
+                                                             std::int64_t run, std::int64_t round) {
+  std::map<std::string, store::ClientResult> out;
+  auto results = history.list_client_results(run, round);
+  EXPECT_TRUE(results);
+  for (auto& r : *results) {
+    out[r.client_id] = r;
+  }
+  return out;
+}
+
+TEST(FederationFaults, BadSilentAndVanishingClientsAreRecordedAndTheRoundCompletes) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "good-2", "nan", "layout", "silent", "dropper"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  federation.start_client("good-1", breast_cancer());
+  federation.start_client("good-2", breast_cancer());
+  RogueClient nan(Misbehaviour::nan_update, federation.pki().client_config("nan"), port);
+  RogueClient layout(Misbehaviour::wrong_layout, federation.pki().client_config("layout"), port);
+  RogueClient silent(Misbehaviour::silent, federation.pki().client_config("silent"), port);
+  RogueClient dropper(Misbehaviour::drop_on_train, federation.pki().client_config("dropper"), port);
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 6; }, std::chrono::seconds(30)));
+  auto run = federation.start_run(
+      R"({"model":{"type":"logreg"},"rounds":1,"clients_per_round":6,"min_clients":2,
+      "round_timeout_s":3,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
+  ASSERT_TRUE(run) << run.error().to_string();
+  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(60)));
+  EXPECT_EQ(*federation.ended(), store::RunState::finished);
+  federation.stop();
+
+  auto history = federation.open_store();
+  auto rounds = history.list_rounds(*run);
+  ASSERT_TRUE(rounds);
+  ASSERT_EQ(rounds->size(), 1u);
+  const auto& round = rounds->front();
+  EXPECT_EQ(round.state, store::RoundState::committed);
+  EXPECT_EQ(round.selected, 6);
+  EXPECT_EQ(round.accepted, 2);
+  EXPECT_EQ(round.rejected, 2);
+  EXPECT_EQ(round.timed_out, 1);
+  EXPECT_EQ(round.dropped, 1);
+  auto results = results_by_client(history, *run, 1);
+  EXPECT_EQ(results["good-1"].status, store::ResultStatus::ok);
+  EXPECT_EQ(results["good-2"].status, store::ResultStatus::ok);
+  EXPECT_EQ(results["nan"].status, store::ResultStatus::rejected);
+  EXPECT_NE(results["nan"].reason.find("NaN"), std::string::npos) << results["nan"].reason;
+  EXPECT_EQ(results["layout"].status, store::ResultStatus::rejected);
+  EXPECT_NE(results["layout"].reason.find("layout"), std::string::npos) << results["layout"].reason;
+  EXPECT_EQ(results["silent"].status, store::ResultStatus::timeout);
+  EXPECT_EQ(results["dropper"].status, store::ResultStatus::dropped);
+  EXPECT_NE(results["dropper"].reason.find("connection lost"), std::string::npos)
+      << results["dropper"].reason;
+}
+
+TEST(FederationFaults, AReplayedUpdateFromAnEarlierRoundIsRefused) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "replayer"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  federation.start_client("good-1", breast_cancer());
+  RogueClient replayer(Misbehaviour::replay, federation.pki().client_config("replayer"), port);
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 2; }, std::chrono::seconds(30)));
+  auto run = federation.start_run(
+      R"({"model":{"type":"logreg"},"rounds":2,"clients_per_round":2,"min_clients":1,
+      "round_timeout_s":2,"seed":3})");
+  ASSERT_TRUE(run) << run.error().to_string();
+  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(60)));
+  federation.stop();
+
+  auto history = federation.open_store();
+  auto round1 = results_by_client(history, *run, 1);
+  EXPECT_EQ(round1["replayer"].status, store::ResultStatus::ok);  // honest in round 1
+  auto round2 = results_by_client(history, *run, 2);
+  // Its round-1 answer replayed in round 2 never counted: the round saw no answer.
+  EXPECT_EQ(round2["replayer"].status, store::ResultStatus::timeout);
+  EXPECT_EQ(round2["good-1"].status, store::ResultStatus::ok);
+  auto events = history.list_events(0, 1000);
+  ASSERT_TRUE(events);
+  bool refused = false;
+  for (const auto& e : *events) {
+    if (e.kind == "update_stale" && e.client_id == "replayer" && e.round == 2) {
+      refused = e.detail_json.find("replayed") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(refused) << "the replay should be recorded as a stale/replayed update event";
+}
+
+TEST(FederationFaults, NoQuorumFailsTheRoundVisiblyAndPausesTheRun) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "silent"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  federation.start_client("good-1", breast_cancer());
+  RogueClient silent(Misbehaviour::silent, federation.pki().client_config("silent"), port);
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 2; }, std::chrono::seconds(30)));
+  auto run = federation.start_run(
+      R"({"model":{"type":"logreg"},"rounds":3,"clients_per_round":2,"min_clients":2,
+      "round_timeout_s":1,"seed":3,"on_failed_round":"retry","max_retries":1})");
+  ASSERT_TRUE(run) << run.error().to_string();
+  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(60)));
+  EXPECT_EQ(*federation.ended(), store::RunState::paused);
+  EXPECT_EQ(federation.rounds_failed(), 2);  // the first attempt and one retry
+  EXPECT_EQ(federation.rounds_committed(), 0);
+  federation.stop();
+  auto history = federation.open_store();
+  auto stored = history.get_run(*run);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->state, store::RunState::paused);
+  EXPECT_EQ(stored->last_round, 0);
+  EXPECT_NE(stored->error.find("no quorum"), std::string::npos) << stored->error;
+  auto rounds = history.list_rounds(*run);
+  ASSERT_TRUE(rounds);
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[0].state, store::RoundState::failed);
+  EXPECT_EQ((*rounds)[1].attempt, 2);
+}
+
+}  // namespace
+}  // namespace fedcore

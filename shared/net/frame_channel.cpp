@@ -26,6 +26,15 @@ asio::ip::tcp::socket& lowest(TlsStream& s) {
   return s.next_layer();
 }
 
+// asio::transfer_all() moves at most 64 KiB per system call; for multi-megabyte model
+// payloads that is hundreds of extra round trips through the reactor. This condition
+// lets each read_some/write_some take up to 4 MiB.
+struct TransferAllInLargeSteps {
+  std::size_t operator()(const error_code& ec, std::size_t) const noexcept {
+    return ec ? 0 : std::size_t{4} << 20;
+  }
+};
+
 bool is_end_of_stream(const error_code& ec) {
   return ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
          ec == asio::error::connection_reset;
@@ -166,7 +175,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame() {
   const std::array<asio::mutable_buffer, 2> body{
       asio::buffer(frame.metadata.data(), frame.metadata.size()),
       asio::buffer(frame.payload.data(), frame.payload.size())};
-  std::tie(ec, n) = co_await asio::async_read(s.stream, body, kNoThrow);
+  std::tie(ec, n) = co_await asio::async_read(s.stream, body, TransferAllInLargeSteps{}, kNoThrow);
   Impl::disarm(s.read);
   if (ec) {
     co_return failure(ec, s.read.expired, true);
@@ -194,7 +203,7 @@ asio::awaitable<result<void>> FrameChannel<Stream>::write_frame(
                                                   asio::buffer(metadata.data(), metadata.size()),
                                                   asio::buffer(payload.data(), payload.size())};
   s.arm(s.write, s.options.transfer_timeout);
-  auto [ec, n] = co_await asio::async_write(s.stream, buffers, kNoThrow);
+  auto [ec, n] = co_await asio::async_write(s.stream, buffers, TransferAllInLargeSteps{}, kNoThrow);
   Impl::disarm(s.write);
   s.writing = false;
   s.bytes_written += n;

@@ -1,0 +1,362 @@
+// Federation benchmarks (issue: "round overhead" and "raw transfer").
+//
+//   federation_bench rounds   PARAMS... : the real fedcore-server process, N no-op clients
+//                                         (they echo the model back at once), R rounds;
+//                                         median wall time per round and the server's
+//                                         peak RSS (VmHWM), for 2, 8 and 32 clients.
+//   federation_bench transfer MB        : one 40 MB-class parameter frame after another
+//                                         over our TLS channel on loopback; MB/s.
+//
+// bench/federation_bench.sh runs both and `openssl speed` for the comparison.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <signal.h>
+#include <spawn.h>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "net/frame_channel.hpp"
+#include "protocol/messages.hpp"
+#include "store/history_store.hpp"
+#include "tls/context.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace asio = boost::asio;
+using fedcore::net::FrameChannel;
+using fedcore::net::TlsStream;
+using Clock = std::chrono::steady_clock;
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+
+int sh(const std::string& command) {
+  return std::system(command.c_str());
+}
+
+struct Pki {
+  std::string dir;
+  std::string ca() const { return dir + "/ca.pem"; }
+  fedcore::tls::ClientTlsConfig client(const std::string& id) const {
+    return {ca(), dir + "/clients/" + id + ".pem", dir + "/clients/" + id + ".key", "localhost"};
+  }
+  fedcore::tls::ServerTlsConfig server() const {
+    return {ca(), dir + "/server/fedcore-server.pem", dir + "/server/fedcore-server.key",
+            dir + "/crl.pem"};
+  }
+};
+
+Pki make_pki(const std::string& dir, int clients) {
+  const std::string script = std::string(FEDCORE_PKI_SCRIPT) + " --dir " + dir;
+  if (sh(script + " init >/dev/null") != 0 ||
+      sh(script + " server fedcore-server >/dev/null") != 0) {
+    std::fprintf(stderr, "PKI setup failed\n");
+    std::exit(1);
+  }
+  for (int i = 0; i < clients; ++i) {
+    if (sh(script + " client c" + std::to_string(i) + " >/dev/null") != 0) {
+      std::exit(1);
+    }
+  }
+  return {dir};
+}
+
+// A no-op client: HELLO, then answers every TRAIN with the model it received.
+asio::awaitable<void> echo_client(asio::io_context& io, asio::ssl::context& ctx, std::uint16_t port,
+                                  std::vector<std::int64_t> shape) {
+  TlsStream stream(io, ctx);
+  (void)fedcore::tls::prepare_client_stream(stream, "localhost");
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto [ec] = co_await stream.next_layer().async_connect(
+        {asio::ip::make_address("127.0.0.1"), port}, kNoThrow);
+    if (!ec) {
+      break;
+    }
+    stream.next_layer().close();
+    asio::steady_timer t(io, std::chrono::milliseconds(100));
+    co_await t.async_wait(kNoThrow);
+  }
+  auto [hs] = co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
+  if (hs) {
+    co_return;
+  }
+  fedcore::net::ChannelOptions options;
+  options.limits.max_payload_bytes = std::uint64_t{1} << 31;
+  FrameChannel<TlsStream> channel(std::move(stream), options);
+  fedcore::protocol::Hello hello{100, 0, shape, 2, {"train"}, "bench"};
+  co_await channel.write_frame(fedcore::protocol::MessageType::hello,
+                               fedcore::protocol::to_metadata(hello));
+  while (true) {
+    auto frame = co_await channel.read_frame();
+    if (!frame) {
+      co_return;
+    }
+    if (frame->type != fedcore::protocol::MessageType::train) {
+      continue;
+    }
+    auto request = fedcore::protocol::parse_train_request(frame->metadata);
+    fedcore::protocol::UpdateReport report;
+    report.run_id = request->run_id;
+    report.round = request->round;
+    report.nonce = request->nonce;
+    report.layout_fingerprint = request->layout_fingerprint;
+    report.samples = 100;
+    co_await channel.write_frame(fedcore::protocol::MessageType::update,
+                                 fedcore::protocol::to_metadata(report), frame->payload);
+  }
+}
+
+long peak_rss_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  long value = 0;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      status >> value;
+      return value;
+    }
+    status.ignore(1 << 12, '\n');
+  }
+  return -1;
+}
+
+void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
+                  const std::vector<int>& client_counts, int rounds) {
+  const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fedcore-bench-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(root);
+  const Pki pki = make_pki((root / "pki").string(), max_clients);
+  std::printf("%-10s %-8s %-18s %-18s %-14s %-14s\n", "params", "clients", "median round (ms)",
+              "server peak RSS", "model size", "target RSS");
+  for (long params : param_counts) {
+    for (int clients : client_counts) {
+      const auto dir = root / ("p" + std::to_string(params) + "-c" + std::to_string(clients));
+      std::filesystem::create_directories(dir);
+      // logreg on a two-class input of `params - 1` features has exactly `params` parameters.
+      const long features = params - 1;
+      const std::vector<std::int64_t> shape =
+          features > 65536 ? std::vector<std::int64_t>{features / 1000, 1000, 1}
+                           : std::vector<std::int64_t>{features};
+      const long actual_params = (shape.size() == 3 ? shape[0] * shape[1] : shape[0]) + 1;
+      asio::io_context probe_io;
+      asio::ip::tcp::acceptor probe(probe_io, {asio::ip::make_address("127.0.0.1"), 0});
+      const auto port = probe.local_endpoint().port();
+      probe.close();
+      std::ofstream(dir / "server.json")
+          << R"({"port":)" << port << R"(,"database":")" << (dir / "db").string()
+          << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(","tls":{"ca":")"
+          << pki.ca() << R"(","cert":")" << pki.server().cert_file << R"(","key":")"
+          << pki.server().key_file << R"(","crl":")" << pki.server().crl_file << R"("}})";
+      std::string shape_json = "[";
+      for (auto d : shape) {
+        shape_json += std::to_string(d) + (d == shape.back() ? "]" : ",");
+      }
+      std::ofstream(dir / "run.json")
+          << R"({"model":{"type":"logreg","input_shape":)" << shape_json
+          << R"(,"num_classes":2},"rounds":)" << rounds << R"(,"clients_per_round":)" << clients
+          << R"(,"min_clients":)" << clients
+          << R"(,"round_timeout_s":600,"wait_for_clients_s":120,"federated_evaluation":false})";
+      std::string a0 = server_bin, a1 = "--config", a2 = (dir / "server.json").string(),
+                  a3 = "--run", a4 = (dir / "run.json").string(), a5 = "--log-level", a6 = "warn";
+      char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(),
+                      a4.data(), a5.data(), a6.data(), nullptr};
+      pid_t pid = 0;
+      posix_spawn(&pid, server_bin.c_str(), nullptr, nullptr, argv, environ);
+
+      asio::io_context io;
+      std::vector<asio::ssl::context> contexts;
+      contexts.reserve(static_cast<std::size_t>(clients));
+      for (int c = 0; c < clients; ++c) {
+        contexts.push_back(
+            std::move(*fedcore::tls::make_client_context(pki.client("c" + std::to_string(c)))));
+        asio::co_spawn(io, echo_client(io, contexts.back(), port, shape), asio::detached);
+      }
+      std::thread client_thread([&] { io.run(); });
+      // Wait (bounded) until the run finishes.
+      const auto deadline = Clock::now() + std::chrono::minutes(10);
+      bool finished = false;
+      while (!finished && Clock::now() < deadline) {
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(100));  // polling the server's database
+        if (auto store = fedcore::store::HistoryStore::open_read_only((dir / "db").string());
+            store) {
+          if (auto run = store->get_run(1); run) {
+            finished = run->state == fedcore::store::RunState::finished;
+          }
+        }
+      }
+      const long rss = peak_rss_kib(pid);
+      ::kill(pid, SIGTERM);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      io.stop();
+      client_thread.join();
+      std::vector<double> durations;
+      if (auto store = fedcore::store::HistoryStore::open_read_only((dir / "db").string()); store) {
+        for (const auto& r : *store->list_rounds(1)) {
+          durations.push_back(double(r.finished_ms - r.started_ms));
+        }
+      }
+      std::sort(durations.begin(), durations.end());
+      const double median = durations.empty() ? -1 : durations[durations.size() / 2];
+      const double model_mb = double(actual_params) * 4 / 1e6;
+      std::printf("%-10ld %-8d %-18.1f %-18s %-14s %-14s%s\n", actual_params, clients, median,
+                  (std::to_string(rss / 1024) + " MiB").c_str(),
+                  (std::to_string(int(model_mb)) + " MB").c_str(),
+                  (std::to_string(int(3 * model_mb + 100)) + " MB").c_str(),
+                  finished ? "" : "  (did not finish)");
+      std::fflush(stdout);
+      std::filesystem::remove_all(dir);
+    }
+  }
+  std::filesystem::remove_all(root);
+}
+
+void transfer_bench(int megabytes, int frames) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fedcore-tls-" + std::to_string(::getpid()));
+  const Pki pki = make_pki(root.string(), 1);
+  asio::io_context server_io, client_io;
+  auto server_ctx = fedcore::tls::make_server_context(pki.server());
+  auto client_ctx = fedcore::tls::make_client_context(pki.client("c0"));
+  asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acceptor.local_endpoint().port();
+  std::vector<float> params(static_cast<std::size_t>(megabytes) * 250000, 0.5f);
+  fedcore::net::ChannelOptions options;
+  options.limits.max_payload_bytes = std::uint64_t{1} << 31;
+  Clock::time_point first, last;
+  std::uint64_t received = 0;
+  asio::co_spawn(
+      server_io,
+      [&]() -> asio::awaitable<void> {
+        auto socket = co_await acceptor.async_accept(asio::use_awaitable);
+        TlsStream stream(std::move(socket), *server_ctx);
+        co_await stream.async_handshake(asio::ssl::stream_base::server, asio::use_awaitable);
+        FrameChannel<TlsStream> channel(std::move(stream), options);
+        for (int i = 0; i < frames; ++i) {
+          auto frame = co_await channel.read_frame();
+          if (!frame) {
+            co_return;
+          }
+          if (i == 0) {
+            first = Clock::now();  // the first frame is warm-up
+          } else {
+            received += frame->payload.size();
+          }
+          last = Clock::now();
+        }
+      },
+      asio::detached);
+  asio::co_spawn(
+      client_io,
+      [&]() -> asio::awaitable<void> {
+        TlsStream stream(client_io, *client_ctx);
+        (void)fedcore::tls::prepare_client_stream(stream, "localhost");
+        co_await stream.next_layer().async_connect({asio::ip::make_address("127.0.0.1"), port},
+                                                   asio::use_awaitable);
+        co_await stream.async_handshake(asio::ssl::stream_base::client, asio::use_awaitable);
+        FrameChannel<TlsStream> channel(std::move(stream), options);
+        for (int i = 0; i < frames; ++i) {
+          co_await channel.write_frame(fedcore::protocol::MessageType::update, "{}",
+                                       std::as_bytes(std::span<const float>(params)));
+        }
+      },
+      asio::detached);
+  std::thread server_thread([&] { server_io.run(); });
+  client_io.run();
+  server_thread.join();
+  const double seconds = std::chrono::duration<double>(last - first).count();
+  std::printf("TLS channel: %d frames of %d MB, %.0f MB/s (%s)\n", frames - 1, megabytes,
+              double(received) / 1e6 / seconds,
+              "TLS 1.3, loopback, one sender thread and one receiver thread");
+  std::filesystem::remove_all(root);
+}
+
+// The same transfer over the plain-TCP channel: the ceiling that TLS is measured against.
+void transfer_tcp_bench(int megabytes, int frames) {
+  asio::io_context server_io, client_io;
+  asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acceptor.local_endpoint().port();
+  std::vector<float> params(static_cast<std::size_t>(megabytes) * 250000, 0.5f);
+  fedcore::net::ChannelOptions options;
+  options.limits.max_payload_bytes = std::uint64_t{1} << 31;
+  Clock::time_point first, last;
+  std::uint64_t received = 0;
+  asio::co_spawn(
+      server_io,
+      [&]() -> asio::awaitable<void> {
+        auto socket = co_await acceptor.async_accept(asio::use_awaitable);
+        FrameChannel<fedcore::net::TcpStream> channel(std::move(socket), options);
+        for (int i = 0; i < frames; ++i) {
+          auto frame = co_await channel.read_frame();
+          if (!frame) {
+            co_return;
+          }
+          if (i == 0) {
+            first = Clock::now();
+          } else {
+            received += frame->payload.size();
+          }
+          last = Clock::now();
+        }
+      },
+      asio::detached);
+  asio::co_spawn(
+      client_io,
+      [&]() -> asio::awaitable<void> {
+        asio::ip::tcp::socket socket(client_io);
+        co_await socket.async_connect({asio::ip::make_address("127.0.0.1"), port},
+                                      asio::use_awaitable);
+        FrameChannel<fedcore::net::TcpStream> channel(std::move(socket), options);
+        for (int i = 0; i < frames; ++i) {
+          co_await channel.write_frame(fedcore::protocol::MessageType::update, "{}",
+                                       std::as_bytes(std::span<const float>(params)));
+        }
+      },
+      asio::detached);
+  std::thread server_thread([&] { server_io.run(); });
+  client_io.run();
+  server_thread.join();
+  const double seconds = std::chrono::duration<double>(last - first).count();
+  std::printf("TCP channel: %d frames of %d MB, %.0f MB/s (plain TCP, loopback)\n", frames - 1,
+              megabytes, double(received) / 1e6 / seconds);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "transfer") {
+    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26);
+    return 0;
+  }
+  if (mode == "transfer-tcp") {
+    transfer_tcp_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26);
+    return 0;
+  }
+  if (mode == "rounds") {
+    std::vector<long> params{100000, 1000000, 10000000};
+    if (argc > 2) {
+      params = {std::atol(argv[2])};
+    }
+    rounds_bench(FEDCORE_SERVER_BIN, params, {2, 8, 32}, 5);
+    return 0;
+  }
+  std::fprintf(stderr, "usage: federation_bench rounds [PARAMS] | transfer [MB] [FRAMES]\n");
+  return 2;
+}

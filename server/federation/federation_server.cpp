@@ -21,6 +21,7 @@
 #include "model/param_io.hpp"
 #include "model/trainer.hpp"
 #include "net/outbox.hpp"
+#include "net/payload_gate.hpp"
 #include "util/checksum.hpp"
 #include "util/rng.hpp"
 
@@ -158,6 +159,9 @@ result<std::unique_ptr<FederationServer>> FederationServer::create(asio::io_cont
       }
     }
   }
+  options.channel.payload_gate = std::make_shared<net::PayloadGate>(
+      io.get_executor(), std::max<std::size_t>(options.max_inflight_updates, 1),
+      options.large_payload_bytes);
   auto impl =
       std::make_unique<Impl>(io, std::move(options), store, std::move(hooks), std::move(*tls));
   return std::unique_ptr<FederationServer>(new FederationServer(std::move(impl)));
@@ -589,6 +593,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       co_await round_wakeup.async_wait(kNoThrow);
     }
     active_round = nullptr;
+    snapshot.reset();  // the Round still views it; its bytes go once the last send is done
     if (stopping) {
       spdlog::info("run {} round {}: abandoned by shutdown; it will be run again after a restart",
                    run.id, round_no);
@@ -766,6 +771,7 @@ void FederationServer::shutdown() {
   s.acceptor.close(ignored);
   s.round_wakeup.cancel();
   s.client_wakeup.cancel();
+  s.options.channel.payload_gate->close();
   for (auto& [id, session] : s.sessions) {
     session->channel->close();
   }

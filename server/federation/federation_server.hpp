@@ -49,6 +49,10 @@ struct ServerOptions {
   std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
   std::uint32_t heartbeat_seconds = 5;  // told to clients in WELCOME
   net::ChannelOptions channel;          // idle_timeout should exceed 3 heartbeats
+  // At most this many large updates (>= large_payload_bytes) are received at once; the
+  // server's memory for uploads is this many model sizes, whatever the client count.
+  std::size_t max_inflight_updates = 2;
+  std::uint64_t large_payload_bytes = std::uint64_t{1} << 20;
   // Data the server evaluates each new global model on, when a run names one; loaded
   // per run from RunConfig::server_test_set.
 };

@@ -9,6 +9,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "net/payload_gate.hpp"
 #include "util/assert.hpp"
 
 namespace fedcore::net {
@@ -167,6 +168,25 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame() {
   if (!header) {
     Impl::disarm(s.read);
     co_return header.error();
+  }
+  // Large payloads wait for a slot of the gate before their memory is allocated; the
+  // peer meanwhile is held back by TCP flow control, so the wait is not its fault and
+  // the transfer deadline restarts once the slot is granted.
+  struct Slot {
+    PayloadGate* gate = nullptr;
+    ~Slot() {
+      if (gate != nullptr) {
+        gate->release();
+      }
+    }
+  } slot;
+  if (auto& gate = s.options.payload_gate; gate && header->payload_length >= gate->threshold()) {
+    Impl::disarm(s.read);
+    if (!co_await gate->acquire()) {
+      co_return fail(errc::aborted, "shutting down: payload not read");
+    }
+    slot.gate = gate.get();
+    s.arm(s.read, s.options.transfer_timeout);
   }
   protocol::Frame frame;
   frame.type = header->type;

@@ -41,8 +41,12 @@ namespace fedcore::net {
 using TcpStream = boost::asio::ip::tcp::socket;
 using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
 
+class PayloadGate;
+
 struct ChannelOptions {
   protocol::FrameLimits limits;
+  // Optional: bounds how many large payloads are received at once (net/payload_gate.hpp).
+  std::shared_ptr<PayloadGate> payload_gate;
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(120)};
   std::chrono::milliseconds transfer_timeout{std::chrono::seconds(60)};
 };
@@ -58,10 +62,11 @@ class FrameChannel {
   FrameChannel(const FrameChannel&) = delete;
   FrameChannel& operator=(const FrameChannel&) = delete;
 
-  // Reads one whole frame. Errors: deadline_exceeded; unavailable when the peer closed
-  // the connection between frames or the socket failed; out_of_range when it closed
-  // inside a frame; the codec's errors (data_loss, unimplemented, invalid_argument,
-  // resource_exhausted) for a bad header or metadata.
+  // Reads one whole frame. With a payload gate, a large payload is read only once the
+  // gate grants a slot; the transfer deadline starts then. Errors: deadline_exceeded; unavailable
+  // when the peer closed the connection between frames or the socket failed; out_of_range when it
+  // closed inside a frame; the codec's errors (data_loss, unimplemented, invalid_argument,
+  // resource_exhausted) for a bad header or metadata; aborted if the gate was closed.
   boost::asio::awaitable<result<protocol::Frame>> read_frame();
 
   // Writes one frame. Errors: deadline_exceeded, unavailable; invalid_argument when the

@@ -1,0 +1,53 @@
+// PayloadGate: an asynchronous counting semaphore that bounds how many large frame
+// payloads are being received (held in memory) at once (RELIABILITY.md R3).
+//
+// A channel whose options carry a gate acquires a slot after reading the header of a
+// frame whose payload is at least `threshold` bytes and before allocating and reading
+// the body; the slot is released when read_frame returns. Peers waiting for a slot are
+// held back by TCP flow control. So a server's memory for incoming updates is
+// slots x model size, whatever the number of clients.
+//
+// Thread safety: none; the gate and every channel using it belong to one
+// single-threaded io_context (or strand).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+namespace fedcore::net {
+
+class PayloadGate {
+ public:
+  // REQUIRES: slots > 0.
+  PayloadGate(boost::asio::any_io_executor executor, std::size_t slots, std::uint64_t threshold);
+
+  // Waits for a free slot (FIFO). Returns false if the gate was closed while waiting.
+  boost::asio::awaitable<bool> acquire();
+  // Returns a slot; hands it straight to the longest waiter if there is one.
+  void release();
+  // Wakes every waiter with false; later acquire() calls return false at once.
+  void close();
+
+  std::uint64_t threshold() const noexcept { return threshold_; }
+  std::size_t free_slots() const noexcept { return free_; }
+  std::size_t waiting() const noexcept { return waiters_.size(); }
+
+ private:
+  struct Waiter {
+    boost::asio::steady_timer timer;
+    bool granted = false;
+  };
+  boost::asio::any_io_executor executor_;
+  std::size_t free_;
+  std::uint64_t threshold_;
+  bool closed_ = false;
+  std::deque<std::shared_ptr<Waiter>> waiters_;
+};
+
+}  // namespace fedcore::net

@@ -25,7 +25,7 @@ class FedAvg final : public Strategy {
     average_.add(update, static_cast<double>(samples));
   }
   std::size_t updates() const noexcept override { return average_.count(); }
-  void finish_round(std::span<float> global) override { average_.mean(global); }
+  std::vector<float> finish_round() override { return average_.take_mean(); }
 
  private:
   WeightedAverage average_;
@@ -72,34 +72,35 @@ result<void> validate_update(std::span<const float> update, std::string_view cla
   return {};
 }
 
-WeightedAverage::WeightedAverage(std::size_t size) : sum_(size, 0.0) {}
+WeightedAverage::WeightedAverage(std::size_t size) : size_(size) {}
 
 void WeightedAverage::add(std::span<const float> values, double weight) {
-  FEDCORE_ASSERT(values.size() == sum_.size(), "WeightedAverage::add: size mismatch");
+  FEDCORE_ASSERT(values.size() == size_, "WeightedAverage::add: size mismatch");
   FEDCORE_ASSERT(weight > 0 && std::isfinite(weight),
                  "WeightedAverage::add: weight must be positive");
-  // Double sums keep the mean exact to float precision even over thousands of clients.
-  double* sum = sum_.data();
-  const float* v = values.data();
-  const std::size_t n = sum_.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    sum[i] += weight * double(v[i]);
-  }
   total_weight_ += weight;
   ++count_;
+  if (count_ == 1) {
+    mean_.assign(values.begin(), values.end());
+    return;
+  }
+  const auto share = static_cast<float>(weight / total_weight_);
+  float* m = mean_.data();
+  const float* v = values.data();
+  for (std::size_t i = 0; i < size_; ++i) {
+    m[i] += share * (v[i] - m[i]);
+  }
 }
 
-void WeightedAverage::mean(std::span<float> out) const {
-  FEDCORE_ASSERT(count_ > 0 && out.size() == sum_.size(),
-                 "WeightedAverage::mean: nothing to average");
-  const double inv = 1.0 / total_weight_;
-  for (std::size_t i = 0; i < sum_.size(); ++i) {
-    out[i] = static_cast<float>(sum_[i] * inv);
-  }
+std::vector<float> WeightedAverage::take_mean() {
+  FEDCORE_ASSERT(count_ > 0, "WeightedAverage::take_mean: nothing to average");
+  std::vector<float> out = std::move(mean_);
+  clear();
+  return out;
 }
 
 void WeightedAverage::clear() noexcept {
-  std::fill(sum_.begin(), sum_.end(), 0.0);
+  mean_ = {};
   total_weight_ = 0;
   count_ = 0;
 }

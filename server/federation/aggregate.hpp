@@ -37,22 +37,29 @@ result<void> validate_update(std::span<const float> update, std::string_view cla
                              std::uint64_t samples, std::span<const float> global,
                              const model::ParamLayout& layout, const UpdateChecks& checks);
 
-// A running sample-weighted mean of equally long vectors, accumulated in double.
+// A running sample-weighted mean of equally long vectors, updated in place as
+// m += (w / W) (x - m), where W is the total weight so far. One float buffer of the
+// model's size (a double sum would need two), and the rounding error of each step is
+// relative to the mean itself, so it does not grow with the number of clients the way a
+// plain float sum's does.
 class WeightedAverage {
  public:
   explicit WeightedAverage(std::size_t size);
 
   // REQUIRES: values.size() == size(), weight > 0 and finite values (validated before).
   void add(std::span<const float> values, double weight);
-  std::size_t size() const noexcept { return sum_.size(); }
+  std::size_t size() const noexcept { return size_; }
   std::size_t count() const noexcept { return count_; }
   double total_weight() const noexcept { return total_weight_; }
-  // Writes sum / total_weight into `out`. REQUIRES: count() > 0, out.size() == size().
-  void mean(std::span<float> out) const;
+  // The mean so far. REQUIRES: count() > 0.
+  std::span<const float> mean() const noexcept { return mean_; }
+  // Moves the mean out (no copy) and resets to empty. REQUIRES: count() > 0.
+  std::vector<float> take_mean();
   void clear() noexcept;
 
  private:
-  std::vector<double> sum_;
+  std::size_t size_;
+  std::vector<float> mean_;  // allocated by the first add() after a clear
   double total_weight_ = 0;
   std::size_t count_ = 0;
 };
@@ -68,8 +75,9 @@ class Strategy {
   // Folds in one validated update.
   virtual void add_update(std::span<const float> update, std::uint64_t samples) = 0;
   virtual std::size_t updates() const noexcept = 0;
-  // Writes the next global model. REQUIRES: updates() > 0.
-  virtual void finish_round(std::span<float> global) = 0;
+  // Returns the next global model, moved out of the strategy's state where possible.
+  // REQUIRES: updates() > 0.
+  virtual std::vector<float> finish_round() = 0;
 };
 
 // "fedavg" (also what FedProx uses server-side). Errors: invalid_argument for unknown names.

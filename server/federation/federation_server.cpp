@@ -491,19 +491,28 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
     end_run(store::RunState::failed, built.error().message);
     co_return;
   }
-  model::Model global = std::move(*built);
-  global.initialize(config.seed);
-  const auto& layout = global.layout();
+  // The global model is one shared, immutable buffer: the TRAIN frames of a round all
+  // send it as it is, and each round replaces it with the strategy's output (moved, not
+  // copied). A Model is kept only when the server evaluates.
+  std::optional<model::Model> eval_model(std::move(*built));
+  eval_model->initialize(config.seed);
+  const model::ParamLayout layout = eval_model->layout();
+  std::shared_ptr<const std::vector<float>> global = std::make_shared<const std::vector<float>>(
+      eval_model->params().begin(), eval_model->params().end());
   // Resume: the last committed round's checkpoint is the global model.
   if (auto latest = store.latest_checkpoint(run.id); latest && *latest) {
-    if (auto loaded = model::load_params_into((*latest)->ref.path, global); !loaded) {
-      end_run(store::RunState::failed, "cannot resume from checkpoint: " + loaded.error().message);
+    auto bundle = model::load_params((*latest)->ref.path);
+    if (!bundle || bundle->layout.fingerprint() != layout.fingerprint()) {
+      end_run(store::RunState::failed,
+              "cannot resume from checkpoint " + (*latest)->ref.path + ": " +
+                  (bundle ? "layout differs from the run's model" : bundle.error().message));
       co_return;
     }
+    global = std::make_shared<const std::vector<float>>(std::move(bundle->params));
     spdlog::info("run {}: resuming after round {} from {}", run.id, (*latest)->round,
                  (*latest)->ref.path);
   }
-  auto strategy = make_strategy(config.strategy, global.param_count());
+  auto strategy = make_strategy(config.strategy, layout.total());
   if (!strategy) {
     end_run(store::RunState::failed, strategy.error().message);
     co_return;
@@ -516,6 +525,8 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       co_return;
     }
     server_test = std::move(*loaded);
+  } else {
+    eval_model.reset();
   }
   const std::string spec_json = nlohmann::json(spec).dump();
   const auto run_dir =
@@ -556,15 +567,13 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
     for (const auto& c : candidates) {
       nonces[c->client_id] = fresh_nonce();
     }
-    auto snapshot =
-        std::make_shared<const std::vector<float>>(global.params().begin(), global.params().end());
-    (*strategy)->begin_round(*snapshot);
+    (*strategy)->begin_round(*global);
     RoundSettings settings;
     settings.run_id = run.id;
     settings.round = round_no;
     settings.min_clients = static_cast<std::size_t>(config.min_clients);
     settings.checks.max_update_norm = config.max_update_norm;
-    Round round(settings, nonces, *snapshot, layout, **strategy);
+    Round round(settings, nonces, *global, layout, **strategy);
     active_round = &round;
     const auto started = now_ms();
     spdlog::info("run {} round {}: training on {} client(s)", run.id, round_no, candidates.size());
@@ -582,8 +591,8 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       request.evaluate = config.federated_evaluation;
       auto metadata = protocol::to_metadata(request);
       round.set_bytes_down(c->client_id, protocol::kFrameHeaderSize + metadata.size() +
-                                             snapshot->size() * sizeof(float));
-      c->outbox->send(protocol::MessageType::train, std::move(metadata), snapshot);
+                                             global->size() * sizeof(float));
+      c->outbox->send(protocol::MessageType::train, std::move(metadata), global);
     }
     const auto deadline =
         std::chrono::steady_clock::now() +
@@ -593,7 +602,6 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       co_await round_wakeup.async_wait(kNoThrow);
     }
     active_round = nullptr;
-    snapshot.reset();  // the Round still views it; its bytes go once the last send is done
     if (stopping) {
       spdlog::info("run {} round {}: abandoned by shutdown; it will be run again after a restart",
                    run.id, round_no);
@@ -670,16 +678,18 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       co_return;
     }
 
-    (*strategy)->finish_round(global.params());
+    // The Round viewed the old global; it is not used past this point.
+    global = std::make_shared<const std::vector<float>>((*strategy)->finish_round());
     if (server_test) {
-      const auto eval = model::evaluate(global, model::loss_for(spec), *server_test);
+      std::copy(global->begin(), global->end(), eval_model->params().begin());
+      const auto eval = model::evaluate(*eval_model, model::loss_for(spec), *server_test);
       record.eval_loss = eval.loss;
       record.eval_accuracy = eval.accuracy;
     }
     // The checkpoint file is complete and durable before the row that names it commits.
     const auto path = (run_dir / ("round-" + std::to_string(round_no) + ".fcp")).string();
     const auto bytes = model::encode_params(
-        layout, global.params(),
+        layout, *global,
         nlohmann::json{
             {"run", run.id}, {"round", round_no}, {"spec", nlohmann::json::parse(spec_json)}}
             .dump());

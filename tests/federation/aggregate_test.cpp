@@ -35,7 +35,8 @@ TEST(WeightedAverage, EqualsTheSampleWeightedMeanTo1e6) {
     (*strategy)->add_update(updates[c], static_cast<std::uint64_t>(weights[c]));
   }
   EXPECT_EQ((*strategy)->updates(), weights.size());
-  (*strategy)->finish_round(global);
+  global = (*strategy)->finish_round();
+  ASSERT_EQ(global.size(), n);
   double total = 0;
   for (double w : weights) {
     total += w;
@@ -57,9 +58,8 @@ TEST(WeightedAverage, NewRoundStartsFromZero) {
   average.add(std::vector<float>{1, 1}, 1);
   average.clear();
   average.add(std::vector<float>{4, 6}, 2);
-  std::vector<float> out(2);
-  average.mean(out);
-  EXPECT_EQ(out, (std::vector<float>{4, 6}));
+  EXPECT_EQ(average.take_mean(), (std::vector<float>{4, 6}));
+  EXPECT_EQ(average.count(), 0u);
 }
 
 TEST(ValidateUpdate, AcceptsAGoodUpdate) {

@@ -333,6 +333,19 @@ error run_not_found(std::int64_t run_id) {
   return fail(errc::not_found, cat("run ", run_id, " does not exist"));
 }
 
+// For read methods: an empty answer is fine for a run that exists and not_found for one
+// that does not.
+result<void> require_run(Database& db, std::int64_t run_id, const std::string& what) {
+  auto exists = run_exists(db, run_id);
+  if (!exists) {
+    return in(what, exists.error());
+  }
+  if (!*exists) {
+    return run_not_found(run_id);
+  }
+  return {};
+}
+
 }  // namespace
 
 // ---- Opening
@@ -773,12 +786,8 @@ result<std::optional<RoundRecord>> HistoryStore::last_committed_round(std::int64
     }
     return std::optional<RoundRecord>(std::move(*round));
   }
-  auto exists = run_exists(db_, run_id);
-  if (!exists) {
-    return in(what, exists.error());
-  }
-  if (!*exists) {
-    return run_not_found(run_id);
+  if (auto known = require_run(db_, run_id, what); !known) {
+    return known.error();
   }
   return std::optional<RoundRecord>();
 }
@@ -796,12 +805,8 @@ result<std::vector<RoundRecord>> HistoryStore::list_rounds(std::int64_t run_id) 
     return in(what, rows.error());
   }
   if (rows->empty()) {
-    auto exists = run_exists(db_, run_id);
-    if (!exists) {
-      return in(what, exists.error());
-    }
-    if (!*exists) {
-      return run_not_found(run_id);
+    if (auto known = require_run(db_, run_id, what); !known) {
+      return known.error();
     }
   }
   return rows;
@@ -828,12 +833,8 @@ result<std::vector<ClientResult>> HistoryStore::list_client_results(
     return in(what, stepped.error());
   }
   if (*stepped == StepResult::done) {
-    auto exists = run_exists(db_, run_id);
-    if (!exists) {
-      return in(what, exists.error());
-    }
-    if (!*exists) {
-      return run_not_found(run_id);
+    if (auto known = require_run(db_, run_id, what); !known) {
+      return known.error();
     }
     if (attempt) {
       return fail(errc::not_found, cat("attempt ", *attempt, " of round ", round, " of run ",
@@ -876,12 +877,8 @@ result<std::optional<CheckpointRecord>> HistoryStore::latest_checkpoint(std::int
   if (*stepped == StepResult::row) {
     return std::optional<CheckpointRecord>(read_checkpoint(*s));
   }
-  auto exists = run_exists(db_, run_id);
-  if (!exists) {
-    return in(what, exists.error());
-  }
-  if (!*exists) {
-    return run_not_found(run_id);
+  if (auto known = require_run(db_, run_id, what); !known) {
+    return known.error();
   }
   return std::optional<CheckpointRecord>();
 }
@@ -899,12 +896,8 @@ result<std::vector<CheckpointRecord>> HistoryStore::list_checkpoints(std::int64_
     return in(what, rows.error());
   }
   if (rows->empty()) {
-    auto exists = run_exists(db_, run_id);
-    if (!exists) {
-      return in(what, exists.error());
-    }
-    if (!*exists) {
-      return run_not_found(run_id);
+    if (auto known = require_run(db_, run_id, what); !known) {
+      return known.error();
     }
   }
   return rows;

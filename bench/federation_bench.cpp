@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <signal.h>
 #include <spawn.h>
 #include <string>
@@ -227,13 +228,20 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
   std::filesystem::remove_all(root);
 }
 
-void transfer_bench(int megabytes, int frames) {
+// Sends `frames` frames of `megabytes` MB (the first is warm-up) over a FrameChannel on
+// loopback and prints MB/s. With `tls` the channel runs over mutual TLS 1.3, otherwise
+// over plain TCP: the ceiling that TLS is measured against.
+void transfer_bench(int megabytes, int frames, bool tls) {
   const auto root =
       std::filesystem::temp_directory_path() / ("fedcore-tls-" + std::to_string(::getpid()));
-  const Pki pki = make_pki(root.string(), 1);
+  std::optional<Pki> pki;
+  std::optional<asio::ssl::context> server_ctx, client_ctx;
+  if (tls) {
+    pki = make_pki(root.string(), 1);
+    server_ctx.emplace(std::move(*fedcore::tls::make_server_context(pki->server())));
+    client_ctx.emplace(std::move(*fedcore::tls::make_client_context(pki->client("c0"))));
+  }
   asio::io_context server_io, client_io;
-  auto server_ctx = fedcore::tls::make_server_context(pki.server());
-  auto client_ctx = fedcore::tls::make_client_context(pki.client("c0"));
   asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
   const auto port = acceptor.local_endpoint().port();
   std::vector<float> params(static_cast<std::size_t>(megabytes) * 250000, 0.5f);
@@ -241,91 +249,58 @@ void transfer_bench(int megabytes, int frames) {
   options.limits.max_payload_bytes = std::uint64_t{1} << 31;
   Clock::time_point first, last;
   std::uint64_t received = 0;
-  asio::co_spawn(
-      server_io,
-      [&]() -> asio::awaitable<void> {
-        auto socket = co_await acceptor.async_accept(asio::use_awaitable);
-        TlsStream stream(std::move(socket), *server_ctx);
-        co_await stream.async_handshake(asio::ssl::stream_base::server, asio::use_awaitable);
-        FrameChannel<TlsStream> channel(std::move(stream), options);
-        for (int i = 0; i < frames; ++i) {
-          auto frame = co_await channel.read_frame();
-          if (!frame) {
-            co_return;
-          }
-          if (i == 0) {
-            first = Clock::now();  // the first frame is warm-up
-          } else {
-            received += frame->payload.size();
-          }
-          last = Clock::now();
-        }
-      },
-      asio::detached);
-  asio::co_spawn(
-      client_io,
-      [&]() -> asio::awaitable<void> {
-        TlsStream stream(client_io, *client_ctx);
-        (void)fedcore::tls::prepare_client_stream(stream, "localhost");
-        co_await stream.next_layer().async_connect({asio::ip::make_address("127.0.0.1"), port},
-                                                   asio::use_awaitable);
-        co_await stream.async_handshake(asio::ssl::stream_base::client, asio::use_awaitable);
-        FrameChannel<TlsStream> channel(std::move(stream), options);
-        for (int i = 0; i < frames; ++i) {
-          co_await channel.write_frame(fedcore::protocol::MessageType::update, "{}",
-                                       std::as_bytes(std::span<const float>(params)));
-        }
-      },
-      asio::detached);
-  std::thread server_thread([&] { server_io.run(); });
-  client_io.run();
-  server_thread.join();
-  const double seconds = std::chrono::duration<double>(last - first).count();
-  std::printf("TLS channel: %d frames of %d MB, %.0f MB/s (%s)\n", frames - 1, megabytes,
-              double(received) / 1e6 / seconds,
-              "TLS 1.3, loopback, one sender thread and one receiver thread");
-  std::filesystem::remove_all(root);
-}
 
-// The same transfer over the plain-TCP channel: the ceiling that TLS is measured against.
-void transfer_tcp_bench(int megabytes, int frames) {
-  asio::io_context server_io, client_io;
-  asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
-  const auto port = acceptor.local_endpoint().port();
-  std::vector<float> params(static_cast<std::size_t>(megabytes) * 250000, 0.5f);
-  fedcore::net::ChannelOptions options;
-  options.limits.max_payload_bytes = std::uint64_t{1} << 31;
-  Clock::time_point first, last;
-  std::uint64_t received = 0;
+  auto receive = [&](auto& channel) -> asio::awaitable<void> {
+    for (int i = 0; i < frames; ++i) {
+      auto frame = co_await channel.read_frame();
+      if (!frame) {
+        co_return;
+      }
+      if (i == 0) {
+        first = Clock::now();  // the first frame is warm-up
+      } else {
+        received += frame->payload.size();
+      }
+      last = Clock::now();
+    }
+  };
+  auto send = [&](auto& channel) -> asio::awaitable<void> {
+    for (int i = 0; i < frames; ++i) {
+      co_await channel.write_frame(fedcore::protocol::MessageType::update, "{}",
+                                   std::as_bytes(std::span<const float>(params)));
+    }
+  };
   asio::co_spawn(
       server_io,
       [&]() -> asio::awaitable<void> {
         auto socket = co_await acceptor.async_accept(asio::use_awaitable);
-        FrameChannel<fedcore::net::TcpStream> channel(std::move(socket), options);
-        for (int i = 0; i < frames; ++i) {
-          auto frame = co_await channel.read_frame();
-          if (!frame) {
-            co_return;
-          }
-          if (i == 0) {
-            first = Clock::now();
-          } else {
-            received += frame->payload.size();
-          }
-          last = Clock::now();
+        if (tls) {
+          TlsStream stream(std::move(socket), *server_ctx);
+          co_await stream.async_handshake(asio::ssl::stream_base::server, asio::use_awaitable);
+          FrameChannel<TlsStream> channel(std::move(stream), options);
+          co_await receive(channel);
+        } else {
+          FrameChannel<fedcore::net::TcpStream> channel(std::move(socket), options);
+          co_await receive(channel);
         }
       },
       asio::detached);
   asio::co_spawn(
       client_io,
       [&]() -> asio::awaitable<void> {
-        asio::ip::tcp::socket socket(client_io);
-        co_await socket.async_connect({asio::ip::make_address("127.0.0.1"), port},
-                                      asio::use_awaitable);
-        FrameChannel<fedcore::net::TcpStream> channel(std::move(socket), options);
-        for (int i = 0; i < frames; ++i) {
-          co_await channel.write_frame(fedcore::protocol::MessageType::update, "{}",
-                                       std::as_bytes(std::span<const float>(params)));
+        const asio::ip::tcp::endpoint server(asio::ip::make_address("127.0.0.1"), port);
+        if (tls) {
+          TlsStream stream(client_io, *client_ctx);
+          (void)fedcore::tls::prepare_client_stream(stream, "localhost");
+          co_await stream.next_layer().async_connect(server, asio::use_awaitable);
+          co_await stream.async_handshake(asio::ssl::stream_base::client, asio::use_awaitable);
+          FrameChannel<TlsStream> channel(std::move(stream), options);
+          co_await send(channel);
+        } else {
+          asio::ip::tcp::socket socket(client_io);
+          co_await socket.async_connect(server, asio::use_awaitable);
+          FrameChannel<fedcore::net::TcpStream> channel(std::move(socket), options);
+          co_await send(channel);
         }
       },
       asio::detached);
@@ -333,8 +308,11 @@ void transfer_tcp_bench(int megabytes, int frames) {
   client_io.run();
   server_thread.join();
   const double seconds = std::chrono::duration<double>(last - first).count();
-  std::printf("TCP channel: %d frames of %d MB, %.0f MB/s (plain TCP, loopback)\n", frames - 1,
-              megabytes, double(received) / 1e6 / seconds);
+  std::printf(
+      "%s channel: %d frames of %d MB, %.0f MB/s (%s)\n", tls ? "TLS" : "TCP", frames - 1,
+      megabytes, double(received) / 1e6 / seconds,
+      tls ? "TLS 1.3, loopback, one sender thread and one receiver thread" : "plain TCP, loopback");
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
@@ -342,11 +320,11 @@ void transfer_tcp_bench(int megabytes, int frames) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "transfer") {
-    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26);
+    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, true);
     return 0;
   }
   if (mode == "transfer-tcp") {
-    transfer_tcp_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26);
+    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, false);
     return 0;
   }
   if (mode == "rounds") {

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -55,6 +56,30 @@ struct ServerOptions {
   std::uint64_t large_payload_bytes = std::uint64_t{1} << 20;
   // Data the server evaluates each new global model on, when a run names one; loaded
   // per run from RunConfig::server_test_set.
+};
+
+// What the admin plane shows of one connected client session.
+struct SessionInfo {
+  std::string client_id;
+  std::string peer;  // remote address:port ("in-process" for simulated clients)
+  std::int64_t connected_ms = 0;
+  bool training = false;  // selected in the round in flight and not yet answered
+};
+
+// Where the active run is (status()).
+struct ServerStatus {
+  bool run_active = false;
+  std::int64_t active_run_id = 0;        // 0 when no run is active
+  std::int64_t active_round = 0;         // round in flight, 0 when none
+  bool waiting_for_admin = false;        // manual run waiting for advance_round()
+  std::size_t online_clients = 0;
+  std::size_t connections = 0;           // open sockets, including those not yet HELLO'd
+};
+
+// Bytes the federation listener moved, over all sessions past and present.
+struct TrafficCounters {
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
 };
 
 // Notifications for tests and the admin plane (called on the io_context thread).
@@ -85,11 +110,29 @@ class FederationServer {
   // Restarts the loop of every run the store has in state running (after a crash or a
   // stop): at most one; others are marked paused with a reason.
   result<void> resume_runs();
+  // Stops a run: the active one abandons its round in flight (nothing of it is
+  // committed) and ends in state stopped; a pending or paused run is marked stopped.
+  // Errors: not_found (no such run); failed_precondition (already finished, failed or
+  // stopped).
+  result<void> stop_run(std::int64_t run_id);
+  // Manual runs (RunConfig::manual) wait before every round until an admin asks for it.
+  // Returns the number of the round that will start. Errors: not_found;
+  // failed_precondition when the run is not the active run, is not manual, or a round
+  // is already in flight or already requested.
+  result<std::int64_t> advance_round(std::int64_t run_id);
+  // Every event the server records (the same rows as the store's events table, with
+  // their ids) is also passed to each subscriber, in order, on the io_context thread.
+  // Subscribers must not block. Returns a handle for unsubscribe_events().
+  std::uint64_t subscribe_events(std::function<void(const store::EventRecord&)> listener);
+  void unsubscribe_events(std::uint64_t handle);
   // See the class comment. Idempotent.
   void shutdown();
 
   std::size_t online_clients() const noexcept;
   bool run_active() const noexcept;
+  ServerStatus status() const;
+  std::vector<SessionInfo> sessions() const;
+  TrafficCounters traffic() const;
 
  private:
   struct Impl;

@@ -19,7 +19,8 @@
 //     "label_column": "",                       // label column of server_test_set
 //     "wait_for_clients_s": 300,                // how long a round waits for enough clients
 //     "on_failed_round": "pause",               // "pause" or "retry"
-//     "max_retries": 2                          // retries of a failed round before pausing
+//     "max_retries": 2,                         // retries of a failed round before pausing
+//     "manual": false                           // true: each round waits for an admin
 //   }
 //
 // A round that fails (no quorum) is recorded as failed. With "retry" it is run again
@@ -57,11 +58,13 @@ struct RunConfig {
   std::uint64_t seed = 1;
   double max_update_norm = 0;
   bool federated_evaluation = true;
+  // A CSV path, or "fashion-mnist" / "fashion-mnist:DIR" for that data set's test split.
   std::string server_test_set;
   std::string label_column;
   double wait_for_clients_s = 300;
   FailedRoundPolicy on_failed_round = FailedRoundPolicy::pause;
   std::int32_t max_retries = 2;
+  bool manual = false;  // rounds start only on FederationServer::advance_round
 };
 
 // Parses and validates; errc::invalid_argument naming the field for every problem.

@@ -6,6 +6,8 @@
 //                                         peak RSS (VmHWM), for 2, 8 and 32 clients.
 //   federation_bench transfer MB        : one 40 MB-class parameter frame after another
 //                                         over our TLS channel on loopback; MB/s.
+//   federation_bench streams MB         : raw stream throughput of plain TCP,
+//                                         asio::ssl::stream and our TlsStream, interleaved.
 //
 // bench/federation_bench.sh runs both and `openssl speed` for the comparison.
 #include <algorithm>
@@ -27,8 +29,10 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include "net/frame_channel.hpp"
 #include "protocol/messages.hpp"
@@ -315,6 +319,103 @@ void transfer_bench(int megabytes, int frames, bool tls) {
   std::filesystem::remove_all(root);
 }
 
+// Raw stream throughput, without frames: `frames` writes of `megabytes` over one loopback
+// connection (the first is warm-up), sender and receiver on their own threads, 4 MiB per
+// read_some/write_some as FrameChannel does. Compares Fedcore's TlsStream with
+// asio::ssl::stream (what the channel used before) and plain TCP in one run.
+enum class StreamKind { tcp, asio_ssl, fedcore_tls };
+
+struct LargeSteps {
+  std::size_t operator()(const boost::system::error_code& ec, std::size_t) const {
+    return ec ? 0 : std::size_t{4} << 20;
+  }
+};
+
+template <StreamKind kind>
+double stream_mbps(const Pki& pki, int megabytes, int frames) {
+  using Stream =
+      std::conditional_t<kind == StreamKind::tcp, asio::ip::tcp::socket,
+                         std::conditional_t<kind == StreamKind::asio_ssl,
+                                            asio::ssl::stream<asio::ip::tcp::socket>, TlsStream>>;
+  auto server_ctx = std::move(*fedcore::tls::make_server_context(pki.server()));
+  auto client_ctx = std::move(*fedcore::tls::make_client_context(pki.client("c0")));
+  asio::io_context server_io, client_io;
+  asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acceptor.local_endpoint().port();
+  std::vector<char> out(static_cast<std::size_t>(megabytes) * 1000000, 'x');
+  std::vector<char> in(out.size());
+  Clock::time_point first, last;
+  auto make = [&](asio::ip::tcp::socket socket, asio::ssl::context& ctx) {
+    if constexpr (kind == StreamKind::tcp) {
+      (void)ctx;
+      return socket;
+    } else {
+      return Stream(std::move(socket), ctx);
+    }
+  };
+  auto handshake = [](Stream& stream,
+                      asio::ssl::stream_base::handshake_type type) -> asio::awaitable<void> {
+    if constexpr (kind != StreamKind::tcp) {
+      co_await stream.async_handshake(type, asio::use_awaitable);
+    } else {
+      (void)stream;
+      (void)type;
+    }
+  };
+  asio::co_spawn(
+      server_io,
+      [&]() -> asio::awaitable<void> {
+        Stream stream = make(co_await acceptor.async_accept(asio::use_awaitable), server_ctx);
+        co_await handshake(stream, asio::ssl::stream_base::server);
+        for (int i = 0; i < frames; ++i) {
+          co_await asio::async_read(stream, asio::buffer(in), LargeSteps{}, asio::use_awaitable);
+          (i == 0 ? first : last) = Clock::now();
+        }
+      },
+      asio::detached);
+  asio::co_spawn(
+      client_io,
+      [&]() -> asio::awaitable<void> {
+        Stream stream = make(asio::ip::tcp::socket(client_io), client_ctx);
+        auto& socket = [&]() -> asio::ip::tcp::socket& {
+          if constexpr (kind == StreamKind::tcp) {
+            return stream;
+          } else {
+            return stream.next_layer();
+          }
+        }();
+        co_await socket.async_connect({asio::ip::make_address("127.0.0.1"), port},
+                                      asio::use_awaitable);
+        co_await handshake(stream, asio::ssl::stream_base::client);
+        for (int i = 0; i < frames; ++i) {
+          co_await asio::async_write(stream, asio::buffer(out), LargeSteps{}, asio::use_awaitable);
+        }
+      },
+      asio::detached);
+  std::thread server_thread([&] { server_io.run(); });
+  client_io.run();
+  server_thread.join();
+  return double(out.size()) * (frames - 1) / 1e6 /
+         std::chrono::duration<double>(last - first).count();
+}
+
+void streams_bench(int megabytes, int frames, int repeats) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("fedcore-streams-" + std::to_string(::getpid()));
+  const Pki pki = make_pki(root.string(), 1);
+  std::printf("stream throughput, MB/s (%d writes of %d MB after one warm-up; loopback)\n",
+              frames - 1, megabytes);
+  std::printf("%-8s %12s %18s %18s\n", "repeat", "plain TCP", "asio::ssl::stream",
+              "fedcore TlsStream");
+  for (int r = 1; r <= repeats; ++r) {  // interleaved, so that load on the machine hits all
+    const double tcp = stream_mbps<StreamKind::tcp>(pki, megabytes, frames);
+    const double asio_ssl = stream_mbps<StreamKind::asio_ssl>(pki, megabytes, frames);
+    const double ours = stream_mbps<StreamKind::fedcore_tls>(pki, megabytes, frames);
+    std::printf("%-8d %12.0f %18.0f %18.0f\n", r, tcp, asio_ssl, ours);
+  }
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -327,6 +428,11 @@ int main(int argc, char** argv) {
     transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, false);
     return 0;
   }
+  if (mode == "streams") {
+    streams_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 11,
+                  argc > 4 ? std::atoi(argv[4]) : 3);
+    return 0;
+  }
   if (mode == "rounds") {
     std::vector<long> params{100000, 1000000, 10000000};
     if (argc > 2) {
@@ -335,6 +441,8 @@ int main(int argc, char** argv) {
     rounds_bench(FEDCORE_SERVER_BIN, params, {2, 8, 32}, 5);
     return 0;
   }
-  std::fprintf(stderr, "usage: federation_bench rounds [PARAMS] | transfer [MB] [FRAMES]\n");
+  std::fprintf(stderr,
+               "usage: federation_bench rounds [PARAMS] | transfer [MB] [FRAMES] | "
+               "transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
   return 2;
 }

@@ -31,15 +31,14 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl/stream.hpp>
 
+#include "net/tls_stream.hpp"
 #include "protocol/frame.hpp"
 #include "util/error.hpp"
 
 namespace fedcore::net {
 
 using TcpStream = boost::asio::ip::tcp::socket;
-using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket>;
 
 class PayloadGate;
 

@@ -438,13 +438,11 @@ result<ssl::context> make_client_context(const ClientTlsConfig& config) {
   return ctx;
 }
 
-result<void> prepare_client_stream(boost::asio::ssl::stream<boost::asio::ip::tcp::socket>& stream,
-                                   const std::string& server_name) {
+result<void> prepare_client_stream(SSL* ssl, const std::string& server_name) {
   ERR_clear_error();
   if (auto r = check_server_name(server_name); !r) {
     return r.error();
   }
-  SSL* ssl = stream.native_handle();
   if (!is_ip_literal(server_name) && SSL_set_tlsext_host_name(ssl, server_name.c_str()) != 1) {
     return openssl_failure(errc::internal, "cannot set SNI '" + server_name + "'");
   }

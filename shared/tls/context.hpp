@@ -102,8 +102,12 @@ result<boost::asio::ssl::context> make_client_context(const ClientTlsConfig& con
 // Errors: errc::invalid_argument — empty, over-long or malformed server_name;
 // errc::internal — OpenSSL refused the setting.
 // Thread safety: the stream must not be in use by another thread.
-result<void> prepare_client_stream(boost::asio::ssl::stream<boost::asio::ip::tcp::socket>& stream,
-                                   const std::string& server_name);
+result<void> prepare_client_stream(SSL* stream, const std::string& server_name);
+// The same for any stream with native_handle() (net::TlsStream, asio::ssl::stream).
+template <class Stream>
+result<void> prepare_client_stream(Stream& stream, const std::string& server_name) {
+  return prepare_client_stream(stream.native_handle(), server_name);
+}
 
 // The subject CN of the peer's certificate after a successful handshake — on the server,
 // the authenticated client id. Pass `stream.native_handle()`. Does not take ownership.

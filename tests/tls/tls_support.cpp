@@ -19,6 +19,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
+#include "net/tls_stream.hpp"
+
 #ifndef FEDCORE_PKI_SCRIPT
 #error "FEDCORE_PKI_SCRIPT must name certs/fedcore-pki"
 #endif
@@ -28,7 +30,7 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using Stream = asio::ssl::stream<tcp::socket>;
+using Stream = net::TlsStream;  // the stream the product uses
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 // Sends FIN, then reads until the peer closes too, then closes: closing with unread bytes

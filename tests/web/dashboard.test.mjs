@@ -479,6 +479,22 @@ async function scenario() {
     await shot(page, '07-run-auto-finished');
   });
 
+  await step('a run is stopped from its page, after a confirmation', async () => {
+    await page.click('a[data-nav="new-run"]');
+    await page.locator('#run-form').waitFor();
+    await fillRunForm(page, { name: 'browser-stop', rounds: 50, manual: true });
+    await page.click('#start-run');
+    await page.waitForURL(/#\/runs\/\d+$/);
+    await page.locator('#run-state .badge', { hasText: 'running' }).waitFor();
+    await page.click('#stop-run');
+    await page.locator('#confirm-stop').waitFor();
+    await shot(page, '08-run-stop-confirm');
+    await page.click('#confirm-stop');
+    await page.locator('#run-state .badge', { hasText: 'stopped' }).waitFor({ timeout: 30000 });
+    await page.locator('#action-message', { hasText: 'Run stopped' }).waitFor();
+    assert.equal(await page.locator('#stop-run').count(), 0);
+  });
+
   await step('the clients page shows the three hospitals online', async () => {
     await page.click('a[data-nav="clients"]');
     await page.locator('#clients-online-count', { hasText: '3 of 3' }).waitFor();
@@ -486,17 +502,17 @@ async function scenario() {
     assert.equal(await rows.count(), 3);
     const online = await rows.evaluateAll((trs) => trs.map((tr) => [tr.dataset.client, tr.dataset.online]));
     assert.deepEqual(online.sort(), clientIds.map((id) => [id, 'true']));
-    await shot(page, '08-clients');
+    await shot(page, '09-clients');
   });
 
-  await step('the runs list and the overview show both runs', async () => {
+  await step('the runs list and the overview show the three runs', async () => {
     await page.click('a[data-nav="runs"]');
-    await page.locator('#runs-list caption', { hasText: '2 runs' }).waitFor();
-    await shot(page, '09-runs');
+    await page.locator('#runs-list caption', { hasText: '3 runs' }).waitFor();
+    await shot(page, '10-runs');
     await page.click('a[data-nav="overview"]');
     await page.locator('#activity li.event').first().waitFor();
     await page.locator('#recent-runs tbody tr').nth(1).waitFor();
-    await shot(page, '10-overview-after');
+    await shot(page, '11-overview-after');
   });
 
   await step('a narrow screen gets the same pages, readable', async () => {
@@ -506,7 +522,7 @@ async function scenario() {
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     assert.ok(overflow <= 1, `no sideways scrolling of the page (${overflow} px too wide)`);
     await page.waitForTimeout(400);
-    await shot(page, '11-run-narrow');
+    await shot(page, '12-run-narrow');
     await page.setViewportSize({ width: 1366, height: 900 });
   });
 

@@ -57,6 +57,16 @@ export function dateTime(ms) {
   });
 }
 
+// "Nov 21, 11:09" (the year only when it is not this year).
+export function shortDateTime(ms) {
+  if (ms === null || ms === undefined) return dash;
+  const d = new Date(ms);
+  const sameYear = d.getFullYear() === new Date().getFullYear();
+  return d.toLocaleString(undefined, {
+    year: sameYear ? undefined : 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit',
+  });
+}
+
 export function clock(ms) {
   if (ms === null || ms === undefined) return dash;
   return new Date(ms).toLocaleTimeString(undefined, {

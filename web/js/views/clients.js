@@ -4,7 +4,7 @@
 import { api } from '../api.js';
 import { coalesce } from '../events.js';
 import { fill, h, setTitle, stat, table } from '../dom.js';
-import { ago, dash, dateTime, number } from '../format.js';
+import { ago, dash, dateTime, number, shortDateTime } from '../format.js';
 import { onlineBadge } from '../describe.js';
 
 const PAGE = 50;
@@ -36,7 +36,7 @@ export function mount(root, ctx) {
         { label: 'Classes', className: 'num', value: (c) => c.num_classes ?? dash },
         { label: 'Rounds joined', className: 'num', value: (c) => number(c.rounds_joined) },
         { label: 'Software', value: (c) => c.software || dash },
-        { label: 'First seen', value: (c) => dateTime(c.first_seen_ms) },
+        { label: 'First seen', value: (c) => h('time', { title: dateTime(c.first_seen_ms) }, shortDateTime(c.first_seen_ms)) },
       ],
       rows: clients,
       rowAttrs: (c) => ({ dataset: { client: c.id, online: String(Boolean(c.online)) } }),

@@ -4,7 +4,7 @@
 import { api } from '../api.js';
 import { events, coalesce } from '../events.js';
 import { fill, h, setTitle, stat, table } from '../dom.js';
-import { ago, dateTime, duration, number } from '../format.js';
+import { ago, dateTime, duration, shortDateTime } from '../format.js';
 import { eventItem, runActive, runBadge } from '../describe.js';
 
 export function mount(root, ctx) {
@@ -74,7 +74,7 @@ export function mount(root, ctx) {
         { label: 'Run', value: (r) => h('a', { href: `#/runs/${r.id}` }, r.name || `run ${r.id}`) },
         { label: 'State', value: (r) => runBadge(r.state) },
         { label: 'Rounds', className: 'num', value: (r) => `${r.last_round} / ${r.rounds_total}` },
-        { label: 'Started', value: (r) => dateTime(r.created_ms) },
+        { label: 'Started', value: (r) => h('time', { title: dateTime(r.created_ms) }, shortDateTime(r.created_ms)) },
       ],
       rows: runs,
       empty: 'No runs yet.',

@@ -6,7 +6,7 @@
 import { api } from '../api.js';
 import { coalesce } from '../events.js';
 import { badge, fill, h, setTitle, stat, table } from '../dom.js';
-import { ago, bytes, clock, dash, dateTime, metric, number, percent, seconds } from '../format.js';
+import { ago, bytes, clock, dash, dateTime, shortDateTime, metric, number, percent, seconds } from '../format.js';
 import { resultBadge, roundBadge, runActive, runBadge } from '../describe.js';
 import { ParticipationChart, RoundLineChart, chartAvailable } from '../charts.js';
 
@@ -131,7 +131,8 @@ export function mount(root, ctx) {
       stat('Server accuracy', percent(srvAcc), { hint: srvAcc === null ? 'no server test set' : `loss ${metric(lastOf('eval_loss'))}` }),
       stat('Federated accuracy', percent(fedAcc), { hint: fedAcc === null ? 'not reported' : `loss ${metric(lastOf('fed_eval_loss'))}` }),
       stat('Model', run.config?.model?.type ?? dash, { hint: `${run.config?.strategy ?? 'fedavg'} · ${run.manual ? 'manual rounds' : 'automatic rounds'}` }),
-      stat('Started', dateTime(run.created_ms), { hint: `updated ${ago(run.updated_ms)}` }));
+      stat('Started', h('time', { title: dateTime(run.created_ms) }, shortDateTime(run.created_ms)),
+        { hint: `updated ${ago(run.updated_ms)}` }));
     summary.removeAttribute('aria-busy');
     if (run.reason) {
       summary.append(h('p.notice.span-all', { dataset: { kind: run.state === 'failed' ? 'bad' : 'info' } }, `Reason: ${run.reason}`));
@@ -286,9 +287,14 @@ export function mount(root, ctx) {
   roundSelect.addEventListener('change', () => selectRound(Number(roundSelect.value), true));
 
   // --- actions ---------------------------------------------------------------------
+  let sayTimer = null;
   function say(text, kind = 'info') {
+    clearTimeout(sayTimer);
     fill(actionMsg, text ? h('p.notice', { dataset: { kind }, role: kind === 'bad' ? 'alert' : null }, text) : null);
+    // Confirmations fade after a while; errors stay until the next action.
+    if (text && kind === 'ok') sayTimer = setTimeout(() => actionMsg.replaceChildren(), 8000);
   }
+  ctx.cleanup(() => clearTimeout(sayTimer));
 
   function confirmStop() {
     fill(actions,

@@ -3,7 +3,7 @@
 import { api } from '../api.js';
 import { coalesce } from '../events.js';
 import { fill, h, setTitle, table } from '../dom.js';
-import { dateTime } from '../format.js';
+import { dateTime, shortDateTime } from '../format.js';
 import { runBadge } from '../describe.js';
 
 const PAGE = 25;
@@ -42,8 +42,8 @@ export function mount(root, ctx) {
             h('progress', { max: r.rounds_total, value: r.last_round, 'aria-label': `${r.last_round} of ${r.rounds_total} rounds` }),
             h('span.num', `${r.last_round} / ${r.rounds_total}`)) },
           { label: 'Mode', value: (r) => (r.manual ? 'manual' : 'automatic') },
-          { label: 'Created', value: (r) => dateTime(r.created_ms) },
-          { label: 'Updated', value: (r) => dateTime(r.updated_ms) },
+          { label: 'Created', value: (r) => h('time', { title: dateTime(r.created_ms) }, shortDateTime(r.created_ms)) },
+          { label: 'Updated', value: (r) => h('time', { title: dateTime(r.updated_ms) }, shortDateTime(r.updated_ms)) },
         ],
         rows: page.items,
         empty: state ? `No ${state} runs.` : 'No runs yet. Start one with “Start a run”.',

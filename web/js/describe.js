@@ -47,6 +47,7 @@ export function eventText(e) {
     case 'update_accepted': return `${run}: update from ${client} accepted (${round})`;
     case 'update_rejected': return `${run}: update from ${client} rejected (${round})${reason ? `: ${reason}` : ''}`;
     case 'update_stale': return `${run}: stale update from ${client} ignored`;
+    case 'update_refused': return `malformed update report from ${client} refused${reason ? `: ${reason}` : ''}`;
     case 'round_committed': return `${run}: ${round} committed`;
     case 'round_failed': return `${run}: ${round} failed${reason ? `: ${reason}` : ''}`;
     case 'run_ended': {
@@ -58,7 +59,7 @@ export function eventText(e) {
 }
 
 const eventKinds = {
-  update_rejected: 'bad', round_failed: 'bad', client_disconnected: 'neutral',
+  update_rejected: 'bad', update_refused: 'bad', round_failed: 'bad', client_disconnected: 'neutral',
   round_committed: 'ok', run_ended: 'info', update_stale: 'warn',
 };
 

@@ -9,6 +9,8 @@ const runStateKinds = {
 const resultKinds = { ok: 'ok', rejected: 'bad', timeout: 'warn', dropped: 'neutral' };
 const roundKinds = { committed: 'ok', failed: 'bad', running: 'info' };
 
+const RUN_STATES = ['pending', 'running', 'paused', 'finished', 'failed', 'stopped'];
+
 export const runActive = (run) => ['pending', 'running', 'paused'].includes(run.state);
 
 export function runBadge(state) {
@@ -51,7 +53,10 @@ export function eventText(e) {
     case 'round_committed': return `${run}: ${round} committed`;
     case 'round_failed': return `${run}: ${round} failed${reason ? `: ${reason}` : ''}`;
     case 'run_ended': {
-      const state = e.detail && e.detail.state ? ` (${e.detail.state})` : '';
+      // The server sends the state as a name, or (older servers) as its index.
+      const raw = e.detail ? e.detail.state : undefined;
+      const name = typeof raw === 'number' ? RUN_STATES[raw] : raw;
+      const state = name ? ` (${name})` : '';
       return `${run} ended${state}${reason ? `: ${reason}` : ''}`;
     }
     default: return `${e.kind}${run ? ` · ${run}` : ''}`;

@@ -19,6 +19,19 @@ void header(std::string& out, std::string_view name, std::string_view type, std:
   out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
 }
 
+// A code the server made: short lower_snake text, safe as a label value as it is.
+bool is_label_value(const std::string& code) {
+  if (code.empty() || code.size() > 32) {
+    return false;
+  }
+  for (char c : code) {
+    if (!((c >= 'a' && c <= 'z') || c == '_')) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string_view reason_label(std::string_view reason) {
@@ -36,7 +49,7 @@ std::string_view reason_label(std::string_view reason) {
       {"layout", "layout"},
       {"norm", "norm"},
       {"samples", "samples"},
-      {"values", "size"},
+      {"values", "shape"},
       {"malformed", "malformed"},
   }};
   for (const auto& [keyword, label] : kKeywords) {
@@ -61,11 +74,18 @@ void UpdateCounters::on_event(const store::EventRecord& e) {
   std::string reason;
   if (result != "accepted") {
     auto detail = nlohmann::json::parse(e.detail_json, nullptr, false);
-    const std::string text = !detail.is_discarded() && detail.is_object() &&
-                                     detail.contains("reason") && detail["reason"].is_string()
-                                 ? detail["reason"].get<std::string>()
-                                 : std::string();
-    reason = std::string(reason_label(text));
+    auto text = [&](const char* key) {
+      return !detail.is_discarded() && detail.is_object() && detail.contains(key) &&
+                     detail[key].is_string()
+                 ? detail[key].get<std::string>()
+                 : std::string();
+    };
+    // Rejections carry the server's own code (federation/aggregate.hpp rejection_code);
+    // stale updates are told apart by their reason.
+    const auto code = text("reason_code");
+    reason = result == "rejected" && is_label_value(code)
+                 ? code
+                 : std::string(reason_label(text("reason")));
   }
   ++counts_[{result, reason}];
 }

@@ -160,6 +160,14 @@ class ApiFixture {
     }
     return true;
   }
+  // How often `what` occurs in `text`.
+  static std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  }
   std::size_t api_connections() {
     return on_server([this] { return api_->connections(); });
   }

@@ -376,6 +376,30 @@ TEST(ApiLimits, ASlowHeaderClientIsCutOffAtTheRequestDeadline) {
   EXPECT_EQ(client.get("/api/v1/health").status, 200);
 }
 
+TEST(ApiEventsHttp, AQuietStreamGetsKeepAliveCommentsAndEndsAtShutdown) {
+  ApiFixture fixture({.tune = [](ApiServerOptions& o) {
+    o.event_keepalive = std::chrono::milliseconds(200);
+  }});
+  auto stream = fixture.client().stream_events(
+      [](const std::string& body) { return ApiFixture::count(body, ": keep-alive\n\n") >= 2; },
+      std::chrono::seconds(20));
+  ASSERT_EQ(stream.status, 200) << stream.describe();
+  EXPECT_EQ(stream.header("content-type"), "text/event-stream");
+  EXPECT_EQ(stream.header("transfer-encoding"), "chunked");
+  EXPECT_EQ(stream.body.rfind(": connected\n\n: keep-alive\n\n", 0), 0u) << stream.body;
+  EXPECT_FALSE(stream.timed_out);
+  // A stream open while the server stops does not hold it up (the fixture's stop is
+  // bounded and fails the test otherwise).
+  std::thread reader([&] {
+    fixture.client().stream_events([](const std::string&) { return false; },
+                                   std::chrono::seconds(20));
+  });
+  ASSERT_TRUE(ApiFixture::poll_until([&] { return fixture.api_connections() == 1; },
+                                     std::chrono::seconds(10)));
+  fixture.stop();
+  reader.join();
+}
+
 TEST(ApiLimits, ConnectionsOverTheCapAreClosedAtOnce) {
   ApiFixture fixture({.tune = [](ApiServerOptions& o) {
     o.max_connections = 1;

@@ -27,7 +27,7 @@ TEST(ApiMetrics, ReasonsBecomeAFixedSetOfLabels) {
   EXPECT_EQ(reason_label("update value w[3] is NaN"), "non_finite");
   EXPECT_EQ(reason_label("update value w[3] is infinite"), "non_finite");
   EXPECT_EQ(reason_label("update layout ab differs from the global model's cd"), "layout");
-  EXPECT_EQ(reason_label("update has 3 values, the model has 4"), "size");
+  EXPECT_EQ(reason_label("update has 3 values, the model has 4"), "shape");
   EXPECT_EQ(reason_label("update claims 0 samples; allowed 1 to 10"), "samples");
   EXPECT_EQ(reason_label("update moves the model by L2 norm 9, above the bound 1"), "norm");
   EXPECT_EQ(reason_label("stale or replayed update for run 1 round 1; current is run 1 round 2"),
@@ -51,6 +51,10 @@ TEST(ApiMetrics, RendersParsableTextWithEveryFamily) {
   updates.on_event(event(2, "update_accepted"));
   updates.on_event(event(3, "update_rejected", R"({"reason":"update value w[0] is NaN"})"));
   updates.on_event(event(4, "round_committed"));
+  updates.on_event(event(5, "update_rejected", R"({"reason":"x","reason_code":"norm"})"));
+  updates.on_event(event(6, "update_rejected", R"({"reason":"x","reason_code":"a\"b"})"));
+  updates.on_event(
+      event(7, "update_stale", R"({"reason":"nonce does not match","reason_code":"stale"})"));
   const auto text = render_metrics(s, updates);
   auto parsed = testing::parse_prometheus(text);
   ASSERT_TRUE(parsed.ok) << parsed.problem << "\n" << text;
@@ -60,6 +64,10 @@ TEST(ApiMetrics, RendersParsableTextWithEveryFamily) {
   EXPECT_EQ(parsed.value("fedcore_rounds_total{state=\"failed\"}"), 1);
   EXPECT_EQ(parsed.value("fedcore_updates_total{result=\"accepted\",reason=\"\"}"), 2);
   EXPECT_EQ(parsed.value("fedcore_updates_total{result=\"rejected\",reason=\"non_finite\"}"), 1);
+  EXPECT_EQ(parsed.value("fedcore_updates_total{result=\"rejected\",reason=\"norm\"}"), 1);
+  EXPECT_EQ(parsed.value("fedcore_updates_total{result=\"rejected\",reason=\"other\"}"), 1)
+      << "a code that is no label value is not used";
+  EXPECT_EQ(parsed.value("fedcore_updates_total{result=\"stale\",reason=\"nonce\"}"), 1);
   EXPECT_EQ(parsed.value("fedcore_bytes_received_total"), 100);
   EXPECT_EQ(parsed.value("fedcore_bytes_sent_total"), 200);
   EXPECT_EQ(parsed.value("fedcore_round_duration_seconds_bucket{le=\"0.25\"}"), 1);

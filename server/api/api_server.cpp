@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -205,29 +206,26 @@ asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t i
     lowest.expires_after(options.request_timeout);
     auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kNoThrow);
     (void)n;
+    // Refusals are built into a named Response before any co_await: GCC 12 destroys
+    // string temporaries of a co_await operand twice (a heap corruption seen here).
+    std::optional<Response> refusal;
+    unsigned version = 11;
+    bool head = false;
     if (ec == http::error::header_limit) {
-      co_await write_response(stream,
-                              error_response(431, "request_header_fields_too_large",
-                                             "request headers exceed " +
-                                                 std::to_string(options.header_limit) + " bytes"),
-                              11, false, false);
-      break;
-    }
-    if (ec == http::error::body_limit) {
-      co_await write_response(
-          stream,
-          error_response(413, "payload_too_large",
-                         "body: larger than " + std::to_string(kMaxJsonBody) + " bytes"),
-          11, false, false);
-      break;
-    }
-    if (ec) {
-      if (!is_quiet_end(ec) && ec != http::error::buffer_overflow) {
-        co_await write_response(
-            stream,
-            error_response(400, "invalid_argument", "malformed HTTP request: " + ec.message()), 11,
-            false, false);
+      refusal = error_response(
+          431, "request_header_fields_too_large",
+          "request headers exceed " + std::to_string(options.header_limit) + " bytes");
+    } else if (ec == http::error::body_limit) {
+      refusal = error_response(413, "payload_too_large",
+                               "body: larger than " + std::to_string(kMaxJsonBody) + " bytes");
+    } else if (ec) {
+      if (is_quiet_end(ec) || ec == http::error::buffer_overflow) {
+        break;
       }
+      refusal = error_response(400, "invalid_argument", "malformed HTTP request: " + ec.message());
+    }
+    if (refusal) {
+      co_await write_response(stream, std::move(*refusal), version, false, head);
       break;
     }
     auto& header = parser.get();
@@ -235,35 +233,29 @@ asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t i
     const std::string target(header.target());
     const auto question = target.find('?');
     const std::string path = target.substr(0, question);
-    const unsigned version = header.version();
-    const bool head = method == "HEAD";
+    version = header.version();
+    head = method == "HEAD";
 
     // The route's own body limit, checked before any of the body is read.
     const auto limit = api.body_limit(method, path);
     const auto declared = parser.content_length();
+    const std::string too_large = limit == 0
+                                      ? std::string("body: this route takes none")
+                                      : "body: larger than " + std::to_string(limit) + " bytes";
     if ((declared && *declared > limit) || (!declared && parser.chunked() && limit == 0)) {
-      co_await write_response(
-          stream,
-          error_response(413, "payload_too_large",
-                         limit == 0 ? "body: this route takes none"
-                                    : "body: larger than " + std::to_string(limit) + " bytes"),
-          version, false, head);
-      break;
-    }
-    if (!parser.is_done()) {
+      refusal = error_response(413, "payload_too_large", too_large);
+    } else if (!parser.is_done()) {
       auto [body_ec, m] = co_await http::async_read(stream, buffer, parser, kNoThrow);
       (void)m;
       if (body_ec == http::error::body_limit) {
-        co_await write_response(
-            stream,
-            error_response(413, "payload_too_large",
-                           "body: larger than " + std::to_string(limit) + " bytes"),
-            version, false, head);
+        refusal = error_response(413, "payload_too_large", too_large);
+      } else if (body_ec) {
         break;
       }
-      if (body_ec) {
-        break;
-      }
+    }
+    if (refusal) {
+      co_await write_response(stream, std::move(*refusal), version, false, head);
+      break;
     }
     auto message = parser.release();
     Request request;
@@ -280,8 +272,9 @@ asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t i
       break;
     }
     const bool keep_alive = message.keep_alive() && !stopping;
-    if (!co_await write_response(stream, std::move(response), version, keep_alive, head) ||
-        !keep_alive) {
+    const bool written =
+        co_await write_response(stream, std::move(response), version, keep_alive, head);
+    if (!written || !keep_alive) {
       break;
     }
   }

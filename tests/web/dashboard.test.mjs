@@ -40,6 +40,9 @@ for (const key of ['server', 'client', 'source', 'build']) {
   }
 }
 const source = path.resolve(args.source);
+// The daemons run in the temp folder: relative binary paths would break there.
+args.server = path.resolve(args.server);
+args.client = path.resolve(args.client);
 const webRoot = path.join(source, 'web');
 const modules = path.join(webRoot, 'node_modules');
 const missing = [];
@@ -312,6 +315,7 @@ async function scenario() {
     ignoreHTTPSErrors: true,  // the federation CA is not in Chromium's store
     viewport: { width: 1366, height: 900 },
     colorScheme: 'light',
+    reducedMotion: 'reduce',  // no chart animations: screenshots show the final drawing
   });
   const page = await context.newPage();
   page.on('console', (m) => {
@@ -382,7 +386,7 @@ async function scenario() {
   await step('a manual logreg run starts from the form', async () => {
     await fillRunForm(page, {
       name: 'browser-manual', model: 'logreg', rounds: 3, clients_per_round: 3, min_clients: 3,
-      local_epochs: 2, batch_size: 16, optimizer: 'sgd', lr: '0.1', round_timeout_s: 30, seed: 7, manual: true,
+      local_epochs: 2, batch_size: 16, optimizer: 'sgd', lr: '0.00001', round_timeout_s: 30, seed: 7, manual: true,
     });
     await page.click('#start-run');
     await page.waitForURL(/#\/runs\/\d+$/);
@@ -390,7 +394,7 @@ async function scenario() {
     assert.equal((await runPosts.at(-1).response()).status(), 201);
     assert.deepEqual(JSON.parse(runPosts.at(-1).postData()), {
       name: 'browser-manual', model: { type: 'logreg' }, rounds: 3, clients_per_round: 3, min_clients: 3,
-      local_epochs: 2, batch_size: 16, optimizer: { kind: 'sgd', lr: 0.1 }, round_timeout_s: 30, seed: 7,
+      local_epochs: 2, batch_size: 16, optimizer: { kind: 'sgd', lr: 0.00001 }, round_timeout_s: 30, seed: 7,
       federated_evaluation: true, manual: true,
     });
     await page.locator('#run-title', { hasText: 'browser-manual' }).waitFor();
@@ -464,7 +468,7 @@ async function scenario() {
     await page.locator('#run-form').waitFor();
     await fillRunForm(page, {
       name: 'browser-auto', model: 'logreg', rounds: 5, clients_per_round: 3, min_clients: 2,
-      local_epochs: 1, batch_size: 32, optimizer: 'adam', lr: '0.01', round_timeout_s: 30, seed: 3, manual: false,
+      local_epochs: 2, batch_size: 32, optimizer: 'adam', lr: '0.002', round_timeout_s: 30, seed: 3, manual: false,
     });
     await page.click('#start-run');
     await page.waitForURL(/#\/runs\/\d+$/);
@@ -500,8 +504,11 @@ async function scenario() {
     await page.locator('#clients-online-count', { hasText: '3 of 3' }).waitFor();
     const rows = page.locator('#clients-list tbody tr[data-client]');
     assert.equal(await rows.count(), 3);
-    const online = await rows.evaluateAll((trs) => trs.map((tr) => [tr.dataset.client, tr.dataset.online]));
-    assert.deepEqual(online.sort(), clientIds.map((id) => [id, 'true']));
+    const online = await rows.evaluateAll((trs) => trs.map((tr) => [tr.dataset.client, tr.dataset.online, Number(tr.dataset.rounds)]));
+    assert.deepEqual(online.map(([id, on]) => [id, on]).sort(), clientIds.map((id) => [id, 'true']));
+    for (const [id, , rounds] of online) {
+      assert.ok(rounds >= 8, `${id} joined the 3 manual and 5 automatic rounds (${rounds})`);
+    }
     await shot(page, '09-clients');
   });
 

@@ -81,6 +81,10 @@ export class RoundLineChart {
   }
 
   update(rows) {
+    // Reloads happen on every event; redraw (and animate) only when the numbers changed.
+    const key = JSON.stringify(rows.map((r) => [r.round, ...this.series.map((s) => r[s.key] ?? null)]));
+    if (key === this.key) return;
+    this.key = key;
     this.chart.data.labels = rows.map((r) => r.round);
     this.series.forEach((s, i) => {
       this.chart.data.datasets[i].data = rows.map((r) => (Number.isFinite(r[s.key]) ? r[s.key] : null));
@@ -119,6 +123,9 @@ export class ParticipationChart {
 
   // attempts: Round rows (every attempt); one bar per attempt, labelled by round.
   update(attempts) {
+    const key = JSON.stringify(attempts.map((a) => [a.round, a.attempt, ...this.parts.map((p) => a[p.key] ?? 0)]));
+    if (key === this.key) return;
+    this.key = key;
     this.chart.data.labels = attempts.map((a) => a.round);
     this.parts.forEach((p, i) => {
       this.chart.data.datasets[i].data = attempts.map((a) => a[p.key] ?? 0);

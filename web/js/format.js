@@ -20,6 +20,18 @@ export function percent(value, digits = 1) {
   return `${(value * 100).toFixed(digits)} %`;
 }
 
+// A config object as "key value, key value"; numbers to 6 significant digits, since the
+// server stores float32 values (0.1 comes back as 0.10000000149011612).
+export function compact(value) {
+  if (value === null || value === undefined) return dash;
+  if (typeof value === 'number') return String(Number(value.toPrecision(6)));
+  if (Array.isArray(value)) return `[${value.map(compact).join(', ')}]`;
+  if (typeof value === 'object') {
+    return Object.entries(value).map(([k, v]) => `${k} ${compact(v)}`).join(', ');
+  }
+  return String(value);
+}
+
 export function bytes(value) {
   if (value === null || value === undefined) return dash;
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -31,6 +43,9 @@ export function bytes(value) {
 
 export function seconds(value) {
   if (value === null || value === undefined || !Number.isFinite(value)) return dash;
+  if (value === 0) return '0 ms';
+  if (value < 0.001) return `${Math.max(1, Math.round(value * 1e6))} µs`;
+  if (value < 0.01) return `${(value * 1000).toFixed(1)} ms`;
   if (value < 1) return `${Math.round(value * 1000)} ms`;
   if (value < 60) return `${value.toFixed(value < 10 ? 2 : 1)} s`;
   return duration(value);

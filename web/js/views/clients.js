@@ -39,7 +39,7 @@ export function mount(root, ctx) {
         { label: 'First seen', value: (c) => h('time', { title: dateTime(c.first_seen_ms) }, shortDateTime(c.first_seen_ms)) },
       ],
       rows: clients,
-      rowAttrs: (c) => ({ dataset: { client: c.id, online: String(Boolean(c.online)) } }),
+      rowAttrs: (c) => ({ dataset: { client: c.id, online: String(Boolean(c.online)), rounds: String(c.rounds_joined ?? 0) } }),
       empty: 'No client has connected yet. Clients appear here when their daemon connects.',
     }));
     list.removeAttribute('aria-busy');

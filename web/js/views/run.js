@@ -6,7 +6,7 @@
 import { api } from '../api.js';
 import { coalesce } from '../events.js';
 import { badge, fill, h, setTitle, stat, table } from '../dom.js';
-import { ago, bytes, clock, dash, dateTime, shortDateTime, metric, number, percent, seconds } from '../format.js';
+import { ago, bytes, clock, compact, dash, dateTime, shortDateTime, metric, number, percent, seconds } from '../format.js';
 import { resultBadge, roundBadge, runActive, runBadge } from '../describe.js';
 import { ParticipationChart, RoundLineChart, chartAvailable } from '../charts.js';
 
@@ -100,10 +100,22 @@ export function mount(root, ctx) {
   };
   const activeHere = () => info && info.run_active && info.active_run_id === id;
 
+  let confirming = false;  // the stop confirmation is open: live reloads must keep it
+
   function renderHeader() {
     title.textContent = run.name || `Run ${id}`;
     setTitle(run.name || `Run ${id}`);
     fill(stateBox, runBadge(run.state), run.manual ? badge('manual', 'neutral') : null);
+    if (!runActive(run)) confirming = false;
+    if (confirming) {
+      if (!actions.querySelector('#confirm-stop')) {
+        fill(actions,
+          h('span.confirm-text', 'Stop this run? The round in flight is abandoned; committed rounds are kept.'),
+          h('button.btn.btn-danger#confirm-stop', { type: 'button', onclick: stopRun }, 'Yes, stop it'),
+          h('button.btn#cancel-stop', { type: 'button', onclick: cancelStop }, 'Cancel'));
+      }
+      return;
+    }
     const buttons = [];
     if (run.manual && runActive(run)) {
       const waiting = activeHere() && info.waiting_for_admin;
@@ -211,14 +223,15 @@ export function mount(root, ctx) {
   function renderConfig() {
     const c = run.config || {};
     const entries = [
-      ['Model', JSON.stringify(c.model ?? null)],
+      ['Model', c.model ? [c.model.type, compact(Object.fromEntries(Object.entries(c.model).filter(([k]) => k !== 'type')))]
+        .filter((x) => x && x !== '').join(' · ') : undefined],
       ['Strategy', c.strategy],
       ['Rounds', c.rounds],
       ['Clients per round', c.clients_per_round ?? (c.fraction !== undefined ? `${percent(c.fraction, 0)} of online` : undefined)],
       ['Minimum clients', c.min_clients],
       ['Local epochs', c.local_epochs],
       ['Batch size', c.batch_size],
-      ['Optimizer', c.optimizer ? JSON.stringify(c.optimizer) : undefined],
+      ['Optimizer', c.optimizer ? compact(c.optimizer) : undefined],
       ['Round timeout', c.round_timeout_s !== undefined ? seconds(c.round_timeout_s) : undefined],
       ['Seed', c.seed],
       ['Federated evaluation', c.federated_evaluation === undefined ? undefined : (c.federated_evaluation ? 'yes' : 'no')],
@@ -297,15 +310,20 @@ export function mount(root, ctx) {
   ctx.cleanup(() => clearTimeout(sayTimer));
 
   function confirmStop() {
-    fill(actions,
-      h('span.confirm-text', 'Stop this run? The round in flight is abandoned; committed rounds are kept.'),
-      h('button.btn.btn-danger#confirm-stop', { type: 'button', onclick: stopRun }, 'Yes, stop it'),
-      h('button.btn#cancel-stop', { type: 'button', onclick: renderHeader }, 'Cancel'));
+    confirming = true;
+    renderHeader();
     actions.querySelector('#cancel-stop').focus();
+  }
+
+  function cancelStop() {
+    confirming = false;
+    renderHeader();
+    actions.querySelector('#stop-run')?.focus();
   }
 
   async function stopRun() {
     for (const b of actions.querySelectorAll('button')) b.disabled = true;
+    confirming = false;
     try {
       run = await api.stopRun(id);
       if (!ctx.alive) return;

@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       return created.error().code == fedcore::errc::already_exists ? 3 : 2;
     }
     // The only copy: the config keeps its SHA-256.
-    std::cout << *created << "\n";
+    std::cout << *created << std::endl;  // flushed before the note on stderr
     std::cerr << "token '" << token_name << "' added to " << token_config
               << "; it is shown only now. Restart the server to use it.\n";
     return 0;

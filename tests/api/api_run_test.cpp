@@ -94,11 +94,12 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
   EXPECT_EQ(run["state"], "finished");
   EXPECT_EQ(run["last_round"], 2);
 
-  auto rounds = client.get(base + "/rounds");
-  ASSERT_EQ(rounds.status, 200) << rounds.describe();
-  ASSERT_EQ(rounds.json()["total"], 2);
+  auto rounds_reply = client.get(base + "/rounds");
+  ASSERT_EQ(rounds_reply.status, 200) << rounds_reply.describe();
+  const auto rounds = rounds_reply.json();
+  ASSERT_EQ(rounds["total"], 2);
   for (int i = 0; i < 2; ++i) {
-    const auto& r = rounds.json()["items"][i];
+    const auto& r = rounds["items"][i];
     EXPECT_EQ(r["round"], i + 1);
     EXPECT_EQ(r["attempt"], 1);
     EXPECT_EQ(r["state"], "committed");
@@ -115,10 +116,11 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
   EXPECT_EQ(paged["items"][0]["round"], 2);
   EXPECT_EQ(paged["total"], 2);
 
-  auto results = client.get(base + "/rounds/2/results");
-  ASSERT_EQ(results.status, 200) << results.describe();
-  ASSERT_EQ(results.json()["items"].size(), 2u);
-  for (const auto& r : results.json()["items"]) {
+  auto results_reply = client.get(base + "/rounds/2/results");
+  ASSERT_EQ(results_reply.status, 200) << results_reply.describe();
+  const auto results = results_reply.json();
+  ASSERT_EQ(results["items"].size(), 2u);
+  for (const auto& r : results["items"]) {
     EXPECT_EQ(r["status"], "ok");
     EXPECT_GT(r["samples"].get<std::int64_t>(), 0);
     EXPECT_TRUE(r["loss"].is_number());
@@ -158,10 +160,11 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
             0);
   EXPECT_EQ(client.get(base + "/model?round=3").status, 404);
 
-  auto clients = client.get("/api/v1/clients");
-  ASSERT_EQ(clients.status, 200) << clients.describe();
-  ASSERT_EQ(clients.json()["total"], 2);
-  for (const auto& c : clients.json()["items"]) {
+  auto clients_reply = client.get("/api/v1/clients");
+  ASSERT_EQ(clients_reply.status, 200) << clients_reply.describe();
+  const auto clients = clients_reply.json();
+  ASSERT_EQ(clients["total"], 2);
+  for (const auto& c : clients["items"]) {
     EXPECT_EQ(c["online"], true);
     EXPECT_TRUE(c["peer"].is_string());
     EXPECT_GT(c["samples"].get<std::int64_t>(), 0);

@@ -409,6 +409,9 @@ export function mount(root, ctx) {
       live[e.kind === 'update_accepted' ? 'accepted' : 'rejected'] += 1;
       if (run) renderFlight();
     } else {
+      // "Round N started." is old news once a round ends.
+      if (['round_committed', 'round_failed', 'run_ended'].includes(e.kind)
+        && actionMsg.querySelector('.notice[data-kind="ok"]')) say(null);
       reload();
     }
   });

@@ -342,6 +342,7 @@ export function mount(root, ctx) {
       const answer = await api.nextRound(id);
       if (!ctx.alive) return;
       say(`Round ${answer.round} started.`, 'ok');
+      actionMsg.querySelector('.notice').dataset.about = 'round';
     } catch (e) {
       if (!ctx.alive) return;
       say(`Cannot start the next round: ${e.message}`, 'bad');
@@ -411,7 +412,7 @@ export function mount(root, ctx) {
     } else {
       // "Round N started." is old news once a round ends.
       if (['round_committed', 'round_failed', 'run_ended'].includes(e.kind)
-        && actionMsg.querySelector('.notice[data-kind="ok"]')) say(null);
+        && actionMsg.querySelector('.notice[data-about="round"]')) say(null);
       reload();
     }
   });

@@ -75,7 +75,8 @@ function cleanupNow() {
       try { c.proc.kill('SIGKILL'); } catch { /* already gone */ }
     }
   }
-  if (!args.keep) fs.rmSync(temp, { recursive: true, force: true });
+  if (args.keep) fs.rmSync(path.join(temp, 'pids'), { force: true });
+  else fs.rmSync(temp, { recursive: true, force: true });
 }
 process.on('exit', cleanupNow);
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
@@ -96,11 +97,20 @@ async function stopAll() {
   }
 }
 
+// If this process is killed outright (ctest's timeout sends SIGKILL, which no handler
+// sees), a detached watchdog kills the daemons listed in TEMP/pids and removes TEMP.
+const watchdog = spawn('/bin/sh', ['-c',
+  'while kill -0 "$1" 2>/dev/null; do sleep 1; done; '
+  + 'if [ -f "$2/pids" ]; then xargs -r kill -9 < "$2/pids" 2>/dev/null; ' + (args.keep ? '' : 'rm -rf "$2"; ') + 'fi',
+  'watchdog', String(process.pid), temp], { detached: true, stdio: 'ignore' });
+watchdog.unref();
+
 function start(name, bin, argv) {
   const log = path.join(temp, `${name}.log`);
   const fd = fs.openSync(log, 'a');
   const proc = spawn(bin, argv, { cwd: temp, stdio: ['ignore', fd, fd] });
   fs.closeSync(fd);
+  fs.appendFileSync(path.join(temp, 'pids'), `${proc.pid}\n`);
   const child = { name, proc, log };
   proc.on('exit', (code, signal) => { child.exited = { code, signal }; });
   children.push(child);

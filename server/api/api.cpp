@@ -85,12 +85,15 @@ Response Api::handle(const Request& req) {
     r.headers.emplace_back("Allow", match.allow);
     return r;
   }
+  std::string who = "anonymous";
   if (match.route->options.needs_token) {
-    if (auto who = tokens_.verify(req.authorization); !who) {
-      auto r = error_response(who.error());
+    auto name = tokens_.verify(req.authorization);
+    if (!name) {
+      auto r = error_response(name.error());
       r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"fedcore\"");
       return r;
     }
+    who = std::move(*name);
   }
   if (!match.bad_param.empty()) {
     return error_response(400, "invalid_argument", match.bad_param + ": malformed percent-escape");
@@ -99,7 +102,13 @@ Response Api::handle(const Request& req) {
     return error_response(415, "unsupported_media_type", "Content-Type: must be application/json");
   }
   try {
-    return (*match.handler)(req, match.params);
+    auto response = (*match.handler)(req, match.params);
+    if (req.method != "GET" && req.method != "HEAD") {
+      // The audit trail of admin actions (RELIABILITY.md S3): who, what, outcome; the
+      // token's name only, never the token.
+      spdlog::info("admin API: token '{}' {} {} -> {}", who, req.method, req.path, response.status);
+    }
+    return response;
   } catch (const std::exception& e) {
     spdlog::error("admin API: {} {} failed: {}", req.method, req.path, e.what());
     // A handler bug must not take the connection's session (or the server) with it; the

@@ -7,7 +7,8 @@
 // are static files, GET/HEAD only), then the bearer token (401 with
 // WWW-Authenticate: Bearer), then the body's media type (415 unless
 // application/json when a body is sent), then the handler, which validates every
-// parameter and field (400 naming it).
+// parameter and field (400 naming it). Requests that change state (POST) are logged
+// with the name of the token that made them, never the token.
 //
 // Thread safety: none. It calls FederationServer and HistoryStore directly, so it runs
 // on the io_context thread that owns both.

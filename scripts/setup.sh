@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Fedcore needs, by name, and only those that are missing.
-# Idempotent; runs as root (CI) or through sudo. Says what it installs.
+# Installs the Debian packages Fedcore needs, by name, and only those that are missing,
+# then the dashboard's npm packages from web/package-lock.json (npm ci, only when the
+# lock file changed). Idempotent; runs as root (CI) or through sudo. Says what it installs.
 #
 #   scripts/setup.sh            build + test dependencies
 #   scripts/setup.sh --bench    also the comparison peers (PyTorch on OpenBLAS)
@@ -12,6 +13,7 @@ core_packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev zlib1g-dev
   libopenblas0-openmp
   dataset-fashion-mnist clang-format
+  chromium
 )
 bench_packages=(python3 python3-torch python3-numpy)
 
@@ -29,8 +31,28 @@ for package in "${want[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$package")
 done
 
+# The dashboard (web/): chart.js, served by fedcore-server, and playwright-core, which
+# drives Chromium in the browser test. Node 20+ and npm come with the machine, not apt.
+install_web_packages() {
+  local web stamp
+  web="$(cd "$(dirname "$0")/.." && pwd)/web"
+  stamp="$web/node_modules/.fedcore-lock"
+  if ! command -v npm >/dev/null; then
+    echo "setup: npm not found: the dashboard needs Node 20+ and npm for web/node_modules" >&2
+    exit 1
+  fi
+  if [[ -f "$stamp" ]] && cmp -s "$stamp" "$web/package-lock.json"; then
+    echo "setup: web/node_modules matches web/package-lock.json"
+    return
+  fi
+  echo "setup: npm ci in web/"
+  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$web/package-lock.json" "$stamp"
+}
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#want[@]} packages already installed"
+  install_web_packages
   exit 0
 fi
 
@@ -46,4 +68,5 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -qq
 "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_web_packages
 echo "setup: done"

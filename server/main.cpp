@@ -1,11 +1,17 @@
-// fedcore-server: the federation's aggregation server.
+// fedcore-server: the federation's aggregation server and its admin API.
 //
 //   fedcore-server --config server.json [--run run.json]
+//   fedcore-server token create --config server.json --name alice
 //
-// The config file (JSON) names the listener, the TLS material and the database; flags
-// override it. Runs left "running" by a previous process resume automatically. Until
-// the admin API lands, --run starts a run from a JSON file (federation/run_config.hpp).
+// The config file (JSON) names the listener, the TLS material, the database and the
+// admin API (its `api` section, api/config.hpp); flags override it. Runs left "running"
+// by a previous process resume automatically. --run starts a run from a JSON file
+// (federation/run_config.hpp), as POST /api/v1/runs does. `token create` adds an admin
+// API token to the config file and prints it, once.
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +20,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/api_server.hpp"
+#include "api/config.hpp"
 #include "federation/federation_server.hpp"
 
 namespace {
@@ -31,9 +39,17 @@ std::optional<std::string> read_file(const std::string& path) {
 }
 
 // Applies the config file's keys to the options; returns the problem, if any.
-std::string apply_config(const nlohmann::json& j, ServerOptions& o, std::string& database) {
+std::string apply_config(const nlohmann::json& j, ServerOptions& o, std::string& database,
+                         fedcore::api::ApiConfig& api) {
   if (!j.is_object()) {
     return "the config must be a JSON object";
+  }
+  if (j.contains("api")) {
+    auto parsed = fedcore::api::parse_api_config(j["api"]);
+    if (!parsed) {
+      return parsed.error().message;
+    }
+    api = std::move(*parsed);
   }
   try {
     if (j.contains("listen"))
@@ -63,6 +79,30 @@ std::string apply_config(const nlohmann::json& j, ServerOptions& o, std::string&
   return {};
 }
 
+// The dashboard folder when the config names none: ./web, else web/ beside the binary
+// or in ../share/fedcore/web (an installed layout).
+std::string default_web_root(const char* argv0) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory("web", ec)) {
+    return "web";
+  }
+  const auto exe = fs::canonical("/proc/self/exe", ec);
+  const auto dir = ec ? fs::path(argv0).parent_path() : exe.parent_path();
+  for (const auto& candidate : {dir / "web", dir / ".." / "share" / "fedcore" / "web"}) {
+    if (fs::is_directory(candidate, ec)) {
+      return candidate.string();
+    }
+  }
+  return "web";
+}
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +110,7 @@ int main(int argc, char** argv) {
   std::string config_path, run_path, database = "fedcore.db", log_level = "info";
   ServerOptions options;
   options.port = 7443;
+  fedcore::api::ApiConfig api_config;
   std::string listen, ca, cert, key, crl;
   int port = -1;
   int shutdown_seconds = 10;
@@ -86,8 +127,36 @@ int main(int argc, char** argv) {
                  "seconds to wind down after SIGINT/SIGTERM")
       ->check(CLI::Range(1, 600));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  int api_port = -1;
+  std::string web_root;
+  bool no_api = false;
+  app.add_option("--api-port", api_port, "admin API port (default 8443)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--web-root", web_root, "dashboard folder served by the admin API");
+  app.add_flag("--no-api", no_api, "do not start the admin API");
+
+  auto* token = app.add_subcommand("token", "admin API tokens");
+  auto* token_create = token->add_subcommand(
+      "create", "create a token, store its hash in the config file, print it once");
+  std::string token_config, token_name;
+  token_create->add_option("--config", token_config, "server config file (JSON)")->required();
+  token_create->add_option("--name", token_name, "who the token is for")->required();
+  token->require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+
+  if (*token_create) {
+    auto created = fedcore::api::create_token_in_config(token_config, token_name, unix_ms());
+    if (!created) {
+      std::cerr << "token create: " << created.error().message << "\n";
+      return created.error().code == fedcore::errc::already_exists ? 3 : 2;
+    }
+    // The only copy: the config keeps its SHA-256.
+    std::cout << *created << std::endl;  // flushed before the note on stderr
+    std::cerr << "token '" << token_name << "' added to " << token_config
+              << "; it is shown only now. Restart the server to use it.\n";
+    return 0;
+  }
 
   if (!config_path.empty()) {
     auto text = read_file(config_path);
@@ -100,7 +169,7 @@ int main(int argc, char** argv) {
       spdlog::error("config file '{}' is not valid JSON", config_path);
       return 2;
     }
-    if (auto problem = apply_config(j, options, database); !problem.empty()) {
+    if (auto problem = apply_config(j, options, database, api_config); !problem.empty()) {
       spdlog::error("config file '{}': {}", config_path, problem);
       return 2;
     }
@@ -117,6 +186,14 @@ int main(int argc, char** argv) {
     options.tls.key_file = key;
   if (!crl.empty())
     options.tls.crl_file = crl;
+  if (api_port >= 0)
+    api_config.port = static_cast<std::uint16_t>(api_port);
+  if (!web_root.empty())
+    api_config.web_root = web_root;
+  if (api_config.web_root.empty())
+    api_config.web_root = default_web_root(argv[0]);
+  if (no_api)
+    api_config.enabled = false;
 
   auto store = fedcore::store::HistoryStore::open(database);
   if (!store) {
@@ -133,6 +210,33 @@ int main(int argc, char** argv) {
   if (!bound) {
     spdlog::error("{}", bound.error().message);
     return 1;
+  }
+  std::unique_ptr<fedcore::api::ApiServer> api;
+  if (api_config.enabled) {
+    fedcore::api::ApiServerOptions api_options;
+    api_options.listen_address = api_config.listen_address;
+    api_options.port = api_config.port;
+    api_options.web_root = api_config.web_root;
+    api_options.cert_file = options.tls.cert_file;
+    api_options.key_file = options.tls.key_file;
+    api_options.tokens = api_config.tokens;
+    api_options.max_connections = api_config.max_connections;
+    api_options.federation_listener = options.listen_address + ":" + std::to_string(*bound);
+    auto created = fedcore::api::ApiServer::create(io, api_options, **server, *store);
+    if (!created) {
+      spdlog::error("{}", created.error().message);
+      return 1;
+    }
+    api = std::move(*created);
+    auto api_bound = api->listen();
+    if (!api_bound) {
+      spdlog::error("{}", api_bound.error().message);
+      return 1;
+    }
+    spdlog::info("dashboard: https://{}:{}/",
+                 api_config.listen_address == "0.0.0.0" ? std::string("localhost")
+                                                        : api_config.listen_address,
+                 *api_bound);
   }
   if (auto resumed = (*server)->resume_runs(); !resumed) {
     spdlog::error("resuming runs: {}", resumed.error().message);
@@ -159,6 +263,9 @@ int main(int argc, char** argv) {
     if (!ec) {
       spdlog::info("signal {}: stopping (at most {} s)", signal, shutdown_seconds);
       stopping = true;
+      if (api) {
+        api->shutdown();
+      }
       (*server)->shutdown();
     }
   });

@@ -1,0 +1,161 @@
+#include "api/auth.hpp"
+
+#include <array>
+#include <cctype>
+#include <memory>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "util/assert.hpp"
+
+namespace fedcore::api {
+namespace {
+
+constexpr std::size_t kTokenBytes = 32;
+constexpr std::size_t kDigestBytes = 32;
+
+std::string to_hex(const unsigned char* data, std::size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(size * 2, '0');
+  for (std::size_t i = 0; i < size; ++i) {
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 0xf];
+  }
+  return out;
+}
+
+std::vector<unsigned char> digest(std::string_view text) {
+  std::vector<unsigned char> out(kDigestBytes);
+  unsigned int size = 0;
+  // EVP_Digest cannot fail for SHA-256 on valid input except on allocation failure,
+  // which is not an expected condition.
+  const int ok = EVP_Digest(text.data(), text.size(), out.data(), &size, EVP_sha256(), nullptr);
+  FEDCORE_ASSERT(ok == 1 && size == kDigestBytes, "EVP_Digest(SHA-256) failed");
+  return out;
+}
+
+std::optional<std::vector<unsigned char>> from_hex(std::string_view hex) {
+  if (hex.size() != kDigestBytes * 2) {
+    return std::nullopt;
+  }
+  std::vector<unsigned char> out(kDigestBytes);
+  for (std::size_t i = 0; i < kDigestBytes; ++i) {
+    int v = 0;
+    for (char c : hex.substr(2 * i, 2)) {
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        v |= c - 'a' + 10;
+      } else {
+        return std::nullopt;
+      }
+    }
+    out[i] = static_cast<unsigned char>(v);
+  }
+  return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string sha256_hex(std::string_view token) {
+  const auto d = digest(token);
+  return to_hex(d.data(), d.size());
+}
+
+result<std::string> generate_token() {
+  std::array<unsigned char, kTokenBytes> bytes{};
+  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+    return fail(errc::internal, "RAND_bytes failed: the system's random source is unavailable");
+  }
+  auto token = to_hex(bytes.data(), bytes.size());
+  OPENSSL_cleanse(bytes.data(), bytes.size());
+  return token;
+}
+
+result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens) {
+  if (!tokens.is_array()) {
+    return fail(errc::invalid_argument, "api.tokens: must be an array");
+  }
+  std::vector<TokenEntry> out;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto& t = tokens[i];
+    const std::string where = "api.tokens[" + std::to_string(i) + "]";
+    if (!t.is_object()) {
+      return fail(errc::invalid_argument, where + ": must be an object");
+    }
+    TokenEntry entry;
+    if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty()) {
+      return fail(errc::invalid_argument, where + ".name: must be a non-empty string");
+    }
+    entry.name = t["name"].get<std::string>();
+    if (!t.contains("sha256") || !t["sha256"].is_string() ||
+        !from_hex(t["sha256"].get<std::string>())) {
+      return fail(errc::invalid_argument,
+                  where + ".sha256: must be 64 lower-case hex digits (a SHA-256)");
+    }
+    entry.sha256_hex = t["sha256"].get<std::string>();
+    if (t.contains("created_ms")) {
+      if (!t["created_ms"].is_number_integer()) {
+        return fail(errc::invalid_argument, where + ".created_ms: must be an integer");
+      }
+      entry.created_ms = t["created_ms"].get<std::int64_t>();
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+TokenVerifier::TokenVerifier(std::vector<TokenEntry> tokens) {
+  for (auto& t : tokens) {
+    auto d = from_hex(t.sha256_hex);
+    FEDCORE_ASSERT(d.has_value(), "token hashes are validated by tokens_from_json");
+    tokens_.push_back(Stored{std::move(t.name), std::move(*d)});
+  }
+}
+
+result<std::string> TokenVerifier::verify(std::string_view header) const {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (header.size() <= kScheme.size() || !iequals(header.substr(0, kScheme.size()), kScheme)) {
+    return fail(errc::unauthenticated, "missing bearer token (Authorization: Bearer <token>)");
+  }
+  auto token = header.substr(kScheme.size());
+  while (!token.empty() && token.front() == ' ') {
+    token.remove_prefix(1);
+  }
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) {
+    token.remove_suffix(1);
+  }
+  const auto presented = digest(token);
+  // Every stored hash is compared, in constant time each, so the time taken does not
+  // depend on which (if any) matched.
+  const Stored* matched = nullptr;
+  for (const auto& t : tokens_) {
+    if (CRYPTO_memcmp(t.digest.data(), presented.data(), kDigestBytes) == 0) {
+      matched = &t;
+    }
+  }
+  if (matched == nullptr) {
+    return fail(errc::unauthenticated, "invalid bearer token");
+  }
+  return matched->name;
+}
+
+}  // namespace fedcore::api

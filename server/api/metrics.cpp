@@ -1,0 +1,147 @@
+#include "api/metrics.hpp"
+
+#include <array>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace fedcore::api {
+namespace {
+
+std::string number(double v) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", v);
+  return buffer;
+}
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+// A code the server made: short lower_snake text, safe as a label value as it is.
+bool is_label_value(const std::string& code) {
+  if (code.empty() || code.size() > 32) {
+    return false;
+  }
+  for (char c : code) {
+    if (!((c >= 'a' && c <= 'z') || c == '_')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view reason_label(std::string_view reason) {
+  // Ordered: the first keyword found decides. The phrases are those of
+  // federation/aggregate.cpp and federation/round.cpp.
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 13> kKeywords{{
+      {"stale or replayed", "replay"},
+      {"not selected", "not_selected"},
+      {"nonce", "nonce"},
+      {"duplicate", "duplicate"},
+      {"no round in progress", "no_round"},
+      {"is NaN", "non_finite"},
+      {"is infinite", "non_finite"},
+      {"finite", "non_finite"},
+      {"layout", "layout"},
+      {"norm", "norm"},
+      {"samples", "samples"},
+      {"values", "shape"},
+      {"malformed", "malformed"},
+  }};
+  for (const auto& [keyword, label] : kKeywords) {
+    if (reason.find(keyword) != std::string_view::npos) {
+      return label;
+    }
+  }
+  return "other";
+}
+
+void UpdateCounters::on_event(const store::EventRecord& e) {
+  std::string result;
+  if (e.kind == "update_accepted") {
+    result = "accepted";
+  } else if (e.kind == "update_rejected") {
+    result = "rejected";
+  } else if (e.kind == "update_stale") {
+    result = "stale";
+  } else {
+    return;
+  }
+  std::string reason;
+  if (result != "accepted") {
+    auto detail = nlohmann::json::parse(e.detail_json, nullptr, false);
+    auto text = [&](const char* key) {
+      return !detail.is_discarded() && detail.is_object() && detail.contains(key) &&
+                     detail[key].is_string()
+                 ? detail[key].get<std::string>()
+                 : std::string();
+    };
+    // Rejections carry the server's own code (federation/aggregate.hpp rejection_code);
+    // stale updates are told apart by their reason.
+    const auto code = text("reason_code");
+    reason = result == "rejected" && is_label_value(code)
+                 ? code
+                 : std::string(reason_label(text("reason")));
+  }
+  ++counts_[{result, reason}];
+}
+
+std::string render_metrics(const MetricsSnapshot& s, const UpdateCounters& updates) {
+  std::string out;
+  header(out, "fedcore_clients_online", "gauge", "Clients connected and past HELLO.");
+  out += "fedcore_clients_online " + std::to_string(s.clients_online) + "\n";
+
+  header(out, "fedcore_runs", "gauge", "Runs by state.");
+  for (const auto& [state, n] : s.runs_by_state) {
+    out += "fedcore_runs{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+  }
+
+  header(out, "fedcore_rounds_total", "counter", "Round attempts by outcome.");
+  out += "fedcore_rounds_total{state=\"committed\"} " + std::to_string(s.rounds_committed) + "\n";
+  out += "fedcore_rounds_total{state=\"failed\"} " + std::to_string(s.rounds_failed) + "\n";
+
+  header(out, "fedcore_updates_total", "counter",
+         "Client updates by result and reason, since the server started.");
+  if (updates.counts().empty()) {
+    out += "fedcore_updates_total{result=\"accepted\",reason=\"\"} 0\n";
+  }
+  for (const auto& [key, n] : updates.counts()) {
+    out += "fedcore_updates_total{result=\"" + key.first + "\",reason=\"" + key.second + "\"} " +
+           std::to_string(n) + "\n";
+  }
+
+  header(out, "fedcore_bytes_received_total", "counter",
+         "Bytes received by the federation listener.");
+  out += "fedcore_bytes_received_total " + std::to_string(s.bytes_in) + "\n";
+  header(out, "fedcore_bytes_sent_total", "counter", "Bytes sent by the federation listener.");
+  out += "fedcore_bytes_sent_total " + std::to_string(s.bytes_out) + "\n";
+
+  header(out, "fedcore_round_duration_seconds", "histogram", "Duration of committed rounds.");
+  double sum = 0;
+  for (double d : s.round_durations_s) {
+    sum += d;
+  }
+  for (double bound : kRoundDurationBuckets) {
+    std::size_t n = 0;
+    for (double d : s.round_durations_s) {
+      n += d <= bound ? 1 : 0;
+    }
+    out += "fedcore_round_duration_seconds_bucket{le=\"" + number(bound) + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  out += "fedcore_round_duration_seconds_bucket{le=\"+Inf\"} " +
+         std::to_string(s.round_durations_s.size()) + "\n";
+  out += "fedcore_round_duration_seconds_sum " + number(sum) + "\n";
+  out +=
+      "fedcore_round_duration_seconds_count " + std::to_string(s.round_durations_s.size()) + "\n";
+
+  header(out, "fedcore_uptime_seconds", "gauge", "Seconds since the server started.");
+  out += "fedcore_uptime_seconds " + number(s.uptime_s) + "\n";
+  return out;
+}
+
+}  // namespace fedcore::api

@@ -31,8 +31,16 @@ for package in "${want[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$package")
 done
 
+if ! command -v npm >/dev/null; then
+  for package in nodejs npm; do
+    status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$package")
+  done
+fi
+
 # The dashboard (web/): chart.js, served by fedcore-server, and playwright-core, which
-# drives Chromium in the browser test. Node 20+ and npm come with the machine, not apt.
+# drives Chromium in the browser test. Node and npm usually come with the machine; where
+# they do not, Debian's nodejs and npm packages are added to the list above.
 install_web_packages() {
   local web stamp
   web="$(cd "$(dirname "$0")/.." && pwd)/web"

@@ -9,6 +9,15 @@ std::string event_json(const store::EventRecord& e) {
   if (detail.is_discarded()) {
     detail = nlohmann::json::object();
   }
+  // The federation records a run's end state by its index; the API names states
+  // everywhere ("finished"), so the event does too.
+  if (e.kind == "run_ended" && detail.is_object() && detail.contains("state") &&
+      detail["state"].is_number_integer()) {
+    const auto index = detail["state"].get<std::int64_t>();
+    if (index >= 0 && index < static_cast<std::int64_t>(store::kRunStateNames.size())) {
+      detail["state"] = store::kRunStateNames[static_cast<std::size_t>(index)];
+    }
+  }
   nlohmann::json j{{"id", e.id},
                    {"time_ms", e.time_ms},
                    {"kind", e.kind},

@@ -23,7 +23,8 @@ namespace fedcore::api {
 // The wire form of one event:
 //   id: 42\nevent: round_committed\ndata: {"id":42,...}\n\n
 std::string format_sse(const store::EventRecord& event);
-// The JSON object of an event (the `data:` line).
+// The JSON object of an event (the `data:` line). A run_ended event's detail.state is
+// given as the state's name ("finished").
 std::string event_json(const store::EventRecord& event);
 
 struct Subscription {

@@ -78,6 +78,9 @@ TEST_F(ApiRun, TheEventStreamCarriesARunFromStartToEnd) {
     if (j["kind"] == "round_committed") {
       EXPECT_EQ(j["run_id"], run_id);
     }
+    if (j["kind"] == "run_ended") {
+      EXPECT_EQ(j["detail"]["state"], "finished") << frame;
+    }
   }
 }
 

@@ -97,6 +97,14 @@ TEST(ApiEvents, FramesAreServerSentEventsWithTheEventAsJson) {
   no_run.run_id.reset();
   no_run.round.reset();
   EXPECT_TRUE(nlohmann::json::parse(event_json(no_run))["run_id"].is_null());
+  // run_ended names the state, as the rest of the API does.
+  auto ended =
+      nlohmann::json::parse(event_json(event(4, "run_ended", R"({"state":3,"reason":""})")));
+  EXPECT_EQ(ended["detail"]["state"], "finished");
+  EXPECT_EQ(ended["detail"]["reason"], "");
+  EXPECT_EQ(nlohmann::json::parse(
+                event_json(event(5, "run_ended", R"({"state":"stopped"})")))["detail"]["state"],
+            "stopped");
   // A newline inside a detail string stays escaped: one data line per event.
   const auto multi = format_sse(event(3, "update_rejected", R"({"reason":"a\nb"})"));
   EXPECT_EQ(std::count(multi.begin(), multi.end(), '\n'), 4);

@@ -489,8 +489,20 @@ async function scenario() {
     assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page was not reloaded');
     const progress = await page.textContent('#run-progress-text');
     assert.match(progress, /5 \/ 5/);
-    await page.waitForTimeout(400);  // the charts' last animation
     await shot(page, '07-run-auto-finished');
+  });
+
+  await step('the global model of a round downloads as .npy', async () => {
+    await page.selectOption('#round-select', '5');
+    await page.locator('#download-model:enabled').waitFor();
+    await page.selectOption('#model-format', 'npy');
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#download-model')]);
+    assert.match(download.suggestedFilename(), /^run-\d+-round-5\.npy$/);
+    const file = path.join(temp, 'model.npy');
+    await download.saveAs(file);
+    const bytes = fs.readFileSync(file);
+    assert.equal(bytes.subarray(0, 6).toString('latin1'), '\x93NUMPY', 'a NumPy file');
+    assert.ok(bytes.length > 128, `${bytes.length} bytes`);
   });
 
   await step('a run is stopped from its page, after a confirmation', async () => {

@@ -9,6 +9,8 @@ namespace fedcore::collective {
 // Pipelined chain broadcast: the ranks form a chain along the ring, starting at the root.
 // Each segment is forwarded to the next rank as soon as it arrives, so for a large buffer
 // all links carry data at once and the time approaches one buffer transfer, not p-1.
+// The last rank of the chain then sends an empty acknowledgement to the root: without
+// it the root, which only sends, could not notice a rank that is out of step.
 result<void> broadcast(Communicator& comm, const BroadcastOptions& options) {
   const int p = comm.size();
   FEDCORE_ASSERT(options.root >= 0 && options.root < p, "root out of range");
@@ -35,6 +37,13 @@ result<void> broadcast(Communicator& comm, const BroadcastOptions& options) {
       if (!got->empty()) std::memcpy(bytes.data(), got->data(), got->size());
     }
     if (position < p - 1) t.post_send(next, *envelope, bytes);
+  }
+  envelope->segment = static_cast<std::uint32_t>(segments);
+  envelope->length = 0;
+  if (position == p - 1) t.post_send(options.root, *envelope, {});
+  if (position == 0) {
+    auto ack = t.recv((options.root + p - 1) % p, *envelope, deadline);
+    if (!ack) return comm.fail_with(ack.error());
   }
   if (auto sent = t.wait_sends(deadline); !sent) return comm.fail_with(sent.error());
   return {};

@@ -64,7 +64,7 @@ struct ReduceScatterOptions {
 result<std::span<float>> reduce_scatter(Communicator& comm, const ReduceScatterOptions& options);
 
 // Broadcast from `root`: afterwards every rank's `data` equals the root's. Pipelined
-// along the ring starting at root.
+// along the ring starting at root; the root returns once the last rank acknowledged.
 struct BroadcastOptions {
   std::span<std::byte> data;
   int root = 0;

@@ -1,12 +1,11 @@
 #include "dist/data_parallel.hpp"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
+#include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
 
@@ -35,16 +34,22 @@ double peak_rss_mb() {
   return usage.ru_maxrss / 1024.0;
 }
 
-std::string checkpoint_path(const std::string& dir) { return dir + "/dist-checkpoint.fcp"; }
+std::string checkpoint_path(const std::string& dir) {
+  return dir + "/dist-checkpoint.fcp";
+}
 
 // The global step a checkpoint was taken at, after loading its parameters into `stack`;
 // 0 when there is none.
-result<std::size_t> resume(const std::string& dir, const model::Model& reference, LayerStack& stack) {
-  if (dir.empty() || !std::filesystem::exists(checkpoint_path(dir))) return std::size_t{0};
+result<std::size_t> resume(const std::string& dir, const model::Model& reference,
+                           LayerStack& stack) {
+  if (dir.empty() || !std::filesystem::exists(checkpoint_path(dir)))
+    return std::size_t{0};
   auto bundle = model::load_params(checkpoint_path(dir));
-  if (!bundle) return bundle.error();
+  if (!bundle)
+    return bundle.error();
   if (bundle->layout.fingerprint() != reference.layout().fingerprint()) {
-    return fail(errc::failed_precondition, "checkpoint " + checkpoint_path(dir) + " is for another model");
+    return fail(errc::failed_precondition,
+                "checkpoint " + checkpoint_path(dir) + " is for another model");
   }
   std::copy(bundle->params.begin(), bundle->params.end(), stack.params().begin());
   auto meta = nlohmann::json::parse(bundle->metadata_json, nullptr, false);
@@ -71,17 +76,22 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
                                             std::to_string(global_batch));
   }
   std::size_t total_steps = steps_per_epoch * options.epochs;
-  if (options.max_steps > 0) total_steps = std::min(total_steps, options.max_steps);
+  if (options.max_steps > 0)
+    total_steps = std::min(total_steps, options.max_steps);
 
   auto built = model::build_model(options.spec);
-  if (!built) return built.error();
+  if (!built)
+    return built.error();
   model::Model reference = std::move(*built);
   reference.initialize(options.seed);
   LayerStack stack(reference, 0, reference.layer_count());
   auto start = resume(options.checkpoint_dir, reference, stack);
-  if (!start) return start.error();
+  if (!start)
+    return start.error();
   // Rank 0's parameters are the truth, whether fresh or resumed.
-  if (auto ok = collective::broadcast(comm, {.data = std::as_writable_bytes(stack.params()), .root = 0}); !ok) {
+  if (auto ok =
+          collective::broadcast(comm, {.data = std::as_writable_bytes(stack.params()), .root = 0});
+      !ok) {
     return ok.error();
   }
 
@@ -120,7 +130,8 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
     epoch_loss += model::evaluate_loss(loss, logits, labels, &grad_logits).loss;
     ++epoch_steps;
     stack.backward(grad_logits, nullptr, [&](std::size_t layer) { reducer.layer_done(layer); });
-    if (auto ok = reducer.finish(); !ok) return ok.error();
+    if (auto ok = reducer.finish(); !ok)
+      return ok.error();
     optimizer->step(stack.params(), stack.grads());
 
     const std::size_t done = step + 1;
@@ -156,19 +167,20 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
 
   // Everyone's statistics, as doubles (the CRC fits exactly).
   constexpr std::size_t kFields = 7;
-  std::array<double, kFields> row{double(mine.rank), mine.wall_seconds, mine.cpu_seconds,
-                                  mine.comm_seconds, mine.peak_rss_mb, mine.samples,
+  std::array<double, kFields> row{double(mine.rank),       mine.wall_seconds, mine.cpu_seconds,
+                                  mine.comm_seconds,       mine.peak_rss_mb,  mine.samples,
                                   double(mine.param_crc32)};
   std::vector<double> table(kFields * world);
-  if (auto ok = collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
-                                             .output = std::as_writable_bytes(std::span<double>(table))});
+  if (auto ok =
+          collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
+                                       .output = std::as_writable_bytes(std::span<double>(table))});
       !ok) {
     return ok.error();
   }
   for (int r = 0; r < world; ++r) {
     const double* t = table.data() + r * kFields;
-    out.ranks.push_back({static_cast<int>(t[0]), t[1], t[2], t[3], t[4], t[5],
-                         static_cast<std::uint32_t>(t[6])});
+    out.ranks.push_back(
+        {static_cast<int>(t[0]), t[1], t[2], t[3], t[4], t[5], static_cast<std::uint32_t>(t[6])});
     out.samples += t[5];
     out.wall_seconds = std::max(out.wall_seconds, t[1]);
   }

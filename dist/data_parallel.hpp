@@ -50,11 +50,11 @@ struct TrainOptions {
 
 struct RankStats {
   int rank = 0;
-  double wall_seconds = 0;   // training loop only
-  double cpu_seconds = 0;    // this process's user + system time during the loop
-  double comm_seconds = 0;   // time inside collectives (overlapped time included)
-  double peak_rss_mb = 0;    // this process's peak resident set
-  double samples = 0;        // samples this rank trained on
+  double wall_seconds = 0;        // training loop only
+  double cpu_seconds = 0;         // this process's user + system time during the loop
+  double comm_seconds = 0;        // time inside collectives (overlapped time included)
+  double peak_rss_mb = 0;         // this process's peak resident set
+  double samples = 0;             // samples this rank trained on
   std::uint32_t param_crc32 = 0;  // of the final parameters
 };
 
@@ -65,11 +65,11 @@ struct TrainResult {
   double samples = 0;          // over all ranks, this run
   double wall_seconds = 0;     // slowest rank
   double samples_per_second = 0;
-  double final_train_loss = 0;      // mean over the last epoch's steps on this rank
-  double test_accuracy = -1;        // rank 0 only when evaluate (else -1)
+  double final_train_loss = 0;  // mean over the last epoch's steps on this rank
+  double test_accuracy = -1;    // rank 0 only when evaluate (else -1)
   double test_loss = -1;
-  std::vector<RankStats> ranks;     // every rank's, on every rank
-  std::vector<float> params;        // this rank's final parameters
+  std::vector<RankStats> ranks;  // every rank's, on every rank
+  std::vector<float> params;     // this rank's final parameters
 };
 
 // Errors: invalid_argument (fewer training samples than one global batch, bad options),

@@ -23,7 +23,8 @@ GradientReducer::GradientReducer(collective::Communicator& comm, LayerStack& sta
       bytes = 0;
     }
   }
-  if (options_.overlap) thread_ = std::thread([this] { run(); });
+  if (options_.overlap)
+    thread_ = std::thread([this] { run(); });
 }
 
 GradientReducer::~GradientReducer() {
@@ -32,7 +33,8 @@ GradientReducer::~GradientReducer() {
     stop_ = true;
   }
   changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable())
+    thread_.join();
 }
 
 result<void> GradientReducer::reduce(std::size_t bucket) {
@@ -43,7 +45,8 @@ result<void> GradientReducer::reduce(std::size_t bucket) {
 }
 
 void GradientReducer::layer_done(std::size_t layer) {
-  if (!options_.overlap || ready_after_layer_[layer] < 0) return;
+  if (!options_.overlap || ready_after_layer_[layer] < 0)
+    return;
   {
     std::lock_guard lock(mutex_);
     ready_ = static_cast<std::size_t>(ready_after_layer_[layer]) + 1;
@@ -55,12 +58,14 @@ void GradientReducer::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stop_ || done_ < ready_; });
-    if (stop_) return;
+    if (stop_)
+      return;
     const std::size_t bucket = done_;
     lock.unlock();
     auto reduced = reduce(bucket);
     lock.lock();
-    if (!reduced && !error_) error_ = reduced.error();
+    if (!reduced && !error_)
+      error_ = reduced.error();
     ++done_;
     changed_.notify_all();
   }
@@ -69,7 +74,8 @@ void GradientReducer::run() {
 result<void> GradientReducer::finish() {
   if (!options_.overlap) {
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (auto ok = reduce(b); !ok) return ok.error();
+      if (auto ok = reduce(b); !ok)
+        return ok.error();
     }
     return {};
   }
@@ -78,7 +84,8 @@ result<void> GradientReducer::finish() {
   changed_.wait(lock, [&] { return done_ == buckets_.size(); });
   ready_ = 0;
   done_ = 0;
-  if (error_) return *error_;
+  if (error_)
+    return *error_;
   return {};
 }
 

@@ -58,13 +58,13 @@ class GradientReducer {
     std::size_t begin = 0;  // element range in stack_.grads()
     std::size_t size = 0;
   };
-  std::vector<Bucket> buckets_;             // in reduction order (output side first)
-  std::vector<int> ready_after_layer_;      // bucket index that layer i completes, or -1
+  std::vector<Bucket> buckets_;         // in reduction order (output side first)
+  std::vector<int> ready_after_layer_;  // bucket index that layer i completes, or -1
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::size_t ready_ = 0;  // guarded by mutex_
-  std::size_t done_ = 0;   // guarded by mutex_
-  bool stop_ = false;      // guarded by mutex_
+  std::size_t ready_ = 0;       // guarded by mutex_
+  std::size_t done_ = 0;        // guarded by mutex_
+  bool stop_ = false;           // guarded by mutex_
   std::optional<error> error_;  // guarded by mutex_
   std::thread thread_;
 };

@@ -9,7 +9,8 @@ namespace {
 
 std::size_t param_count(const model::Layer& layer) {
   std::size_t n = 0;
-  for (const auto& p : layer.param_shapes()) n += model::element_count(p.shape);
+  for (const auto& p : layer.param_shapes())
+    n += model::element_count(p.shape);
   return n;
 }
 
@@ -17,7 +18,8 @@ std::size_t param_count(const model::Layer& layer) {
 
 LayerStack::LayerStack(const model::Model& model, std::size_t first, std::size_t last) {
   FEDCORE_ASSERT(first < last && last <= model.layer_count(), "bad layer range");
-  for (std::size_t i = 0; i < first; ++i) model_offset_ += param_count(model.layer(i));
+  for (std::size_t i = 0; i < first; ++i)
+    model_offset_ += param_count(model.layer(i));
   offsets_.push_back(0);
   for (std::size_t i = first; i < last; ++i) {
     layers_.push_back(model.layer(i).clone());
@@ -35,8 +37,12 @@ LayerStack::LayerStack(const model::Model& model, std::size_t first, std::size_t
   input_grads_.resize(layers_.size());
 }
 
-std::size_t LayerStack::input_size() const noexcept { return layers_.front()->input_size(); }
-std::size_t LayerStack::output_size() const noexcept { return layers_.back()->output_size(); }
+std::size_t LayerStack::input_size() const noexcept {
+  return layers_.front()->input_size();
+}
+std::size_t LayerStack::output_size() const noexcept {
+  return layers_.back()->output_size();
+}
 
 const Matrix& LayerStack::forward(const Matrix& input, model::Phase phase) {
   FEDCORE_ASSERT(static_cast<std::size_t>(input.rows()) == input_size(),
@@ -57,8 +63,10 @@ void LayerStack::backward(const Matrix& grad_output, Matrix* grad_input,
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const Matrix& x = i == 0 ? *input_ : activations_[i - 1];
     layers_[i]->gradient(x, *dy);
-    if (layer_done) layer_done(i);
-    if (i == 0 && grad_input == nullptr) break;
+    if (layer_done)
+      layer_done(i);
+    if (i == 0 && grad_input == nullptr)
+      break;
     Matrix& dx = i == 0 ? *grad_input : input_grads_[i];
     layers_[i]->backward(x, activations_[i], *dy, dx);
     dy = &input_grads_[i];

@@ -39,7 +39,9 @@ class LayerStack {
   std::size_t layer_count() const noexcept { return layers_.size(); }
   // Element range of layer i's parameters inside params() (size 0 for parameter-free layers).
   std::size_t layer_param_begin(std::size_t i) const noexcept { return offsets_[i]; }
-  std::size_t layer_param_size(std::size_t i) const noexcept { return offsets_[i + 1] - offsets_[i]; }
+  std::size_t layer_param_size(std::size_t i) const noexcept {
+    return offsets_[i + 1] - offsets_[i];
+  }
   std::size_t input_size() const noexcept;
   std::size_t output_size() const noexcept;
 

@@ -43,7 +43,8 @@ struct JobFlags {
 void add_job_options(CLI::App& app, JobFlags& f) {
   auto& w = f.worker;
   app.add_option("--job", w.job, "job id (every message carries it)");
-  app.add_option("--transport", f.transport, "tcp (trusted networks only) or tls")->check(CLI::IsMember({"tcp", "tls"}));
+  app.add_option("--transport", f.transport, "tcp (trusted networks only) or tls")
+      ->check(CLI::IsMember({"tcp", "tls"}));
   app.add_option("--tls-ca", w.tls.ca);
   app.add_option("--tls-crl", w.tls.crl);
   app.add_option("--tls-server-cert", w.tls.server_cert);
@@ -89,10 +90,12 @@ int finish_job_flags(JobFlags& f) {
     return 2;
   }
   w.train.spec = *spec;
-  w.train.optimizer.kind = f.optimizer == "adam" ? model::OptimizerKind::adam : model::OptimizerKind::sgd;
+  w.train.optimizer.kind =
+      f.optimizer == "adam" ? model::OptimizerKind::adam : model::OptimizerKind::sgd;
   w.train.optimizer.learning_rate = f.lr;
   w.train.optimizer.momentum = f.momentum;
-  if (f.crash_rank == w.rank) w.train.test_crash_after_step = f.crash_after;
+  if (f.crash_rank == w.rank)
+    w.train.test_crash_after_step = f.crash_after;
   return 0;
 }
 
@@ -100,7 +103,8 @@ std::vector<int> parse_list(const std::string& text) {
   std::vector<int> out;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  while (std::getline(in, item, ','))
+    out.push_back(std::stoi(item));
   return out;
 }
 
@@ -123,7 +127,8 @@ int main(int argc, char** argv) {
   auto* worker = app.add_subcommand("worker", "run one worker (rank) of a job");
   worker->add_option("--rank", flags.worker.rank)->required();
   worker->add_option("--world", flags.worker.world)->required();
-  worker->add_option("--rendezvous", flags.worker.rendezvous, "HOST:PORT; rank 0 hosts it")->required();
+  worker->add_option("--rendezvous", flags.worker.rendezvous, "HOST:PORT; rank 0 hosts it")
+      ->required();
   add_job_options(*worker, flags);
 
   LaunchOptions launch_options;
@@ -133,7 +138,8 @@ int main(int argc, char** argv) {
 
   std::string nprocs = "1,2";
   std::string out_dir = ".";
-  auto* scale = app.add_subcommand("scale", "run the job on several world sizes and compare -- <job options>");
+  auto* scale = app.add_subcommand(
+      "scale", "run the job on several world sizes and compare -- <job options>");
   scale->add_option("--nprocs", nprocs, "comma-separated world sizes");
   scale->add_option("--out", out_dir, "folder for run-N.json, scaling.json, scaling.svg");
 
@@ -148,12 +154,14 @@ int main(int argc, char** argv) {
       std::cerr << "fedcore-dist worker: job options go before '--' here\n";
       return 2;
     }
-    if (int code = finish_job_flags(flags); code != 0) return code;
+    if (int code = finish_job_flags(flags); code != 0)
+      return code;
     return run_worker(flags.worker);
   }
   launch_options.executable = "/proc/self/exe";
   launch_options.worker_args = job_args;
-  if (launch->parsed()) return dist::launch(launch_options);
+  if (launch->parsed())
+    return dist::launch(launch_options);
 
   std::vector<nlohmann::json> runs;
   for (int n : parse_list(nprocs)) {
@@ -162,7 +170,8 @@ int main(int argc, char** argv) {
     const std::string report = out_dir + "/run-" + std::to_string(n) + ".json";
     one.worker_args.push_back("--report");
     one.worker_args.push_back(report);
-    if (int code = dist::launch(one); code != 0) return code;
+    if (int code = dist::launch(one); code != 0)
+      return code;
     std::ifstream in(report);
     runs.push_back(nlohmann::json::parse(in, nullptr, false));
     if (runs.back().is_discarded()) {

@@ -49,7 +49,8 @@ class RendezvousServer {
 class TcpRendezvous final : public collective::Rendezvous {
  public:
   // `server` is "host:port".
-  TcpRendezvous(std::string server, std::string job) : server_(std::move(server)), job_(std::move(job)) {}
+  TcpRendezvous(std::string server, std::string job)
+      : server_(std::move(server)), job_(std::move(job)) {}
   result<std::vector<std::string>> exchange(int rank, int size, const std::string& address,
                                             collective::Clock::time_point deadline) override;
 

@@ -10,7 +10,8 @@
 
 namespace fedcore::dist {
 
-nlohmann::json run_report(const TrainResult& r, const std::string& transport, const TrainOptions& o) {
+nlohmann::json run_report(const TrainResult& r, const std::string& transport,
+                          const TrainOptions& o) {
   nlohmann::json ranks = nlohmann::json::array();
   bool identical = true;
   for (const auto& s : r.ranks) {
@@ -46,10 +47,12 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport, co
 
 nlohmann::json scaling_report(const std::vector<nlohmann::json>& runs) {
   std::vector<nlohmann::json> sorted = runs;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a["world"].template get<int>() < b["world"].template get<int>(); });
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a["world"].template get<int>() < b["world"].template get<int>();
+  });
   nlohmann::json out = nlohmann::json::array();
-  if (sorted.empty()) return {{"runs", out}};
+  if (sorted.empty())
+    return {{"runs", out}};
   const auto& base = sorted.front();
   const double base_rate = base["samples_per_second"].get<double>();
   const double base_acc = base["test_accuracy"].get<double>();
@@ -59,7 +62,8 @@ nlohmann::json scaling_report(const std::vector<nlohmann::json>& runs) {
     const double rate = run["samples_per_second"].get<double>();
     const double speedup = base_rate > 0 ? rate / base_rate : 0;
     double comm_share = 0;
-    for (const auto& rank : run["ranks"]) comm_share = std::max(comm_share, rank["comm_share"].get<double>());
+    for (const auto& rank : run["ranks"])
+      comm_share = std::max(comm_share, rank["comm_share"].get<double>());
     out.push_back({{"world", world},
                    {"samples_per_second", rate},
                    {"speedup", speedup},
@@ -85,11 +89,12 @@ std::string scaling_svg(const nlohmann::json& scaling) {
   const double slot = runs.empty() ? 1.0 : double(width - left - 20) / runs.size();
   std::string svg;
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' "
-                "font-size='12'>\n<text x='%d' y='20' font-size='14'>fedcore-dist data-parallel "
-                "throughput (samples/s); grey = ideal linear scaling</text>\n",
-                width, height, left);
+  std::snprintf(
+      buf, sizeof buf,
+      "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' "
+      "font-size='12'>\n<text x='%d' y='20' font-size='14'>fedcore-dist data-parallel "
+      "throughput (samples/s); grey = ideal linear scaling</text>\n",
+      width, height, left);
   svg += buf;
   std::snprintf(buf, sizeof buf, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>\n", left,
                 height - bottom, width - 10, height - bottom);
@@ -110,8 +115,8 @@ std::string scaling_svg(const nlohmann::json& scaling) {
                   "<text x='%.1f' y='%d'>speedup %.2fx, eff. %.0f%%, comm %.0f%%</text>\n",
                   x, height - bottom - hi, w, hi, x + w, height - bottom - hr, w, hr, x + w,
                   height - bottom - hr - 4, rate, x, height - bottom + 16, r["world"].get<int>(), x,
-                  height - bottom + 32, r["speedup"].get<double>(), 100 * r["efficiency"].get<double>(),
-                  100 * r["max_comm_share"].get<double>());
+                  height - bottom + 32, r["speedup"].get<double>(),
+                  100 * r["efficiency"].get<double>(), 100 * r["max_comm_share"].get<double>());
     svg += buf;
     ++i;
   }

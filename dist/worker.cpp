@@ -26,9 +26,11 @@ bool is_group_failure(errc code) {
 }
 
 data::Dataset first(const data::Dataset& d, std::size_t n) {
-  if (n == 0 || n >= d.size()) return d;
+  if (n == 0 || n >= d.size())
+    return d;
   std::vector<std::size_t> idx(n);
-  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+  for (std::size_t i = 0; i < n; ++i)
+    idx[i] = i;
   return d.subset(idx);
 }
 
@@ -42,7 +44,8 @@ int run_worker(const WorkerOptions& o) {
   }
   set_compute_threads(o.compute_threads);
 
-  auto loaded = o.data_dir.empty() ? data::load_fashion_mnist() : data::load_fashion_mnist(o.data_dir);
+  auto loaded =
+      o.data_dir.empty() ? data::load_fashion_mnist() : data::load_fashion_mnist(o.data_dir);
   if (!loaded) {
     std::fprintf(stderr, "rank %d: %s\n", r, loaded.error().to_string().c_str());
     return kLocalFailure;
@@ -85,17 +88,21 @@ int run_worker(const WorkerOptions& o) {
     transport = collective::connect_tcp(net, rendezvous);
   } else {
     auto s = tls::make_server_context({o.tls.ca, o.tls.server_cert, o.tls.server_key, o.tls.crl});
-    auto c = tls::make_client_context({o.tls.ca, o.tls.client_cert, o.tls.client_key, o.tls.server_name});
+    auto c = tls::make_client_context(
+        {o.tls.ca, o.tls.client_cert, o.tls.client_key, o.tls.server_name});
     if (!s || !c) {
-      std::fprintf(stderr, "rank %d: TLS: %s\n", r, (!s ? s.error() : c.error()).to_string().c_str());
+      std::fprintf(stderr, "rank %d: TLS: %s\n", r,
+                   (!s ? s.error() : c.error()).to_string().c_str());
       return kBadOptions;
     }
     server_ctx.emplace(std::move(*s));
     client_ctx.emplace(std::move(*c));
-    transport = collective::connect_tls(net, rendezvous, {&*server_ctx, &*client_ctx, o.tls.server_name});
+    transport =
+        collective::connect_tls(net, rendezvous, {&*server_ctx, &*client_ctx, o.tls.server_name});
   }
   if (!transport) {
-    std::fprintf(stderr, "rank %d: connecting the group: %s\n", r, transport.error().to_string().c_str());
+    std::fprintf(stderr, "rank %d: connecting the group: %s\n", r,
+                 transport.error().to_string().c_str());
     return kGroupFailed;
   }
   const std::string transport_name = (*transport)->name();

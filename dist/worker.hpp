@@ -33,9 +33,9 @@ struct WorkerOptions {
   TlsFiles tls;
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};
-  std::string data_dir;              // Fashion-MNIST IDX folder
-  std::size_t train_samples = 0;     // use the first N training samples (0 = all)
-  std::size_t test_samples = 0;      // (0 = all)
+  std::string data_dir;           // Fashion-MNIST IDX folder
+  std::size_t train_samples = 0;  // use the first N training samples (0 = all)
+  std::size_t test_samples = 0;   // (0 = all)
   int compute_threads = 1;
   TrainOptions train;
   std::string report;  // rank 0 writes the run's JSON report here (empty: none)

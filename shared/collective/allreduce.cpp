@@ -64,7 +64,8 @@ result<void> ring_reduce_scatter(Communicator& comm, Envelope envelope, std::spa
   const int right = (r + 1) % p;
   const int left = (r + p - 1) % p;
   const std::size_t n = data.size();
-  const std::size_t segments = segment_count(chunk_range(n, p, 0).size, sizeof(float), max_segment_bytes);
+  const std::size_t segments =
+      segment_count(chunk_range(n, p, 0).size, sizeof(float), max_segment_bytes);
   for (int s = 0; s + 1 < p; ++s) {
     const Range send_chunk = chunk_range(n, p, wrap(r - s - 1, p));
     const Range recv_chunk = chunk_range(n, p, wrap(r - s - 2, p));
@@ -79,17 +80,20 @@ result<void> ring_reduce_scatter(Communicator& comm, Envelope envelope, std::spa
       envelope.segment = static_cast<std::uint32_t>(s * segments + j);
       envelope.length = seg.size * sizeof(float);
       auto got = t.recv(left, envelope, deadline);
-      if (!got) return got.error();
+      if (!got)
+        return got.error();
       // Payload buffers are heap allocations, aligned for float.
       const float* in = reinterpret_cast<const float*>(got->data());
       float* out = data.data() + seg.begin;
-      for (std::size_t i = 0; i < seg.size; ++i) out[i] += in[i];
+      for (std::size_t i = 0; i < seg.size; ++i)
+        out[i] += in[i];
     }
   }
   if (average && p > 1) {
     const Range mine = chunk_range(n, p, r);
     const float divisor = static_cast<float>(p);
-    for (float& x : data.subspan(mine.begin, mine.size)) x /= divisor;
+    for (float& x : data.subspan(mine.begin, mine.size))
+      x /= divisor;
   }
   return {};
 }
@@ -120,8 +124,10 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
       envelope.segment = first_segment + static_cast<std::uint32_t>(s * segments + j);
       envelope.length = seg.size * element_size;
       auto got = t.recv(left, envelope, deadline);
-      if (!got) return got.error();
-      if (!got->empty()) std::memcpy(data.data() + seg.begin * element_size, got->data(), got->size());
+      if (!got)
+        return got.error();
+      if (!got->empty())
+        std::memcpy(data.data() + seg.begin * element_size, got->data(), got->size());
     }
   }
   return {};
@@ -132,38 +138,46 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
 result<void> allreduce(Communicator& comm, const AllreduceOptions& options) {
   FEDCORE_ASSERT(options.max_segment_bytes >= sizeof(float), "segment too small");
   auto envelope = comm.begin(OpType::allreduce, options.data.size_bytes());
-  if (!envelope) return envelope.error();
+  if (!envelope)
+    return envelope.error();
   detail::CommTimer timer(comm);
   const auto deadline = comm.deadline(options.timeout);
   const int p = comm.size();
-  if (p == 1) return {};
-  auto rs = detail::ring_reduce_scatter(comm, *envelope, options.data,
-                                        options.op == ReduceOp::average,
-                                        options.max_segment_bytes, deadline);
-  if (!rs) return comm.fail_with(rs.error());
-  const std::size_t segments = detail::segment_count(
-      chunk_range(options.data.size(), p, 0).size, sizeof(float), options.max_segment_bytes);
+  if (p == 1)
+    return {};
+  auto rs =
+      detail::ring_reduce_scatter(comm, *envelope, options.data, options.op == ReduceOp::average,
+                                  options.max_segment_bytes, deadline);
+  if (!rs)
+    return comm.fail_with(rs.error());
+  const std::size_t segments = detail::segment_count(chunk_range(options.data.size(), p, 0).size,
+                                                     sizeof(float), options.max_segment_bytes);
   auto ag = detail::ring_allgather(comm, *envelope, std::as_writable_bytes(options.data), p,
                                    sizeof(float), options.max_segment_bytes,
                                    static_cast<std::uint32_t>((p - 1) * segments), deadline);
-  if (!ag) return comm.fail_with(ag.error());
-  if (auto sent = comm.transport().wait_sends(deadline); !sent) return comm.fail_with(sent.error());
+  if (!ag)
+    return comm.fail_with(ag.error());
+  if (auto sent = comm.transport().wait_sends(deadline); !sent)
+    return comm.fail_with(sent.error());
   return {};
 }
 
 result<std::span<float>> reduce_scatter(Communicator& comm, const ReduceScatterOptions& options) {
   FEDCORE_ASSERT(options.max_segment_bytes >= sizeof(float), "segment too small");
   auto envelope = comm.begin(OpType::reduce_scatter, options.data.size_bytes());
-  if (!envelope) return envelope.error();
+  if (!envelope)
+    return envelope.error();
   detail::CommTimer timer(comm);
   const auto deadline = comm.deadline(options.timeout);
   const Range mine = chunk_range(options.data.size(), comm.size(), comm.rank());
   if (comm.size() > 1) {
-    auto rs = detail::ring_reduce_scatter(comm, *envelope, options.data,
-                                          options.op == ReduceOp::average,
-                                          options.max_segment_bytes, deadline);
-    if (!rs) return comm.fail_with(rs.error());
-    if (auto sent = comm.transport().wait_sends(deadline); !sent) return comm.fail_with(sent.error());
+    auto rs =
+        detail::ring_reduce_scatter(comm, *envelope, options.data, options.op == ReduceOp::average,
+                                    options.max_segment_bytes, deadline);
+    if (!rs)
+      return comm.fail_with(rs.error());
+    if (auto sent = comm.transport().wait_sends(deadline); !sent)
+      return comm.fail_with(sent.error());
   }
   return options.data.subspan(mine.begin, mine.size);
 }

@@ -8,9 +8,11 @@ namespace fedcore::collective {
 // every rank, so none leaves before all have entered.
 result<void> barrier(Communicator& comm, const BarrierOptions& options) {
   auto envelope = comm.begin(OpType::barrier, 0);
-  if (!envelope) return envelope.error();
+  if (!envelope)
+    return envelope.error();
   const int p = comm.size();
-  if (p == 1) return {};
+  if (p == 1)
+    return {};
   detail::CommTimer timer(comm);
   const auto deadline = comm.deadline(options.timeout);
   Transport& t = comm.transport();
@@ -21,9 +23,11 @@ result<void> barrier(Communicator& comm, const BarrierOptions& options) {
     envelope->length = 0;
     t.post_send((r + d) % p, *envelope, {});
     auto got = t.recv((r - d + p) % p, *envelope, deadline);
-    if (!got) return comm.fail_with(got.error());
+    if (!got)
+      return comm.fail_with(got.error());
   }
-  if (auto sent = t.wait_sends(deadline); !sent) return comm.fail_with(sent.error());
+  if (auto sent = t.wait_sends(deadline); !sent)
+    return comm.fail_with(sent.error());
   return {};
 }
 

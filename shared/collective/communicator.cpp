@@ -6,12 +6,18 @@ namespace fedcore::collective {
 
 const char* op_type_name(OpType op) noexcept {
   switch (op) {
-    case OpType::allreduce: return "allreduce";
-    case OpType::broadcast: return "broadcast";
-    case OpType::allgather: return "allgather";
-    case OpType::reduce_scatter: return "reduce_scatter";
-    case OpType::barrier: return "barrier";
-    case OpType::send_recv: return "send_recv";
+    case OpType::allreduce:
+      return "allreduce";
+    case OpType::broadcast:
+      return "broadcast";
+    case OpType::allgather:
+      return "allgather";
+    case OpType::reduce_scatter:
+      return "reduce_scatter";
+    case OpType::barrier:
+      return "barrier";
+    case OpType::send_recv:
+      return "send_recv";
   }
   return "unknown";
 }
@@ -23,7 +29,8 @@ std::string to_string(const Envelope& e) {
 }
 
 result<void> check_envelope(const Envelope& expected, const Envelope& got, int peer) {
-  if (expected == got) return {};
+  if (expected == got)
+    return {};
   return fail(errc::aborted, "collective desync with rank " + std::to_string(peer) +
                                  ": expected {" + to_string(expected) + "}, received {" +
                                  to_string(got) + "}");
@@ -39,7 +46,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, std::string job
 }
 
 result<Envelope> Communicator::begin(OpType op, std::uint64_t bytes) {
-  if (failure_) return fail(errc::aborted, "communicator failed earlier: " + failure_->message);
+  if (failure_)
+    return fail(errc::aborted, "communicator failed earlier: " + failure_->message);
   Envelope e;
   e.job = job_;
   e.seq = ++seq_;
@@ -75,7 +83,8 @@ Envelope Communicator::next_recv(int peer, std::uint32_t tag, std::uint64_t byte
 }
 
 error Communicator::fail_with(error e) noexcept {
-  if (!failure_) failure_ = e;
+  if (!failure_)
+    failure_ = e;
   transport_->abort(e);
   return e;
 }

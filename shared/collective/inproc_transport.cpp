@@ -47,20 +47,23 @@ class InProcessTransport final : public Transport {
     FEDCORE_ASSERT(peer >= 0 && peer < state_->size && peer != rank_, "bad peer");
     FEDCORE_ASSERT(envelope.length == payload.size(), "envelope length differs from payload");
     std::lock_guard lock(state_->mutex);
-    if (failure_) return;
+    if (failure_)
+      return;
     if (state_->dead[peer]) {
       failure_ = fail(errc::unavailable, "rank " + std::to_string(peer) + " is gone");
       return;
     }
     Message m{envelope, std::vector<std::byte>(payload.begin(), payload.end())};
     sent_ += payload.size();
-    state_->mailboxes[static_cast<std::size_t>(peer) * state_->size + rank_].push_back(std::move(m));
+    state_->mailboxes[static_cast<std::size_t>(peer) * state_->size + rank_].push_back(
+        std::move(m));
     state_->changed.notify_all();
   }
 
   result<void> wait_sends(Clock::time_point) override {
     std::lock_guard lock(state_->mutex);
-    if (failure_) return *failure_;
+    if (failure_)
+      return *failure_;
     return {};
   }
 
@@ -70,28 +73,31 @@ class InProcessTransport final : public Transport {
     std::unique_lock lock(state_->mutex);
     auto& box = state_->mailboxes[static_cast<std::size_t>(rank_) * state_->size + peer];
     for (;;) {
-      if (failure_) return *failure_;
-      if (!box.empty()) break;
+      if (failure_)
+        return *failure_;
+      if (!box.empty())
+        break;
       if (state_->dead[peer]) {
         return fail(errc::unavailable, "rank " + std::to_string(peer) + " is gone");
       }
-      if (state_->changed.wait_until(lock, deadline) == std::cv_status::timeout &&
-          box.empty() && !failure_) {
-        return fail(errc::deadline_exceeded,
-                    "timed out waiting for rank " + std::to_string(peer) + " (" +
-                        to_string(expected) + ")");
+      if (state_->changed.wait_until(lock, deadline) == std::cv_status::timeout && box.empty() &&
+          !failure_) {
+        return fail(errc::deadline_exceeded, "timed out waiting for rank " + std::to_string(peer) +
+                                                 " (" + to_string(expected) + ")");
       }
     }
     current_ = std::move(box.front());
     box.pop_front();
     received_ += current_.payload.size();
-    if (auto ok = check_envelope(expected, current_.envelope, peer); !ok) return ok.error();
+    if (auto ok = check_envelope(expected, current_.envelope, peer); !ok)
+      return ok.error();
     return std::span<const std::byte>(current_.payload);
   }
 
   void abort(const error& why) noexcept override {
     std::lock_guard lock(state_->mutex);
-    if (!failure_) failure_ = fail(errc::aborted, why.message);
+    if (!failure_)
+      failure_ = fail(errc::aborted, why.message);
     state_->dead[rank_] = true;
     state_->changed.notify_all();
   }
@@ -116,7 +122,9 @@ InProcessGroup::InProcessGroup(int size) {
 }
 InProcessGroup::~InProcessGroup() = default;
 
-int InProcessGroup::size() const noexcept { return state_->size; }
+int InProcessGroup::size() const noexcept {
+  return state_->size;
+}
 
 std::unique_ptr<Transport> InProcessGroup::transport(int rank) {
   FEDCORE_ASSERT(rank >= 0 && rank < state_->size, "rank out of range");

@@ -34,15 +34,16 @@ constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds kReaderIdle = std::chrono::hours(24 * 365);
 
 std::string encode_envelope(const Envelope& e) {
-  nlohmann::json j = {{"job", e.job},         {"seq", e.seq},        {"op", static_cast<int>(e.op)},
-                      {"tag", e.tag},         {"bytes", e.bytes},    {"segment", e.segment},
+  nlohmann::json j = {{"job", e.job},      {"seq", e.seq},     {"op", static_cast<int>(e.op)},
+                      {"tag", e.tag},      {"bytes", e.bytes}, {"segment", e.segment},
                       {"length", e.length}};
   return j.dump();
 }
 
 result<Envelope> decode_envelope(const std::string& metadata) {
   auto j = nlohmann::json::parse(metadata, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(errc::data_loss, "collective metadata is not JSON");
+  if (j.is_discarded() || !j.is_object())
+    return fail(errc::data_loss, "collective metadata is not JSON");
   try {
     Envelope e;
     e.job = j.at("job").get<std::string>();
@@ -74,7 +75,8 @@ result<int> check_hello(const std::string& metadata, const NetOptions& options) 
                 "wrong job '" + j["job"].get<std::string>() + "', this is '" + options.job + "'");
   }
   if (j["size"].get<int>() != options.size) {
-    return fail(errc::permission_denied, "wrong group size " + std::to_string(j["size"].get<int>()));
+    return fail(errc::permission_denied,
+                "wrong group size " + std::to_string(j["size"].get<int>()));
   }
   const int peer = j["rank"].get<int>();
   if (peer <= options.rank || peer >= options.size) {
@@ -95,10 +97,11 @@ tcp::socket& socket_of(Stream& s) {
 template <class Stream>
 class NetTransport final : public Transport {
  public:
-  NetTransport(const NetOptions& options, const TlsContexts* tls)
-      : options_(options), owner_(std::this_thread::get_id()) {
-    if (tls) tls_ = *tls;
-    for (int i = 0; i < options.size; ++i) links_.push_back(std::make_unique<Link>());
+  NetTransport(const NetOptions& options, const TlsContexts* tls) : options_(options) {
+    if (tls)
+      tls_ = *tls;
+    for (int i = 0; i < options.size; ++i)
+      links_.push_back(std::make_unique<Link>());
   }
 
   ~NetTransport() override {
@@ -120,7 +123,8 @@ class NetTransport final : public Transport {
     FEDCORE_ASSERT(envelope.length == payload.size(), "envelope length differs from payload");
     Link& link = *links_[peer];
     if (link.failed) {
-      if (!send_error_) send_error_ = peer_error(peer, *link.failed);
+      if (!send_error_)
+        send_error_ = peer_error(peer, *link.failed);
       return;
     }
     link.outbox.push_back({encode_envelope(envelope), payload});
@@ -132,13 +136,17 @@ class NetTransport final : public Transport {
   }
 
   result<void> wait_sends(Clock::time_point deadline) override {
-    if (auto f = aborted()) return *f;
+    if (auto f = aborted())
+      return *f;
     const bool done = run_until([&] { return pending_sends_ == 0 || send_error_; }, deadline);
-    if (auto f = aborted()) return *f;
-    if (send_error_) return *send_error_;
+    if (auto f = aborted())
+      return *f;
+    if (send_error_)
+      return *send_error_;
     if (!done) {
-      return fail(errc::deadline_exceeded,
-                  "timed out sending to peers (" + std::to_string(pending_sends_) + " messages pending)");
+      return fail(
+          errc::deadline_exceeded,
+          "timed out sending to peers (" + std::to_string(pending_sends_) + " messages pending)");
     }
     return {};
   }
@@ -146,19 +154,24 @@ class NetTransport final : public Transport {
   result<std::span<const std::byte>> recv(int peer, const Envelope& expected,
                                           Clock::time_point deadline) override {
     FEDCORE_ASSERT(peer >= 0 && peer < size() && peer != rank(), "bad peer");
-    if (auto f = aborted()) return *f;
+    if (auto f = aborted())
+      return *f;
     Link& link = *links_[peer];
     const bool done =
         run_until([&] { return !link.inbox.empty() || link.failed || send_error_; }, deadline);
-    if (auto f = aborted()) return *f;
+    if (auto f = aborted())
+      return *f;
     if (!link.inbox.empty()) {
       link.current = std::move(link.inbox.front());
       link.inbox.pop_front();
-      if (auto ok = check_envelope(expected, link.current.envelope, peer); !ok) return ok.error();
+      if (auto ok = check_envelope(expected, link.current.envelope, peer); !ok)
+        return ok.error();
       return std::span<const std::byte>(link.current.payload);
     }
-    if (link.failed) return peer_error(peer, *link.failed);
-    if (send_error_) return *send_error_;
+    if (link.failed)
+      return peer_error(peer, *link.failed);
+    if (send_error_)
+      return *send_error_;
     FEDCORE_ASSERT(!done, "recv finished without a message or an error");
     return fail(errc::deadline_exceeded, "timed out waiting for rank " + std::to_string(peer) +
                                              " (" + to_string(expected) + ")");
@@ -167,9 +180,12 @@ class NetTransport final : public Transport {
   void abort(const error& why) noexcept override {
     {
       std::lock_guard lock(failure_mutex_);
-      if (!failure_) failure_ = fail(errc::aborted, why.message);
+      if (!failure_)
+        failure_ = fail(errc::aborted, why.message);
     }
-    if (std::this_thread::get_id() == owner_) {
+    // Inside run_until, only the io_context's thread may touch the channels; otherwise
+    // nobody is using them and they can be closed at once.
+    if (!running_.load()) {
       close_all();
     } else {
       asio::post(io_, [this] { close_all(); });
@@ -198,7 +214,8 @@ class NetTransport final : public Transport {
   };
 
   static error peer_error(int peer, const error& e) {
-    return fail(errc::unavailable, "link to rank " + std::to_string(peer) + " failed: " + e.to_string());
+    return fail(errc::unavailable,
+                "link to rank " + std::to_string(peer) + " failed: " + e.to_string());
   }
 
   std::optional<error> aborted() {
@@ -208,18 +225,28 @@ class NetTransport final : public Transport {
 
   void close_all() noexcept {
     for (auto& link : links_) {
-      if (link->channel) link->channel->close();
+      if (link->channel)
+        link->channel->close();
     }
   }
 
   // Runs the io_context on this thread until `done()` or the deadline. Returns done().
   template <class Pred>
   bool run_until(Pred done, Clock::time_point deadline) {
+    running_.store(true);
+    struct Reset {
+      std::atomic<bool>& flag;
+      ~Reset() { flag.store(false); }
+    } reset{running_};
     for (;;) {
-      if (done()) return true;
-      if (aborted()) return false;
-      if (Clock::now() >= deadline) return false;
-      if (io_.stopped()) io_.restart();
+      if (done())
+        return true;
+      if (aborted())
+        return false;
+      if (Clock::now() >= deadline)
+        return false;
+      if (io_.stopped())
+        io_.restart();
       if (io_.run_one_until(deadline) == 0 && io_.stopped() && Clock::now() < deadline) {
         // Nothing left that could make progress (every link is down).
         return done();
@@ -270,10 +297,12 @@ class NetTransport final : public Transport {
     Link& link = *links_[peer];
     while (!link.outbox.empty()) {
       const Outgoing& out = link.outbox.front();
-      auto written = co_await link.channel->write_frame(MessageType::update, out.metadata, out.payload);
+      auto written =
+          co_await link.channel->write_frame(MessageType::update, out.metadata, out.payload);
       if (!written) {
         link.failed = written.error();
-        if (!send_error_) send_error_ = peer_error(peer, written.error());
+        if (!send_error_)
+          send_error_ = peer_error(peer, written.error());
         pending_sends_ -= link.outbox.size();
         link.outbox.clear();
         break;
@@ -286,16 +315,18 @@ class NetTransport final : public Transport {
   }
 
   std::string hello() const {
-    return nlohmann::json{{"job", options_.job}, {"rank", options_.rank}, {"size", options_.size}}.dump();
+    return nlohmann::json{{"job", options_.job}, {"rank", options_.rank}, {"size", options_.size}}
+        .dump();
   }
 
   asio::awaitable<void> dial(int peer, tcp::endpoint endpoint) {
     Stream stream = make_stream(true);
     auto [ec] = co_await socket_of(stream).async_connect(endpoint, kNoThrow);
     if (ec) {
-      setup_error_ = fail(errc::unavailable, "connecting to rank " + std::to_string(peer) + " at " +
-                                                 endpoint.address().to_string() + ":" +
-                                                 std::to_string(endpoint.port()) + ": " + ec.message());
+      setup_error_ =
+          fail(errc::unavailable, "connecting to rank " + std::to_string(peer) + " at " +
+                                      endpoint.address().to_string() + ":" +
+                                      std::to_string(endpoint.port()) + ": " + ec.message());
       co_return;
     }
     socket_of(stream).set_option(tcp::no_delay(true), ec);
@@ -306,8 +337,8 @@ class NetTransport final : public Transport {
       }
       auto [hs] = co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
       if (hs) {
-        setup_error_ = fail(errc::unauthenticated, "TLS handshake with rank " + std::to_string(peer) +
-                                                       ": " + hs.message());
+        setup_error_ = fail(errc::unauthenticated, "TLS handshake with rank " +
+                                                       std::to_string(peer) + ": " + hs.message());
         co_return;
       }
     }
@@ -322,8 +353,8 @@ class NetTransport final : public Transport {
       co_return;
     }
     if (answer->type != MessageType::welcome) {
-      setup_error_ = fail(errc::permission_denied,
-                          "rank " + std::to_string(peer) + " refused this rank: " + answer->metadata);
+      setup_error_ = fail(errc::permission_denied, "rank " + std::to_string(peer) +
+                                                       " refused this rank: " + answer->metadata);
       co_return;
     }
     links_[peer]->channel.emplace(std::move(channel));
@@ -342,11 +373,13 @@ class NetTransport final : public Transport {
     }();
     if constexpr (std::is_same_v<Stream, net::TlsStream>) {
       auto [hs] = co_await stream.async_handshake(asio::ssl::stream_base::server, kNoThrow);
-      if (hs) co_return;  // not a member of this job; the dialer sees its own error
+      if (hs)
+        co_return;  // not a member of this job; the dialer sees its own error
     }
     net::FrameChannel<Stream> channel(std::move(stream), channel_options());
     auto frame = co_await channel.read_frame();
-    if (!frame || frame->type != MessageType::hello) co_return;
+    if (!frame || frame->type != MessageType::hello)
+      co_return;
     auto checked = check_hello(frame->metadata, options_);
     std::string refusal;
     int peer = -1;
@@ -354,14 +387,16 @@ class NetTransport final : public Transport {
       refusal = checked.error().message;
     } else {
       peer = *checked;
-      if (links_[peer]->channel) refusal = "rank " + std::to_string(peer) + " is already connected";
+      if (links_[peer]->channel)
+        refusal = "rank " + std::to_string(peer) + " is already connected";
     }
     if (!refusal.empty()) {
       const std::string answer = refusal_metadata(refusal);
       (void)co_await channel.write_frame(MessageType::error, answer);
       co_return;
     }
-    if (auto w = co_await channel.write_frame(MessageType::welcome, std::string_view("{}")); !w) co_return;
+    if (auto w = co_await channel.write_frame(MessageType::welcome, std::string_view("{}")); !w)
+      co_return;
     links_[peer]->channel.emplace(std::move(channel));
     --links_missing_;
   }
@@ -369,7 +404,8 @@ class NetTransport final : public Transport {
   asio::awaitable<void> accept_loop(tcp::acceptor& acceptor) {
     while (links_missing_ > 0) {
       auto [ec, socket] = co_await acceptor.async_accept(kNoThrow);
-      if (ec) co_return;
+      if (ec)
+        co_return;
       asio::co_spawn(io_, greet(std::move(socket)), asio::detached);
     }
   }
@@ -378,7 +414,7 @@ class NetTransport final : public Transport {
   asio::io_context io_;
   NetOptions options_;
   TlsContexts tls_;
-  std::thread::id owner_;
+  std::atomic<bool> running_{false};
   std::vector<std::unique_ptr<Link>> links_;
   std::size_t pending_sends_ = 0;
   std::optional<error> send_error_;
@@ -392,17 +428,20 @@ class NetTransport final : public Transport {
 
 result<tcp::endpoint> parse_endpoint(const std::string& address) {
   const auto colon = address.rfind(':');
-  if (colon == std::string::npos) return fail(errc::invalid_argument, "address '" + address + "' lacks a port");
+  if (colon == std::string::npos)
+    return fail(errc::invalid_argument, "address '" + address + "' lacks a port");
   boost::system::error_code ec;
   auto ip = asio::ip::make_address(address.substr(0, colon), ec);
-  if (ec) return fail(errc::invalid_argument, "address '" + address + "': " + ec.message());
+  if (ec)
+    return fail(errc::invalid_argument, "address '" + address + "': " + ec.message());
   int port = 0;
   try {
     port = std::stoi(address.substr(colon + 1));
   } catch (const std::exception&) {
     port = -1;
   }
-  if (port <= 0 || port > 65535) return fail(errc::invalid_argument, "address '" + address + "': bad port");
+  if (port <= 0 || port > 65535)
+    return fail(errc::invalid_argument, "address '" + address + "': bad port");
   return tcp::endpoint(ip, static_cast<unsigned short>(port));
 }
 
@@ -411,26 +450,35 @@ result<void> NetTransport<Stream>::connect(Rendezvous& rendezvous) {
   const auto deadline = Clock::now() + options_.connect_timeout;
   boost::system::error_code ec;
   auto host = asio::ip::make_address(options_.bind_host, ec);
-  if (ec) return fail(errc::invalid_argument, "bind host '" + options_.bind_host + "': " + ec.message());
+  if (ec)
+    return fail(errc::invalid_argument, "bind host '" + options_.bind_host + "': " + ec.message());
   tcp::acceptor acceptor(io_);
   acceptor.open(host.is_v4() ? tcp::v4() : tcp::v6(), ec);
-  if (!ec) acceptor.bind(tcp::endpoint(host, 0), ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return fail(errc::unavailable, "listening on " + options_.bind_host + ": " + ec.message());
-  const std::string address = options_.bind_host + ":" + std::to_string(acceptor.local_endpoint().port());
+  if (!ec)
+    acceptor.bind(tcp::endpoint(host, 0), ec);
+  if (!ec)
+    acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return fail(errc::unavailable, "listening on " + options_.bind_host + ": " + ec.message());
+  const std::string address =
+      options_.bind_host + ":" + std::to_string(acceptor.local_endpoint().port());
   auto addresses = rendezvous.exchange(options_.rank, options_.size, address, deadline);
-  if (!addresses) return addresses.error();
+  if (!addresses)
+    return addresses.error();
 
   links_missing_ = options_.size - 1;
   for (int peer = 0; peer < options_.rank; ++peer) {
     auto endpoint = parse_endpoint((*addresses)[peer]);
-    if (!endpoint) return endpoint.error();
+    if (!endpoint)
+      return endpoint.error();
     asio::co_spawn(io_, dial(peer, *endpoint), asio::detached);
   }
-  if (options_.rank + 1 < options_.size) asio::co_spawn(io_, accept_loop(acceptor), asio::detached);
+  if (options_.rank + 1 < options_.size)
+    asio::co_spawn(io_, accept_loop(acceptor), asio::detached);
   const bool up = run_until([&] { return links_missing_ == 0 || setup_error_; }, deadline);
   acceptor.close(ec);
-  if (setup_error_) return *setup_error_;
+  if (setup_error_)
+    return *setup_error_;
   if (!up) {
     return fail(errc::deadline_exceeded, "rank " + std::to_string(options_.rank) + ": " +
                                              std::to_string(links_missing_) + " of " +
@@ -438,7 +486,8 @@ result<void> NetTransport<Stream>::connect(Rendezvous& rendezvous) {
                                              " links not up within the connect timeout");
   }
   for (int peer = 0; peer < options_.size; ++peer) {
-    if (peer == options_.rank) continue;
+    if (peer == options_.rank)
+      continue;
     links_[peer]->channel->set_timeouts(kReaderIdle, options_.transfer_timeout);
     asio::co_spawn(io_, read_loop(peer), asio::detached);
   }
@@ -448,7 +497,8 @@ result<void> NetTransport<Stream>::connect(Rendezvous& rendezvous) {
 result<void> check_options(const NetOptions& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
     return fail(errc::invalid_argument, "rank " + std::to_string(options.rank) +
-                                            " is not in a group of " + std::to_string(options.size));
+                                            " is not in a group of " +
+                                            std::to_string(options.size));
   }
   return {};
 }
@@ -456,18 +506,22 @@ result<void> check_options(const NetOptions& options) {
 }  // namespace
 
 result<std::unique_ptr<Transport>> connect_tcp(const NetOptions& options, Rendezvous& rendezvous) {
-  if (auto ok = check_options(options); !ok) return ok.error();
+  if (auto ok = check_options(options); !ok)
+    return ok.error();
   auto transport = std::make_unique<NetTransport<net::TcpStream>>(options, nullptr);
-  if (auto ok = transport->connect(rendezvous); !ok) return ok.error();
+  if (auto ok = transport->connect(rendezvous); !ok)
+    return ok.error();
   return std::unique_ptr<Transport>(std::move(transport));
 }
 
 result<std::unique_ptr<Transport>> connect_tls(const NetOptions& options, Rendezvous& rendezvous,
                                                const TlsContexts& tls) {
-  if (auto ok = check_options(options); !ok) return ok.error();
+  if (auto ok = check_options(options); !ok)
+    return ok.error();
   FEDCORE_ASSERT(tls.server != nullptr && tls.client != nullptr, "TLS needs both contexts");
   auto transport = std::make_unique<NetTransport<net::TlsStream>>(options, &tls);
-  if (auto ok = transport->connect(rendezvous); !ok) return ok.error();
+  if (auto ok = transport->connect(rendezvous); !ok)
+    return ok.error();
   return std::unique_ptr<Transport>(std::move(transport));
 }
 

@@ -45,10 +45,10 @@ const char* op_type_name(OpType op) noexcept;
 
 // What a message claims to be. Every field must match what the receiver expects.
 struct Envelope {
-  std::string job;          // the job id; messages of another job are refused
-  std::uint64_t seq = 0;    // per-communicator operation counter, equal on all ranks
+  std::string job;        // the job id; messages of another job are refused
+  std::uint64_t seq = 0;  // per-communicator operation counter, equal on all ranks
   OpType op = OpType::barrier;
-  std::uint32_t tag = 0;    // user tag (send/recv) or 0
+  std::uint32_t tag = 0;      // user tag (send/recv) or 0
   std::uint64_t bytes = 0;    // the whole operation's byte count on this rank
   std::uint32_t segment = 0;  // position of this message within the operation
   std::uint64_t length = 0;   // payload bytes of this message
@@ -73,7 +73,8 @@ class Transport {
   // Starts sending `payload` to `peer` (!= rank) under `envelope`. The bytes must stay
   // valid and unchanged until wait_sends() returns. Errors are reported by wait_sends
   // (and abort the transport).
-  virtual void post_send(int peer, const Envelope& envelope, std::span<const std::byte> payload) = 0;
+  virtual void post_send(int peer, const Envelope& envelope,
+                         std::span<const std::byte> payload) = 0;
 
   // Waits until every posted send has been handed to the operating system (or the peer's
   // mailbox). Errors: deadline_exceeded; unavailable (peer gone); aborted (the transport

@@ -18,18 +18,22 @@ namespace {
 
 using testing::Kind;
 
-float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 17)); }
+float value(int rank, std::size_t i) {
+  return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 17));
+}
 
 std::vector<float> contribution(int rank, std::size_t n) {
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = value(rank, i);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = value(rank, i);
   return v;
 }
 
 std::vector<float> reference_sum(int size, std::size_t n) {
   std::vector<float> v(n, 0.0f);
   for (int r = 0; r < size; ++r) {
-    for (std::size_t i = 0; i < n; ++i) v[i] += value(r, i);
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] += value(r, i);
   }
   return v;
 }
@@ -55,17 +59,20 @@ TEST_P(Grid, AllreduceSumAndAverageEqualReferenceOnEveryRank) {
       ok = allreduce(comm, {.data = avg, .op = ReduceOp::average});
       ASSERT_TRUE(ok) << ok.error().to_string();
       auto expected = reference_sum(size, n);
-      for (float& x : expected) x /= static_cast<float>(size);
+      for (float& x : expected)
+        x /= static_cast<float>(size);
       EXPECT_EQ(avg, expected) << "rank " << comm.rank() << " n=" << n;
     }
     // Non-integer values: sums are rounded, but every rank must hold the same bits.
     std::vector<float> noisy(777);
-    for (std::size_t i = 0; i < noisy.size(); ++i) noisy[i] = 0.1f * (comm.rank() + 1) + 1e-3f * i;
+    for (std::size_t i = 0; i < noisy.size(); ++i)
+      noisy[i] = 0.1f * (comm.rank() + 1) + 1e-3f * i;
     ASSERT_TRUE(allreduce(comm, {.data = noisy, .op = ReduceOp::average, .max_segment_bytes = 64}));
     std::lock_guard lock(m);
     checksums[comm.rank()] = crc32(std::as_bytes(std::span<const float>(noisy)));
   });
-  for (int r = 1; r < size; ++r) EXPECT_EQ(checksums[r], checksums[0]) << "rank " << r;
+  for (int r = 1; r < size; ++r)
+    EXPECT_EQ(checksums[r], checksums[0]) << "rank " << r;
 }
 
 TEST_P(Grid, ReduceScatterLeavesEachRankItsReducedChunk) {
@@ -79,7 +86,8 @@ TEST_P(Grid, ReduceScatterLeavesEachRankItsReducedChunk) {
       const auto reference = reference_sum(size, n);
       ASSERT_EQ(mine->size(), chunk.size);
       EXPECT_EQ(mine->data(), data.data() + chunk.begin);
-      EXPECT_TRUE(std::equal(mine->begin(), mine->end(), reference.begin() + chunk.begin)) << "n=" << n;
+      EXPECT_TRUE(std::equal(mine->begin(), mine->end(), reference.begin() + chunk.begin))
+          << "n=" << n;
     }
   });
 }
@@ -123,15 +131,18 @@ TEST_P(Grid, BarrierAndTaggedSendRecvAroundTheRing) {
   const auto [kind, size] = GetParam();
   testing::run_group(kind, size, [&, size = size](Communicator& comm) {
     ASSERT_TRUE(barrier(comm));
-    if (size == 1) return;
+    if (size == 1)
+      return;
     const int right = (comm.rank() + 1) % size;
     const int left = (comm.rank() + size - 1) % size;
     for (std::size_t n : kCounts) {
       const auto out = contribution(comm.rank(), n);
-      auto sent = send(comm, {.peer = right, .tag = 7, .data = std::as_bytes(std::span<const float>(out))});
+      auto sent =
+          send(comm, {.peer = right, .tag = 7, .data = std::as_bytes(std::span<const float>(out))});
       ASSERT_TRUE(sent) << sent.error().to_string();
       std::vector<float> in(n);
-      auto got = recv(comm, {.peer = left, .tag = 7, .data = std::as_writable_bytes(std::span<float>(in))});
+      auto got = recv(
+          comm, {.peer = left, .tag = 7, .data = std::as_writable_bytes(std::span<float>(in))});
       ASSERT_TRUE(got) << got.error().to_string();
       EXPECT_EQ(in, contribution(left, n));
     }

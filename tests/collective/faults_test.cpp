@@ -48,7 +48,8 @@ TEST_P(Faults, DeadPeerFailsTheOthersWellBeforeTheDeadline) {
   std::atomic<int> unavailable{0};
   testing::run_group(GetParam(), 3, [&](Communicator& comm) {
     ASSERT_TRUE(barrier(comm));
-    if (comm.rank() == 2) return;  // dies: the communicator and its links go away
+    if (comm.rank() == 2)
+      return;  // dies: the communicator and its links go away
     std::vector<float> data(50'000, 1.0f);
     const auto start = SteadyClock::now();
     auto ok = allreduce(comm, {.data = data, .timeout = 10s});
@@ -56,7 +57,8 @@ TEST_P(Faults, DeadPeerFailsTheOthersWellBeforeTheDeadline) {
     ASSERT_FALSE(ok);
     EXPECT_TRUE(ok.error().code == errc::unavailable || ok.error().code == errc::aborted)
         << ok.error().to_string();
-    if (ok.error().code == errc::unavailable) ++unavailable;
+    if (ok.error().code == errc::unavailable)
+      ++unavailable;
     EXPECT_LT(elapsed, 5s);
   });
   EXPECT_GE(unavailable.load(), 1);
@@ -74,7 +76,8 @@ TEST_P(Faults, SizeDesyncFailsEveryRankWithoutWaitingForTheDeadline) {
     ASSERT_FALSE(ok) << "rank " << comm.rank() << " returned a result";
     EXPECT_TRUE(ok.error().code == errc::aborted || ok.error().code == errc::unavailable)
         << ok.error().to_string();
-    if (ok.error().message.find("desync") != std::string::npos) ++desync_seen;
+    if (ok.error().message.find("desync") != std::string::npos)
+      ++desync_seen;
     EXPECT_LT(elapsed, 5s);
   });
   EXPECT_GE(desync_seen.load(), 1);
@@ -87,11 +90,14 @@ TEST_P(Faults, OperationDesyncFailsEveryRank) {
     std::vector<float> data(64, 1.0f);
     result<void> ok;
     if (comm.rank() == 1) {
-      ok = broadcast(comm, {.data = std::as_writable_bytes(std::span<float>(data)), .root = 1, .timeout = 10s});
+      ok = broadcast(
+          comm,
+          {.data = std::as_writable_bytes(std::span<float>(data)), .root = 1, .timeout = 10s});
     } else {
       ok = allreduce(comm, {.data = data, .timeout = 10s});
     }
-    if (!ok) ++failed;
+    if (!ok)
+      ++failed;
   });
   EXPECT_EQ(failed.load(), 2);
 }
@@ -115,7 +121,9 @@ TEST_P(Faults, SkippedOperationIsASequenceDesync) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values(Kind::inproc, Kind::tcp, Kind::tls),
-                         [](const auto& info) { return std::string(testing::kind_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(testing::kind_name(info.param));
+                         });
 
 TEST(NetSetup, PeerOfAnotherJobIsRefused) {
   testing::GroupOptions options;

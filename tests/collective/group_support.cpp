@@ -38,13 +38,15 @@ result<std::unique_ptr<Transport>> make_transport(Kind kind, int rank, int size,
                                                   const std::string& job, Rendezvous& rendezvous,
                                                   InProcessGroup& group,
                                                   std::chrono::milliseconds connect_timeout) {
-  if (kind == Kind::inproc) return group.transport(rank);
+  if (kind == Kind::inproc)
+    return group.transport(rank);
   NetOptions net;
   net.rank = rank;
   net.size = size;
   net.job = job;
   net.connect_timeout = connect_timeout;
-  if (kind == Kind::tcp) return connect_tcp(net, rendezvous);
+  if (kind == Kind::tcp)
+    return connect_tcp(net, rendezvous);
   TlsMaterial& m = tls_material();
   TlsContexts contexts{&*m.server, &*m.client, "localhost"};
   return connect_tls(net, rendezvous, contexts);
@@ -54,15 +56,19 @@ result<std::unique_ptr<Transport>> make_transport(Kind kind, int rank, int size,
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::inproc: return "inproc";
-    case Kind::tcp: return "tcp";
-    case Kind::tls: return "tls";
+    case Kind::inproc:
+      return "inproc";
+    case Kind::tcp:
+      return "tcp";
+    case Kind::tls:
+      return "tls";
   }
   return "?";
 }
 
 void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& options) {
-  if (kind == Kind::tls) tls_material();  // made before the threads start
+  if (kind == Kind::tls)
+    tls_material();  // made before the threads start
   MemoryRendezvous rendezvous(size);
   InProcessGroup group(size);
   std::vector<std::thread> threads;
@@ -71,7 +77,8 @@ void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& option
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       const std::string job = options.jobs.empty() ? options.job : options.jobs[rank];
-      auto transport = make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
+      auto transport =
+          make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
       if (!transport) {
         std::lock_guard lock(failures_mutex);
         failures.push_back("rank " + std::to_string(rank) + ": " + transport.error().to_string());
@@ -81,12 +88,15 @@ void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& option
       fn(comm);
     });
   }
-  for (auto& t : threads) t.join();
-  for (const auto& f : failures) ADD_FAILURE() << "connect failed: " << f;
+  for (auto& t : threads)
+    t.join();
+  for (const auto& f : failures)
+    ADD_FAILURE() << "connect failed: " << f;
 }
 
 std::vector<result<void>> connect_only(Kind kind, int size, const GroupOptions& options) {
-  if (kind == Kind::tls) tls_material();
+  if (kind == Kind::tls)
+    tls_material();
   MemoryRendezvous rendezvous(size);
   InProcessGroup group(size);
   std::vector<result<void>> results(size);
@@ -94,7 +104,8 @@ std::vector<result<void>> connect_only(Kind kind, int size, const GroupOptions& 
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       const std::string job = options.jobs.empty() ? options.job : options.jobs[rank];
-      auto transport = make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
+      auto transport =
+          make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
       if (!transport) {
         results[rank] = transport.error();
         return;
@@ -104,7 +115,8 @@ std::vector<result<void>> connect_only(Kind kind, int size, const GroupOptions& 
       (void)barrier(comm, {});
     });
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   return results;
 }
 

@@ -36,6 +36,9 @@ struct JobFlags {
   long op_timeout_ms = 60000;
   std::size_t bucket_kb = 4096;
   bool no_overlap = false;
+  std::string mode = "ddp";
+  std::string schedule = "1f1b";
+  std::string balance = "params";
   int crash_rank = -1;
   std::size_t crash_after = 0;
 };
@@ -69,6 +72,14 @@ void add_job_options(CLI::App& app, JobFlags& f) {
   app.add_option("--max-steps", w.train.max_steps);
   app.add_option("--bucket-kb", f.bucket_kb, "gradient bucket size for the allreduce");
   app.add_flag("--no-overlap", f.no_overlap, "allreduce after backward instead of during it");
+  app.add_option("--mode", f.mode, "ddp (data parallel) or pipeline (hybrid when world > stages)")
+      ->check(CLI::IsMember({"ddp", "pipeline"}));
+  app.add_option("--stages", w.stages, "pipeline stages (world must be a multiple)");
+  app.add_option("--micro-batches", w.micro_batches,
+                 "micro-batches per batch (must divide --batch)");
+  app.add_option("--schedule", f.schedule)->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--balance", f.balance, "stage split by parameter count or measured time")
+      ->check(CLI::IsMember({"params", "time"}));
   app.add_option("--checkpoint-dir", w.train.checkpoint_dir);
   app.add_option("--checkpoint-every", w.train.checkpoint_every, "steps between checkpoints");
   app.add_flag("--no-eval", [&w](std::int64_t) { w.train.evaluate = false; });
@@ -84,6 +95,9 @@ int finish_job_flags(JobFlags& f) {
   w.op_timeout = std::chrono::milliseconds(f.op_timeout_ms);
   w.train.reducer.bucket_bytes = f.bucket_kb * 1024;
   w.train.reducer.overlap = !f.no_overlap;
+  w.pipeline = f.mode == "pipeline";
+  w.schedule = f.schedule == "gpipe" ? Schedule::gpipe : Schedule::one_f_one_b;
+  w.balance = f.balance == "time" ? Balance::time : Balance::params;
   auto spec = model::parse_model_spec(std::string_view(f.model));
   if (!spec) {
     std::cerr << "fedcore-dist: --model: " << spec.error().to_string() << "\n";

@@ -1,11 +1,13 @@
 #include "dist/worker.hpp"
 
+#include <array>
 #include <cstdio>
 #include <optional>
 
 #include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "collective/collectives.hpp"
 #include "collective/net_transport.hpp"
 #include "data/fashion_mnist.hpp"
 #include "dist/rendezvous.hpp"
@@ -32,6 +34,74 @@ data::Dataset first(const data::Dataset& d, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     idx[i] = i;
   return d.subset(idx);
+}
+
+int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
+                 const TrainOptions& train, const WorkerOptions& o,
+                 const std::string& transport_name) {
+  PipelineOptions p;
+  p.train = train;
+  p.stages = o.stages;
+  p.micro_batches = o.micro_batches;
+  p.schedule = o.schedule;
+  p.balance = o.balance;
+  auto result = train_pipeline(comm, data, p);
+  if (!result) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), result.error().to_string().c_str());
+    return is_group_failure(result.error().code) ? kGroupFailed : kLocalFailure;
+  }
+  // Every rank's wall time, communication time, loss and layer range, for rank 0's report.
+  std::array<double, 5> row{result->wall_seconds, result->comm_seconds, result->final_loss,
+                            double(result->first_layer), double(result->last_layer)};
+  std::vector<double> table(row.size() * comm.size());
+  if (auto ok =
+          collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
+                                       .output = std::as_writable_bytes(std::span<double>(table))});
+      !ok) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), ok.error().to_string().c_str());
+    return kGroupFailed;
+  }
+  if (comm.rank() != 0)
+    return 0;
+  double wall = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < comm.size(); ++r) {
+    const double* t = table.data() + r * row.size();
+    wall = std::max(wall, t[0]);
+    ranks.push_back({{"rank", r},
+                     {"stage", r % o.stages},
+                     {"replica", r / o.stages},
+                     {"wall_seconds", t[0]},
+                     {"comm_seconds", t[1]},
+                     {"comm_share", t[0] > 0 ? t[1] / t[0] : 0.0},
+                     {"final_loss", t[2]},
+                     {"layers", {t[3], t[4]}}});
+  }
+  const double rate = wall > 0 ? result->samples / wall : 0;
+  const nlohmann::json report{{"mode", "pipeline"},
+                              {"world", comm.size()},
+                              {"transport", transport_name},
+                              {"stages", result->stages},
+                              {"replicas", result->replicas},
+                              {"micro_batches", o.micro_batches},
+                              {"schedule", o.schedule == Schedule::gpipe ? "gpipe" : "1f1b"},
+                              {"local_batch", train.batch_size},
+                              {"steps", result->steps},
+                              {"samples", result->samples},
+                              {"wall_seconds", wall},
+                              {"samples_per_second", rate},
+                              {"ranks", ranks}};
+  std::fprintf(stdout,
+               "fedcore-dist pipeline: %d stages x %d replicas (%s), %d micro-batches, %zu steps, "
+               "%.1f samples/s\n",
+               result->stages, result->replicas, transport_name.c_str(), o.micro_batches,
+               result->steps, rate);
+  std::fflush(stdout);
+  if (!o.report.empty()) {
+    if (auto ok = write_text(o.report, report.dump(2) + "\n"); !ok)
+      return kLocalFailure;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -109,6 +179,8 @@ int run_worker(const WorkerOptions& o) {
   collective::Communicator comm(std::move(*transport), o.job, o.op_timeout);
   server.reset();  // the rendezvous is over once the mesh is up
 
+  if (o.pipeline)
+    return run_pipeline(comm, data, train, o, transport_name);
   auto result = train_data_parallel(comm, data, train);
   if (!result) {
     std::fprintf(stderr, "rank %d: %s\n", r, result.error().to_string().c_str());

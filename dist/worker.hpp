@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dist/data_parallel.hpp"
+#include "dist/pipeline.hpp"
 
 namespace fedcore::dist {
 
@@ -38,6 +39,12 @@ struct WorkerOptions {
   std::size_t test_samples = 0;   // (0 = all)
   int compute_threads = 1;
   TrainOptions train;
+  // Pipeline (and hybrid when world > stages) instead of pure data parallelism.
+  bool pipeline = false;
+  int stages = 2;
+  int micro_batches = 4;
+  Schedule schedule = Schedule::one_f_one_b;
+  Balance balance = Balance::params;
   std::string report;  // rank 0 writes the run's JSON report here (empty: none)
 };
 

@@ -151,3 +151,31 @@ TEST(Launcher, RendezvousFailsWhenARankNeverJoins) {
 
 }  // namespace
 }  // namespace fedcore::dist
+
+namespace fedcore::dist {
+namespace {
+
+TEST(Launcher, PipelineOfTwoStagesAsProcesses) {
+  testing::TempDir dir;
+  const std::string report = dir.path("pipe.json");
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "2", "--"},
+                 with(kSmallJob, {"--mode", "pipeline", "--stages", "2", "--micro-batches", "4",
+                                  "--max-steps", "10", "--report", report}))),
+      120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["mode"], "pipeline");
+  EXPECT_EQ(j["stages"], 2);
+  EXPECT_EQ(j["replicas"], 1);
+  EXPECT_EQ(j["steps"], 10);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  // The two stages split the layers between them.
+  EXPECT_EQ(j["ranks"][0]["layers"][0], 0);
+  EXPECT_EQ(j["ranks"][0]["layers"][1], j["ranks"][1]["layers"][0]);
+  EXPECT_GT(j["ranks"][1]["final_loss"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace fedcore::dist

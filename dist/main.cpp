@@ -2,6 +2,8 @@
 //
 //   fedcore-dist launch --nproc N [--max-restarts K] -- <job options>
 //   fedcore-dist worker --rank R --world N --rendezvous HOST:PORT <job options>
+//   mpirun -n N fedcore-dist worker --backend mpi <job options>
+//   mpirun -n N fedcore-dist worker --backend mpi <job options>
 //   fedcore-dist scale --nprocs 1,2 --out DIR -- <job options>
 #include <algorithm>
 #include <fstream>
@@ -15,6 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/launcher.hpp"
+#ifdef FEDCORE_HAVE_MPI
+#include <mpi.h>
+#endif
 #include "dist/report.hpp"
 #include "dist/worker.hpp"
 #include "model/optimizer.hpp"
@@ -46,8 +51,9 @@ struct JobFlags {
 void add_job_options(CLI::App& app, JobFlags& f) {
   auto& w = f.worker;
   app.add_option("--job", w.job, "job id (every message carries it)");
-  app.add_option("--transport", f.transport, "tcp (trusted networks only) or tls")
-      ->check(CLI::IsMember({"tcp", "tls"}));
+  app.add_option("--transport", f.transport,
+                 "tcp (trusted networks only), tls, or mpi (under mpirun)")
+      ->check(CLI::IsMember({"tcp", "tls", "mpi"}));
   app.add_option("--tls-ca", w.tls.ca);
   app.add_option("--tls-crl", w.tls.crl);
   app.add_option("--tls-server-cert", w.tls.server_cert);
@@ -90,7 +96,9 @@ void add_job_options(CLI::App& app, JobFlags& f) {
 
 int finish_job_flags(JobFlags& f) {
   auto& w = f.worker;
-  w.transport = f.transport == "tls" ? TransportKind::tls : TransportKind::tcp;
+  w.transport = f.transport == "tls"   ? TransportKind::tls
+                : f.transport == "mpi" ? TransportKind::mpi
+                                       : TransportKind::tcp;
   w.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
   w.op_timeout = std::chrono::milliseconds(f.op_timeout_ms);
   w.train.reducer.bucket_bytes = f.bucket_kb * 1024;
@@ -139,10 +147,14 @@ int main(int argc, char** argv) {
 
   JobFlags flags;
   auto* worker = app.add_subcommand("worker", "run one worker (rank) of a job");
-  worker->add_option("--rank", flags.worker.rank)->required();
-  worker->add_option("--world", flags.worker.world)->required();
-  worker->add_option("--rendezvous", flags.worker.rendezvous, "HOST:PORT; rank 0 hosts it")
-      ->required();
+  worker->add_option("--rank", flags.worker.rank, "required unless --backend mpi");
+  worker->add_option("--world", flags.worker.world, "required unless --backend mpi");
+  worker->add_option("--rendezvous", flags.worker.rendezvous, "HOST:PORT; rank 0 hosts it");
+  std::string backend = "net";
+  worker
+      ->add_option("--backend", backend,
+                   "net (rendezvous + --transport tcp|tls) or mpi (under mpirun)")
+      ->check(CLI::IsMember({"net", "mpi"}));
   add_job_options(*worker, flags);
 
   LaunchOptions launch_options;
@@ -168,8 +180,33 @@ int main(int argc, char** argv) {
       std::cerr << "fedcore-dist worker: job options go before '--' here\n";
       return 2;
     }
-    if (int code = finish_job_flags(flags); code != 0)
+    if (backend == "mpi") {
+      flags.transport = "mpi";
+    }
+    if (flags.transport == "mpi") {
+#ifdef FEDCORE_HAVE_MPI
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+      MPI_Comm_rank(MPI_COMM_WORLD, &flags.worker.rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &flags.worker.world);
+      int code = finish_job_flags(flags);
+      if (code == 0) {
+        code = run_worker(flags.worker);
+      }
+      MPI_Finalize();
       return code;
+#else
+      std::cerr << "fedcore-dist: built without MPI (-DFEDCORE_MPI=ON)\n";
+      return 2;
+#endif
+    }
+    if (worker->count("--rank") == 0 || worker->count("--world") == 0) {
+      std::cerr << "fedcore-dist worker: --rank and --world are required\n";
+      return 2;
+    }
+    if (int code = finish_job_flags(flags); code != 0) {
+      return code;
+    }
     return run_worker(flags.worker);
   }
   launch_options.executable = "/proc/self/exe";

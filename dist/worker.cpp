@@ -9,6 +9,9 @@
 
 #include "collective/collectives.hpp"
 #include "collective/net_transport.hpp"
+#ifdef FEDCORE_HAVE_MPI
+#include "collective/mpi_transport.hpp"
+#endif
 #include "data/fashion_mnist.hpp"
 #include "dist/rendezvous.hpp"
 #include "dist/report.hpp"
@@ -130,7 +133,7 @@ int run_worker(const WorkerOptions& o) {
   train.spec = *spec;
 
   std::unique_ptr<RendezvousServer> server;
-  if (r == 0) {
+  if (r == 0 && o.transport != TransportKind::mpi) {
     auto hp = split_host_port(o.rendezvous);
     if (!hp) {
       std::fprintf(stderr, "rank 0: %s\n", hp.error().to_string().c_str());
@@ -156,6 +159,14 @@ int run_worker(const WorkerOptions& o) {
   std::optional<boost::asio::ssl::context> server_ctx, client_ctx;
   if (o.transport == TransportKind::tcp) {
     transport = collective::connect_tcp(net, rendezvous);
+  } else if (o.transport == TransportKind::mpi) {
+#ifdef FEDCORE_HAVE_MPI
+    transport = collective::make_mpi_transport(MPI_COMM_WORLD);
+#else
+    std::fprintf(stderr, "rank %d: this fedcore-dist was built without MPI (-DFEDCORE_MPI=ON)\n",
+                 r);
+    return kBadOptions;
+#endif
   } else {
     auto s = tls::make_server_context({o.tls.ca, o.tls.server_cert, o.tls.server_key, o.tls.crl});
     auto c = tls::make_client_context(

@@ -12,7 +12,7 @@
 
 namespace fedcore::dist {
 
-enum class TransportKind { tcp, tls };
+enum class TransportKind { tcp, tls, mpi };
 
 struct TlsFiles {
   std::string ca;           // the job CA (certs/fedcore-pki init)
@@ -30,6 +30,8 @@ struct WorkerOptions {
   std::string job = "fedcore-dist";
   std::string rendezvous = "127.0.0.1:29500";  // rank 0 hosts it here
   std::string bind_host = "127.0.0.1";         // this rank's mesh listener
+  // tcp/tls: rendezvous and mesh of our own; mpi: rank and world come from
+  // MPI_COMM_WORLD (the process has called MPI_Init; build with FEDCORE_MPI).
   TransportKind transport = TransportKind::tcp;
   TlsFiles tls;
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};

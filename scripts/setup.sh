@@ -12,8 +12,9 @@ core_packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev zlib1g-dev
   libopenblas0-openmp
   dataset-fashion-mnist clang-format
+  libopenmpi-dev openmpi-bin
 )
-bench_packages=(python3 python3-torch python3-numpy)
+bench_packages=(python3 python3-torch python3-numpy libgloo-dev)
 
 want=("${core_packages[@]}")
 for arg in "$@"; do

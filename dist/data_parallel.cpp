@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
 
+#include "collective/collectives.hpp"
 #include "dist/layer_stack.hpp"
 #include "model/loss.hpp"
 #include "model/param_io.hpp"
@@ -59,6 +61,24 @@ result<std::size_t> resume(const std::string& dir, const model::Model& reference
   return meta["step"].get<std::size_t>();
 }
 
+// Synchronous elastic averaging (Zhang, Choromanska and LeCun 2015, eq. 3-4): with x_i
+// the rank's parameters and c the center, x_i -= a (x_i - c) and c += a sum_i (x_i - c);
+// sum_i (x_i - c) = p (mean - c) comes from one allreduce, so every rank updates its copy
+// of c identically.
+result<void> elastic_average(collective::Communicator& comm, std::span<float> params,
+                             std::vector<float>& center, std::vector<float>& mean, float alpha) {
+  std::copy(params.begin(), params.end(), mean.begin());
+  auto ok = collective::allreduce(comm, {.data = mean, .op = collective::ReduceOp::average});
+  if (!ok)
+    return ok.error();
+  const float p = static_cast<float>(comm.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i] -= alpha * (params[i] - center[i]);
+    center[i] += alpha * p * (mean[i] - center[i]);
+  }
+  return {};
+}
+
 }  // namespace
 
 result<TrainResult> train_data_parallel(collective::Communicator& comm, const data::TrainTest& data,
@@ -97,7 +117,14 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
 
   const model::LossKind loss = model::loss_for(options.spec);
   auto optimizer = model::make_optimizer(options.optimizer, stack.params().size());
-  GradientReducer reducer(comm, stack, options.reducer);
+  // Synchronous SGD averages gradients every step; EASGD trains locally and pulls every
+  // rank and the shared center variable together every `easgd_period` steps.
+  const bool easgd = options.easgd_alpha > 0;
+  std::optional<GradientReducer> reducer;
+  if (!easgd)
+    reducer.emplace(comm, stack, options.reducer);
+  std::vector<float> center(stack.params().begin(), stack.params().end());
+  std::vector<float> mean(easgd ? center.size() : 0);
 
   std::vector<std::size_t> order(data.train.size());
   std::size_t order_epoch = static_cast<std::size_t>(-1);
@@ -129,17 +156,27 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
     const Matrix& logits = stack.forward(batch, model::Phase::train);
     epoch_loss += model::evaluate_loss(loss, logits, labels, &grad_logits).loss;
     ++epoch_steps;
-    stack.backward(grad_logits, nullptr, [&](std::size_t layer) { reducer.layer_done(layer); });
-    if (auto ok = reducer.finish(); !ok)
-      return ok.error();
-    optimizer->step(stack.params(), stack.grads());
-
     const std::size_t done = step + 1;
+    if (!easgd) {
+      stack.backward(grad_logits, nullptr, [&](std::size_t layer) { reducer->layer_done(layer); });
+      if (auto ok = reducer->finish(); !ok)
+        return ok.error();
+      optimizer->step(stack.params(), stack.grads());
+    } else {
+      stack.backward(grad_logits, nullptr);
+      optimizer->step(stack.params(), stack.grads());
+      if (done % std::max<std::size_t>(options.easgd_period, 1) == 0) {
+        if (auto ok = elastic_average(comm, stack.params(), center, mean, options.easgd_alpha); !ok)
+          return ok.error();
+      }
+    }
+
     if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 &&
         done % options.checkpoint_every == 0 && rank == 0) {
       const std::string meta = nlohmann::json{{"step", done}, {"world", world}}.dump();
+      const std::span<const float> saved = easgd ? std::span<const float>(center) : stack.params();
       if (auto ok = model::save_params(checkpoint_path(options.checkpoint_dir), reference.layout(),
-                                       stack.params(), meta);
+                                       saved, meta);
           !ok) {
         return ok.error();
       }
@@ -150,6 +187,9 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
     }
   }
   const double wall = std::chrono::duration<double>(Clock::now() - wall_before).count();
+  // EASGD's model is the center variable, the same on every rank.
+  if (easgd)
+    std::copy(center.begin(), center.end(), stack.params().begin());
 
   TrainResult out;
   out.world = world;

@@ -18,6 +18,9 @@
 // every K steps (atomically, model/param_io format, metadata {"step": n}); at start, if
 // the checkpoint exists, every rank resumes from it. Optimizer state (momentum, Adam
 // moments) is not checkpointed: it restarts from zero on resume (exact for plain SGD).
+//
+// Asynchronous mode: EASGD (easgd_alpha > 0, below). Parameter-server ASGD is not
+// implemented.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,16 @@ struct TrainOptions {
   std::string checkpoint_dir;  // empty: no checkpoints
   std::size_t checkpoint_every = 0;
   bool evaluate = true;  // rank 0 evaluates on the test set at the end
+  // Elastic averaging SGD (EASGD, synchronous form) instead of synchronous SGD when
+  // alpha > 0: every rank takes local SGD steps on its own shard, and every `period`
+  // steps all ranks and a center variable c are pulled together by one allreduce:
+  // x_i -= alpha (x_i - c), c += alpha sum_i (x_i - c). Communication drops by `period`x;
+  // the price is staleness: between averagings the replicas drift apart (more with a
+  // larger period or learning rate, less with a larger alpha; Zhang et al. recommend
+  // alpha = 0.9 / world for stability). The trained model is c, identical on all ranks;
+  // checkpoints hold c. Local parameters are not bit-identical between averagings.
+  float easgd_alpha = 0.0f;
+  std::size_t easgd_period = 4;
   // Test hook: this rank exits the process with status 17 after this step, unless the
   // run resumed from a checkpoint (0 = never).
   std::size_t test_crash_after_step = 0;

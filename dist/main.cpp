@@ -78,6 +78,10 @@ void add_job_options(CLI::App& app, JobFlags& f) {
   app.add_option("--max-steps", w.train.max_steps);
   app.add_option("--bucket-kb", f.bucket_kb, "gradient bucket size for the allreduce");
   app.add_flag("--no-overlap", f.no_overlap, "allreduce after backward instead of during it");
+  app.add_option(
+      "--easgd-alpha", w.train.easgd_alpha,
+      "elastic averaging SGD with this moving rate instead of synchronous SGD (0 = off)");
+  app.add_option("--easgd-period", w.train.easgd_period, "local steps between elastic averagings");
   app.add_option("--mode", f.mode, "ddp (data parallel) or pipeline (hybrid when world > stages)")
       ->check(CLI::IsMember({"ddp", "pipeline"}));
   app.add_option("--stages", w.stages, "pipeline stages (world must be a multiple)");

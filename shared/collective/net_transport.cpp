@@ -184,7 +184,9 @@ class NetTransport final : public Transport {
         failure_ = fail(errc::aborted, why.message);
     }
     // Inside run_until, only the io_context's thread may touch the channels; otherwise
-    // nobody is using them and they can be closed at once.
+    // nobody is using them and they can be closed at once. (A foreign thread that aborts
+    // just as the owner enters run_until races with it; the owner's next check of
+    // aborted() then stops it. Only a watchdog thread would abort from outside.)
     if (!running_.load()) {
       close_all();
     } else {

@@ -6,7 +6,7 @@
 //   - network (net_transport.hpp): a full mesh of FrameChannels over plain TCP (trusted
 //     in-datacenter networks only) or TLS 1.3 with mutual authentication, chosen
 //     explicitly by the caller;
-//   - MPI is not implemented yet (see docs/dist.md).
+//   - MPI (mpi_transport.hpp, with -DFEDCORE_MPI=ON): the ranks of an MPI communicator.
 //
 // Every message carries an Envelope: (job, op sequence, op type, tag, byte count,
 // segment). The receiver states the envelope it expects; any difference is a desync and

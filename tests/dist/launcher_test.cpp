@@ -4,6 +4,7 @@
 #include "dist/launcher.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <signal.h>
 #include <string>
@@ -175,6 +176,38 @@ TEST(Launcher, PipelineOfTwoStagesAsProcesses) {
   EXPECT_EQ(j["ranks"][0]["layers"][0], 0);
   EXPECT_EQ(j["ranks"][0]["layers"][1], j["ranks"][1]["layers"][0]);
   EXPECT_GT(j["ranks"][1]["final_loss"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace fedcore::dist
+
+namespace fedcore::dist {
+namespace {
+
+// Two workers over mutual TLS with job certificates made by certs/fedcore-pki.
+TEST(Launcher, TwoWorkersOverTls) {
+  testing::TempDir dir;
+  const std::string pki = dir.path("pki");
+  const std::string script = std::string(FEDCORE_SOURCE_DIR) + "/certs/fedcore-pki --dir " + pki;
+  for (const char* step : {" init", " server fedcore-server", " client worker"}) {
+    ASSERT_EQ(std::system((script + step + " >/dev/null 2>&1").c_str()), 0) << step;
+  }
+  const std::string report = dir.path("tls.json");
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "2", "--"},
+                 with(kSmallJob,
+                      {"--transport", "tls", "--tls-ca", pki + "/ca.pem", "--tls-crl",
+                       pki + "/crl.pem", "--tls-server-cert", pki + "/server/fedcore-server.pem",
+                       "--tls-server-key", pki + "/server/fedcore-server.key", "--tls-client-cert",
+                       pki + "/clients/worker.pem", "--tls-client-key", pki + "/clients/worker.key",
+                       "--max-steps", "8", "--report", report}))),
+      120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["transport"], "tls");
+  EXPECT_EQ(j["steps"], 8);
+  EXPECT_EQ(j["params_identical_on_all_ranks"], true);
 }
 
 }  // namespace

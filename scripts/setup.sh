@@ -14,8 +14,9 @@ core_packages=(
   libopenblas0-openmp
   dataset-fashion-mnist clang-format
   chromium
+  libopenmpi-dev openmpi-bin
 )
-bench_packages=(python3 python3-torch python3-numpy)
+bench_packages=(python3 python3-torch python3-numpy libgloo-dev)
 
 want=("${core_packages[@]}")
 for arg in "$@"; do

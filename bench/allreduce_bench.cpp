@@ -1,0 +1,150 @@
+// Fedcore's ring allreduce between N local processes over TCP or TLS (127.0.0.1), sizes
+// 4 KiB to --max-bytes; one result line per size (allreduce_bench_common.hpp).
+//
+//   allreduce_bench --ranks 4 --transport tcp
+//   allreduce_bench --ranks 4 --transport tls --pki DIR   (DIR made by certs/fedcore-pki:
+//                                                           init, server fedcore-server,
+//                                                           client rank-peer)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include <boost/asio/ssl/context.hpp>
+
+#include "allreduce_bench_common.hpp"
+#include "collective/collectives.hpp"
+#include "collective/net_transport.hpp"
+#include "dist/launcher.hpp"
+#include "dist/rendezvous.hpp"
+#include "tls/context.hpp"
+
+namespace {
+
+using namespace fedcore;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  int ranks = 2;
+  std::string transport = "tcp";
+  std::string pki;
+  std::size_t max_bytes = std::size_t{64} << 20;
+  std::size_t segment_bytes = collective::kDefaultMaxSegmentBytes;
+};
+
+int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
+  std::unique_ptr<dist::RendezvousServer> server;
+  const int port = std::stoi(rendezvous_address.substr(rendezvous_address.rfind(':') + 1));
+  if (rank == 0) {
+    auto s = dist::RendezvousServer::start("127.0.0.1", port, "bench", a.ranks,
+                                           std::chrono::seconds(30));
+    if (!s) {
+      std::fprintf(stderr, "rendezvous: %s\n", s.error().to_string().c_str());
+      return 1;
+    }
+    server = std::move(*s);
+  }
+  dist::TcpRendezvous rendezvous(rendezvous_address, "bench");
+  collective::NetOptions net;
+  net.rank = rank;
+  net.size = a.ranks;
+  net.job = "bench";
+  result<std::unique_ptr<collective::Transport>> transport = fail(errc::internal, "unset");
+  std::optional<boost::asio::ssl::context> sctx, cctx;
+  if (a.transport == "tls") {
+    auto s = tls::make_server_context({a.pki + "/ca.pem", a.pki + "/server/fedcore-server.pem",
+                                       a.pki + "/server/fedcore-server.key", a.pki + "/crl.pem"});
+    auto c = tls::make_client_context({a.pki + "/ca.pem", a.pki + "/clients/rank-peer.pem",
+                                       a.pki + "/clients/rank-peer.key", "localhost"});
+    if (!s || !c) {
+      std::fprintf(stderr, "TLS: %s\n", (!s ? s.error() : c.error()).to_string().c_str());
+      return 1;
+    }
+    sctx.emplace(std::move(*s));
+    cctx.emplace(std::move(*c));
+    transport = collective::connect_tls(net, rendezvous, {&*sctx, &*cctx, "localhost"});
+  } else {
+    transport = collective::connect_tcp(net, rendezvous);
+  }
+  if (!transport) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, transport.error().to_string().c_str());
+    return 1;
+  }
+  server.reset();
+  collective::Communicator comm(std::move(*transport), "bench", std::chrono::seconds(120));
+  const std::string impl = "fedcore-" + a.transport;
+  for (std::size_t bytes : bench::allreduce_sizes(a.max_bytes)) {
+    std::vector<float> data(bytes / sizeof(float), 1.0f);
+    const collective::AllreduceOptions op{.data = data, .max_segment_bytes = a.segment_bytes};
+    for (int i = 0; i < 2; ++i) {
+      if (auto ok = collective::allreduce(comm, op); !ok) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, ok.error().to_string().c_str());
+        return 1;
+      }
+    }
+    const int iterations = bench::iterations_for(bytes);
+    if (!collective::barrier(comm))
+      return 1;
+    const auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      if (auto ok = collective::allreduce(comm, op); !ok) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, ok.error().to_string().c_str());
+        return 1;
+      }
+    }
+    if (!collective::barrier(comm))
+      return 1;
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iterations;
+    if (rank == 0)
+      bench::print_result(impl.c_str(), a.ranks, bytes, seconds);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--ranks")
+      a.ranks = std::stoi(v);
+    else if (k == "--transport")
+      a.transport = v;
+    else if (k == "--pki")
+      a.pki = v;
+    else if (k == "--max-bytes")
+      a.max_bytes = std::stoull(v);
+    else if (k == "--segment-bytes")
+      a.segment_bytes = std::stoull(v);
+    else {
+      std::fprintf(stderr, "allreduce_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if ((a.transport != "tcp" && a.transport != "tls") || (a.transport == "tls" && a.pki.empty())) {
+    std::fprintf(stderr, "allreduce_bench: --transport tcp, or tls with --pki DIR\n");
+    return 2;
+  }
+  const std::string address = "127.0.0.1:" + std::to_string(dist::pick_free_port("127.0.0.1"));
+  std::vector<pid_t> children;
+  for (int r = 0; r < a.ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0)
+      _exit(run_rank(a, r, address));
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ++failed;
+  }
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Allreduce bus bandwidth, side by side in one run: fedcore's ring over TCP and TLS,
+# OpenMPI's MPI_Allreduce over the TCP BTL, gloo's ring allreduce over TCP; 2 and 4
+# ranks on 127.0.0.1, 4 KiB .. 64 MiB. Prints the raw lines and a markdown table.
+#   bench/allreduce_compare.sh [BUILD_DIR] [RANKS...]
+# OpenMPI and gloo are skipped with a note when not installed (scripts/setup.sh --bench).
+set -euo pipefail
+build=${1:-build/release}
+shift || true
+ranks=("$@")
+((${#ranks[@]} == 0)) && ranks=(2 4)
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$here/../certs/fedcore-pki" --dir "$work/pki" init >/dev/null
+"$here/../certs/fedcore-pki" --dir "$work/pki" server fedcore-server >/dev/null
+"$here/../certs/fedcore-pki" --dir "$work/pki" client rank-peer >/dev/null
+out="$work/results.txt"
+for n in "${ranks[@]}"; do
+  "$build/bench/allreduce_bench" --ranks "$n" --transport tcp | tee -a "$out"
+  "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" | tee -a "$out"
+  if [[ -x $build/bench/allreduce_mpi_bench ]] && command -v mpirun >/dev/null; then
+    mpirun --allow-run-as-root --oversubscribe -n "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
+      "$build/bench/allreduce_mpi_bench" | tee -a "$out"
+  else
+    echo "allreduce_compare: OpenMPI not built/installed, skipping" >&2
+  fi
+  if [[ -x $build/bench/allreduce_gloo_bench ]]; then
+    "$build/bench/allreduce_gloo_bench" --ranks "$n" | tee -a "$out"
+  else
+    echo "allreduce_compare: gloo not built/installed, skipping" >&2
+  fi
+done
+python3 - "$out" <<'PY'
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"allreduce (\S+) ranks=(\d+) bytes=(\d+) seconds=\S+ busbw_gbps=(\S+)", line)
+    if m:
+        rows.setdefault((int(m[2]), int(m[3])), {})[m[1]] = float(m[4])
+impls = ["fedcore-tcp", "fedcore-tls", "openmpi-tcp", "gloo-ring-tcp"]
+print("\n| ranks | size | " + " | ".join(f"{i} GB/s" for i in impls) + " | tcp/mpi | tcp/gloo | tls/mpi | tls/gloo |")
+print("|---|---|" + "---|" * (len(impls) + 4))
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+for (n, b), v in sorted(rows.items()):
+    size = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    cells = [f"{v[i]:.3f}" if i in v else "-" for i in impls]
+    t, s, m, g = (v.get(i) for i in impls)
+    print(f"| {n} | {size} | " + " | ".join(cells) + f" | {ratio(t, m)} | {ratio(t, g)} | {ratio(s, m)} | {ratio(s, g)} |")
+PY

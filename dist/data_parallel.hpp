@@ -1,0 +1,93 @@
+// Data-parallel (synchronous SGD) training of one model on every rank of a group.
+//
+// Every rank holds the whole model, initialised from the same seed (and then broadcast
+// from rank 0, so a rank that built it differently cannot diverge silently). Each epoch
+// the training set is shuffled by an Rng seeded from (seed, epoch), identically on all
+// ranks, and cut into global batches of batch_size × world samples; rank r trains on the
+// r-th slice of batch_size samples of every global batch, so shards are disjoint and
+// change every epoch. The last incomplete global batch of an epoch is dropped, so every
+// rank takes the same number of steps. **Global batch = local batch × world**: to train
+// like a single worker with batch B, give each of N workers B / N.
+//
+// A step: forward, loss, backward with gradients averaged over all ranks in buckets
+// (GradientReducer, overlapped with backward), optimizer step. Every rank applies the
+// same averaged gradients to the same parameters, so parameters stay bit-identical; the
+// result carries each rank's parameter CRC-32 to prove it.
+//
+// Checkpoints: with checkpoint_dir and checkpoint_every = K, rank 0 writes the parameters
+// every K steps (atomically, model/param_io format, metadata {"step": n}); at start, if
+// the checkpoint exists, every rank resumes from it. Optimizer state (momentum, Adam
+// moments) is not checkpointed: it restarts from zero on resume (exact for plain SGD).
+//
+// Asynchronous mode: EASGD (easgd_alpha > 0, below). Parameter-server ASGD is not
+// implemented.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.hpp"
+#include "data/dataset.hpp"
+#include "dist/grad_reducer.hpp"
+#include "model/optimizer.hpp"
+#include "model/spec.hpp"
+
+namespace fedcore::dist {
+
+struct TrainOptions {
+  model::ModelSpec spec;  // complete (input shape and classes filled)
+  model::OptimizerConfig optimizer;
+  int epochs = 1;
+  int batch_size = 32;  // per rank
+  std::uint64_t seed = 1;
+  std::size_t max_steps = 0;  // 0: whole epochs
+  ReducerOptions reducer;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  std::size_t checkpoint_every = 0;
+  bool evaluate = true;  // rank 0 evaluates on the test set at the end
+  // Elastic averaging SGD (EASGD, synchronous form) instead of synchronous SGD when
+  // alpha > 0: every rank takes local SGD steps on its own shard, and every `period`
+  // steps all ranks and a center variable c are pulled together by one allreduce:
+  // x_i -= alpha (x_i - c), c += alpha sum_i (x_i - c). Communication drops by `period`x;
+  // the price is staleness: between averagings the replicas drift apart (more with a
+  // larger period or learning rate, less with a larger alpha; Zhang et al. recommend
+  // alpha = 0.9 / world for stability). The trained model is c, identical on all ranks;
+  // checkpoints hold c. Local parameters are not bit-identical between averagings.
+  float easgd_alpha = 0.0f;
+  std::size_t easgd_period = 4;
+  // Test hook: this rank exits the process with status 17 after this step, unless the
+  // run resumed from a checkpoint (0 = never).
+  std::size_t test_crash_after_step = 0;
+};
+
+struct RankStats {
+  int rank = 0;
+  double wall_seconds = 0;        // training loop only
+  double cpu_seconds = 0;         // this process's user + system time during the loop
+  double comm_seconds = 0;        // time inside collectives (overlapped time included)
+  double peak_rss_mb = 0;         // this process's peak resident set
+  double samples = 0;             // samples this rank trained on
+  std::uint32_t param_crc32 = 0;  // of the final parameters
+};
+
+struct TrainResult {
+  int world = 1;
+  std::size_t start_step = 0;  // > 0 when resumed from a checkpoint
+  std::size_t steps = 0;       // the final global step
+  double samples = 0;          // over all ranks, this run
+  double wall_seconds = 0;     // slowest rank
+  double samples_per_second = 0;
+  double final_train_loss = 0;  // mean over the last epoch's steps on this rank
+  double test_accuracy = -1;    // rank 0 only when evaluate (else -1)
+  double test_loss = -1;
+  std::vector<RankStats> ranks;  // every rank's, on every rank
+  std::vector<float> params;     // this rank's final parameters
+};
+
+// Errors: invalid_argument (fewer training samples than one global batch, bad options),
+// the collectives' errors (a peer died, timed out or is out of step), checkpoint I/O.
+result<TrainResult> train_data_parallel(collective::Communicator& comm, const data::TrainTest& data,
+                                        const TrainOptions& options);
+
+}  // namespace fedcore::dist

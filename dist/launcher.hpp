@@ -1,0 +1,35 @@
+// The fedcore-dist launcher (`fedcore-dist launch --nproc N -- <job options>`), like
+// torchrun: starts N local worker processes of this executable, with a fresh rendezvous
+// port per attempt, and watches them.
+//
+// When every worker exits 0, the job succeeded. When one fails (non-zero exit or a
+// signal), the others notice on their own within the operation deadline (their
+// collectives fail) — but the launcher does not wait for that: it stops them (SIGTERM,
+// then SIGKILL after `stop_grace`) and, while restarts remain, starts all N again; the
+// job resumes from its last checkpoint when the job options name a checkpoint folder.
+// Workers get PR_SET_PDEATHSIG, so they die with the launcher.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace fedcore::dist {
+
+struct LaunchOptions {
+  int nproc = 1;
+  int max_restarts = 0;
+  std::string executable;                // this program (/proc/self/exe)
+  std::vector<std::string> worker_args;  // job options passed to every worker
+  std::string host = "127.0.0.1";        // rendezvous host
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(5)};
+};
+
+// Returns the process exit status: 0 success; otherwise the failing worker's code (or
+// 128 + signal), after the last allowed attempt.
+int launch(const LaunchOptions& options);
+
+// A free TCP port on `host` (bound and released; another process may take it first).
+int pick_free_port(const std::string& host);
+
+}  // namespace fedcore::dist

@@ -1,0 +1,185 @@
+#include <algorithm>
+#include <cstring>
+
+#include "collective/collectives.hpp"
+#include "collective/detail/ops.hpp"
+#include "util/assert.hpp"
+
+namespace fedcore::collective {
+
+Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept {
+  const std::size_t base = n / parts;
+  const std::size_t extra = n % parts;
+  return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+namespace detail {
+
+std::size_t segment_count(std::size_t max_chunk_elements, std::size_t element_size,
+                          std::size_t max_segment_bytes) noexcept {
+  const std::size_t per_segment = std::max<std::size_t>(1, max_segment_bytes / element_size);
+  return std::max<std::size_t>(1, (max_chunk_elements + per_segment - 1) / per_segment);
+}
+
+namespace {
+
+std::size_t wrap(long long i, int p) noexcept {
+  return static_cast<std::size_t>(((i % p) + p) % p);
+}
+
+// The j-th of `count` nearly equal segments of chunk `c` (element ranges).
+Range segment_of(Range c, std::size_t count, std::size_t j) noexcept {
+  const Range s = chunk_range(c.size, count, j);
+  return {c.begin + s.begin, s.size};
+}
+
+}  // namespace
+
+// The ring algorithm, for p ranks in a ring (rank r sends to r+1 and receives from r-1)
+// and a buffer of n elements cut into p chunks:
+//
+// Reduce-scatter. In step s = 0 .. p-2, rank r sends chunk r-s-1 to its right neighbour
+// and receives chunk r-s-2 from its left one, adding it into its own copy. The chunk a
+// rank sends in step s is the one it received and added to in step s-1, so it already
+// carries the sum over s+1 ranks; after p-1 steps chunk r on rank r holds the sum over
+// all p ranks. Each rank sent (p-1)/p of the buffer.
+//
+// Allgather. In step s = 0 .. p-2, rank r sends chunk r-s (its reduced chunk first) and
+// receives chunk r-s-1, which it copies over its own; after p-1 steps every rank holds
+// every reduced chunk, bit-identical because each was computed once, by its owner.
+//
+// Chunking and pipelining. Every chunk is cut into the same number of segments of at
+// most max_segment_bytes, each its own message. A step posts all its sends at once and
+// then receives segment after segment, reducing each one while later segments are still
+// on the wire; the next step's sends are posted as soon as their data is final, without
+// waiting for this step's sends to drain (nothing that is still being sent is written
+// again: a chunk is only received into after it was sent). Sends are awaited once, at the
+// end of the operation.
+result<void> ring_reduce_scatter(Communicator& comm, Envelope envelope, std::span<float> data,
+                                 bool average, std::size_t max_segment_bytes,
+                                 Clock::time_point deadline) {
+  Transport& t = comm.transport();
+  const int p = comm.size();
+  const int r = comm.rank();
+  const int right = (r + 1) % p;
+  const int left = (r + p - 1) % p;
+  const std::size_t n = data.size();
+  const std::size_t segments =
+      segment_count(chunk_range(n, p, 0).size, sizeof(float), max_segment_bytes);
+  for (int s = 0; s + 1 < p; ++s) {
+    const Range send_chunk = chunk_range(n, p, wrap(r - s - 1, p));
+    const Range recv_chunk = chunk_range(n, p, wrap(r - s - 2, p));
+    for (std::size_t j = 0; j < segments; ++j) {
+      const Range seg = segment_of(send_chunk, segments, j);
+      envelope.segment = static_cast<std::uint32_t>(s * segments + j);
+      envelope.length = seg.size * sizeof(float);
+      t.post_send(right, envelope, bytes_of(data.subspan(seg.begin, seg.size)));
+    }
+    for (std::size_t j = 0; j < segments; ++j) {
+      const Range seg = segment_of(recv_chunk, segments, j);
+      envelope.segment = static_cast<std::uint32_t>(s * segments + j);
+      envelope.length = seg.size * sizeof(float);
+      auto got = t.recv(left, envelope, deadline);
+      if (!got)
+        return got.error();
+      // Payload buffers are heap allocations, aligned for float.
+      const float* in = reinterpret_cast<const float*>(got->data());
+      float* out = data.data() + seg.begin;
+      for (std::size_t i = 0; i < seg.size; ++i)
+        out[i] += in[i];
+    }
+  }
+  if (average && p > 1) {
+    const Range mine = chunk_range(n, p, r);
+    const float divisor = static_cast<float>(p);
+    for (float& x : data.subspan(mine.begin, mine.size))
+      x /= divisor;
+  }
+  return {};
+}
+
+result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std::byte> data,
+                            std::size_t parts, std::size_t element_size,
+                            std::size_t max_segment_bytes, std::uint32_t first_segment,
+                            Clock::time_point deadline) {
+  Transport& t = comm.transport();
+  const int p = comm.size();
+  const int r = comm.rank();
+  const int right = (r + 1) % p;
+  const int left = (r + p - 1) % p;
+  const std::size_t n = data.size() / element_size;
+  const std::size_t segments =
+      segment_count(chunk_range(n, parts, 0).size, element_size, max_segment_bytes);
+  for (int s = 0; s + 1 < p; ++s) {
+    const Range send_chunk = chunk_range(n, parts, wrap(r - s, p));
+    const Range recv_chunk = chunk_range(n, parts, wrap(r - s - 1, p));
+    for (std::size_t j = 0; j < segments; ++j) {
+      const Range seg = segment_of(send_chunk, segments, j);
+      envelope.segment = first_segment + static_cast<std::uint32_t>(s * segments + j);
+      envelope.length = seg.size * element_size;
+      t.post_send(right, envelope, data.subspan(seg.begin * element_size, seg.size * element_size));
+    }
+    for (std::size_t j = 0; j < segments; ++j) {
+      const Range seg = segment_of(recv_chunk, segments, j);
+      envelope.segment = first_segment + static_cast<std::uint32_t>(s * segments + j);
+      envelope.length = seg.size * element_size;
+      auto got = t.recv(left, envelope, deadline);
+      if (!got)
+        return got.error();
+      if (!got->empty())
+        std::memcpy(data.data() + seg.begin * element_size, got->data(), got->size());
+    }
+  }
+  return {};
+}
+
+}  // namespace detail
+
+result<void> allreduce(Communicator& comm, const AllreduceOptions& options) {
+  FEDCORE_ASSERT(options.max_segment_bytes >= sizeof(float), "segment too small");
+  auto envelope = comm.begin(OpType::allreduce, options.data.size_bytes());
+  if (!envelope)
+    return envelope.error();
+  detail::CommTimer timer(comm);
+  const auto deadline = comm.deadline(options.timeout);
+  const int p = comm.size();
+  if (p == 1)
+    return {};
+  auto rs =
+      detail::ring_reduce_scatter(comm, *envelope, options.data, options.op == ReduceOp::average,
+                                  options.max_segment_bytes, deadline);
+  if (!rs)
+    return comm.fail_with(rs.error());
+  const std::size_t segments = detail::segment_count(chunk_range(options.data.size(), p, 0).size,
+                                                     sizeof(float), options.max_segment_bytes);
+  auto ag = detail::ring_allgather(comm, *envelope, std::as_writable_bytes(options.data), p,
+                                   sizeof(float), options.max_segment_bytes,
+                                   static_cast<std::uint32_t>((p - 1) * segments), deadline);
+  if (!ag)
+    return comm.fail_with(ag.error());
+  if (auto sent = comm.transport().wait_sends(deadline); !sent)
+    return comm.fail_with(sent.error());
+  return {};
+}
+
+result<std::span<float>> reduce_scatter(Communicator& comm, const ReduceScatterOptions& options) {
+  FEDCORE_ASSERT(options.max_segment_bytes >= sizeof(float), "segment too small");
+  auto envelope = comm.begin(OpType::reduce_scatter, options.data.size_bytes());
+  if (!envelope)
+    return envelope.error();
+  detail::CommTimer timer(comm);
+  const auto deadline = comm.deadline(options.timeout);
+  const Range mine = chunk_range(options.data.size(), comm.size(), comm.rank());
+  if (comm.size() > 1) {
+    auto rs =
+        detail::ring_reduce_scatter(comm, *envelope, options.data, options.op == ReduceOp::average,
+                                    options.max_segment_bytes, deadline);
+    if (!rs)
+      return comm.fail_with(rs.error());
+    if (auto sent = comm.transport().wait_sends(deadline); !sent)
+      return comm.fail_with(sent.error());
+  }
+  return options.data.subspan(mine.begin, mine.size);
+}
+
+}  // namespace fedcore::collective

@@ -1,0 +1,112 @@
+// Collective operations over a Communicator: free functions over an options struct, in
+// the shape of gloo's `allreduce(const AllreduceOptions&)`.
+//
+// Every operation:
+//   - must be called by every rank of the group, in the same order, with matching sizes
+//     (send/recv: by the two ranks named). A rank that calls a different operation, with
+//     a different size, or from another job, is detected from the envelope of the first
+//     message it receives or sends, and the operation fails on every rank with
+//     errc::aborted (desync) or errc::unavailable (a peer aborted) — never a hang and
+//     never wrong data;
+//   - has a deadline: `timeout` (0 = the communicator's default) from the call. A silent
+//     or dead peer makes it fail with errc::deadline_exceeded or errc::unavailable;
+//   - after a failure, the communicator is dead (communicator.hpp) and the buffers hold
+//     unspecified values.
+// `max_segment_bytes` caps one message's payload: large buffers move as many segments
+// so that receiving, reducing and sending overlap. Tests set it small to reach the
+// multi-segment paths with few elements.
+//
+// Data layout for reduce_scatter and allreduce: n elements are split into size() chunks
+// by chunk_range (the first n % size chunks are one element longer).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "collective/communicator.hpp"
+
+namespace fedcore::collective {
+
+enum class ReduceOp { sum, average };
+
+inline constexpr std::size_t kDefaultMaxSegmentBytes = std::size_t{1} << 20;
+
+struct Range {
+  std::size_t begin = 0;
+  std::size_t size = 0;
+};
+// Chunk `index` of `n` elements split into `parts` nearly equal chunks.
+// REQUIRES: parts > 0, index < parts.
+Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept;
+
+// In-place allreduce: afterwards every rank's `data` holds the element-wise sum (or mean)
+// over all ranks, bit-identical on all ranks. Ring algorithm (reduce-scatter, then
+// allgather): each rank sends and receives 2 (size-1)/size of the buffer.
+struct AllreduceOptions {
+  std::span<float> data;
+  ReduceOp op = ReduceOp::sum;
+  std::chrono::milliseconds timeout{0};
+  std::size_t max_segment_bytes = kDefaultMaxSegmentBytes;
+};
+result<void> allreduce(Communicator& comm, const AllreduceOptions& options);
+
+// Reduce-scatter: afterwards rank r's chunk chunk_range(data.size(), size, r) of `data`
+// holds the sum (or mean) of that chunk over all ranks; the rest of `data` is scratch.
+// Returns the span of that chunk inside `data`.
+struct ReduceScatterOptions {
+  std::span<float> data;
+  ReduceOp op = ReduceOp::sum;
+  std::chrono::milliseconds timeout{0};
+  std::size_t max_segment_bytes = kDefaultMaxSegmentBytes;
+};
+result<std::span<float>> reduce_scatter(Communicator& comm, const ReduceScatterOptions& options);
+
+// Broadcast from `root`: afterwards every rank's `data` equals the root's. Pipelined
+// along the ring starting at root; the root returns once the last rank acknowledged.
+struct BroadcastOptions {
+  std::span<std::byte> data;
+  int root = 0;
+  std::chrono::milliseconds timeout{0};
+  std::size_t max_segment_bytes = kDefaultMaxSegmentBytes;
+};
+result<void> broadcast(Communicator& comm, const BroadcastOptions& options);
+
+// Allgather: `output` (size() × input.size() bytes) receives every rank's `input`, rank
+// i's at offset i × input.size(). REQUIRES: output.size() == size() * input.size().
+struct AllgatherOptions {
+  std::span<const std::byte> input;
+  std::span<std::byte> output;
+  std::chrono::milliseconds timeout{0};
+  std::size_t max_segment_bytes = kDefaultMaxSegmentBytes;
+};
+result<void> allgather(Communicator& comm, const AllgatherOptions& options);
+
+// Barrier: returns once every rank has entered it (dissemination algorithm,
+// ceil(log2 size) rounds).
+struct BarrierOptions {
+  std::chrono::milliseconds timeout{0};
+};
+result<void> barrier(Communicator& comm, const BarrierOptions& options = {});
+
+// Tagged point-to-point messages (pipeline stages). Messages between two ranks arrive in
+// order; the receiver names the tag and size it expects, and a different one is a desync
+// (errc::aborted). REQUIRES: peer != rank, 0 <= peer < size.
+struct SendOptions {
+  int peer = 0;
+  std::uint32_t tag = 0;
+  std::span<const std::byte> data;
+  std::chrono::milliseconds timeout{0};
+};
+result<void> send(Communicator& comm, const SendOptions& options);
+
+struct RecvOptions {
+  int peer = 0;
+  std::uint32_t tag = 0;
+  std::span<std::byte> data;  // exactly the expected message size
+  std::chrono::milliseconds timeout{0};
+};
+result<void> recv(Communicator& comm, const RecvOptions& options);
+
+}  // namespace fedcore::collective

@@ -1,0 +1,142 @@
+// Timeouts, dead peers and desyncs: every rank must fail with the specific error within
+// the operation deadline — never hang and never return wrong data.
+#include <atomic>
+#include <latch>
+
+#include <gtest/gtest.h>
+
+#include "collective/collectives.hpp"
+#include "group_support.hpp"
+
+namespace fedcore::collective {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Kind;
+using SteadyClock = std::chrono::steady_clock;
+
+class Faults : public ::testing::TestWithParam<Kind> {};
+
+// Rank 1 does not take part until rank 0 has given up: rank 0 must fail with
+// deadline_exceeded after its own timeout, not before and not much later.
+TEST_P(Faults, SilentPeerMakesTheOperationTimeOut) {
+  std::latch rank0_done(1);
+  testing::run_group(GetParam(), 2, [&](Communicator& comm) {
+    if (comm.rank() == 1) {
+      rank0_done.wait();
+      return;
+    }
+    std::vector<float> data(100, 1.0f);
+    const auto start = SteadyClock::now();
+    auto ok = allreduce(comm, {.data = data, .timeout = 300ms});
+    const auto elapsed = SteadyClock::now() - start;
+    rank0_done.count_down();
+    ASSERT_FALSE(ok);
+    EXPECT_EQ(ok.error().code, errc::deadline_exceeded) << ok.error().to_string();
+    EXPECT_GE(elapsed, 300ms);
+    EXPECT_LT(elapsed, 5s);
+    // The communicator is dead afterwards.
+    auto again = barrier(comm);
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, errc::aborted);
+  });
+}
+
+// Rank 2 of 3 leaves (its transport is destroyed) instead of joining the allreduce: the
+// others fail with unavailable, long before their 10 s deadline.
+TEST_P(Faults, DeadPeerFailsTheOthersWellBeforeTheDeadline) {
+  std::atomic<int> unavailable{0};
+  testing::run_group(GetParam(), 3, [&](Communicator& comm) {
+    ASSERT_TRUE(barrier(comm));
+    if (comm.rank() == 2)
+      return;  // dies: the communicator and its links go away
+    std::vector<float> data(50'000, 1.0f);
+    const auto start = SteadyClock::now();
+    auto ok = allreduce(comm, {.data = data, .timeout = 10s});
+    const auto elapsed = SteadyClock::now() - start;
+    ASSERT_FALSE(ok);
+    EXPECT_TRUE(ok.error().code == errc::unavailable || ok.error().code == errc::aborted)
+        << ok.error().to_string();
+    if (ok.error().code == errc::unavailable)
+      ++unavailable;
+    EXPECT_LT(elapsed, 5s);
+  });
+  EXPECT_GE(unavailable.load(), 1);
+}
+
+// Rank 2 calls allreduce with a different length: every rank fails (aborted on a rank
+// that saw the bad envelope, unavailable or aborted on the others), none returns data.
+TEST_P(Faults, SizeDesyncFailsEveryRankWithoutWaitingForTheDeadline) {
+  std::atomic<int> desync_seen{0};
+  testing::run_group(GetParam(), 3, [&](Communicator& comm) {
+    std::vector<float> data(comm.rank() == 2 ? 90 : 99, 1.0f);
+    const auto start = SteadyClock::now();
+    auto ok = allreduce(comm, {.data = data, .timeout = 10s});
+    const auto elapsed = SteadyClock::now() - start;
+    ASSERT_FALSE(ok) << "rank " << comm.rank() << " returned a result";
+    EXPECT_TRUE(ok.error().code == errc::aborted || ok.error().code == errc::unavailable)
+        << ok.error().to_string();
+    if (ok.error().message.find("desync") != std::string::npos)
+      ++desync_seen;
+    EXPECT_LT(elapsed, 5s);
+  });
+  EXPECT_GE(desync_seen.load(), 1);
+}
+
+// Rank 1 calls broadcast while the others call allreduce: an op-type desync.
+TEST_P(Faults, OperationDesyncFailsEveryRank) {
+  std::atomic<int> failed{0};
+  testing::run_group(GetParam(), 2, [&](Communicator& comm) {
+    std::vector<float> data(64, 1.0f);
+    result<void> ok;
+    if (comm.rank() == 1) {
+      ok = broadcast(
+          comm,
+          {.data = std::as_writable_bytes(std::span<float>(data)), .root = 1, .timeout = 10s});
+    } else {
+      ok = allreduce(comm, {.data = data, .timeout = 10s});
+    }
+    if (!ok)
+      ++failed;
+  });
+  EXPECT_EQ(failed.load(), 2);
+}
+
+// A rank that skipped an operation is out of sequence: the envelope's sequence number
+// differs, so the next operation fails even though type and size match.
+TEST_P(Faults, SkippedOperationIsASequenceDesync) {
+  std::atomic<int> failed{0};
+  testing::run_group(GetParam(), 2, [&](Communicator& comm) {
+    std::vector<float> data(10, 1.0f);
+    if (comm.rank() == 0) {
+      (void)comm.begin(OpType::allreduce, 0);  // burns sequence number 1
+    }
+    auto ok = allreduce(comm, {.data = data, .timeout = 10s});
+    if (!ok) {
+      ++failed;
+      EXPECT_TRUE(ok.error().code == errc::aborted || ok.error().code == errc::unavailable);
+    }
+  });
+  EXPECT_EQ(failed.load(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values(Kind::inproc, Kind::tcp, Kind::tls),
+                         [](const auto& info) {
+                           return std::string(testing::kind_name(info.param));
+                         });
+
+TEST(NetSetup, PeerOfAnotherJobIsRefused) {
+  testing::GroupOptions options;
+  options.jobs = {"job-a", "job-b"};
+  options.connect_timeout = 2s;
+  auto results = testing::connect_only(Kind::tcp, 2, options);
+  // Rank 1 dials rank 0 and is refused; rank 0 waits for a link that never comes.
+  ASSERT_FALSE(results[1]);
+  EXPECT_EQ(results[1].error().code, errc::permission_denied) << results[1].error().to_string();
+  EXPECT_NE(results[1].error().message.find("wrong job"), std::string::npos);
+  ASSERT_FALSE(results[0]);
+  EXPECT_EQ(results[0].error().code, errc::deadline_exceeded);
+}
+
+}  // namespace
+}  // namespace fedcore::collective

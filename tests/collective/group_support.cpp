@@ -1,0 +1,123 @@
+#include "group_support.hpp"
+
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "collective/inproc_transport.hpp"
+#include "collective/net_transport.hpp"
+#include "tls/tls_support.hpp"
+
+namespace fedcore::collective::testing {
+namespace {
+
+struct TlsMaterial {
+  tls::testing::Federation federation{tls::testing::Federation::Ids{"rank-peer"}};
+  std::optional<boost::asio::ssl::context> server;
+  std::optional<boost::asio::ssl::context> client;
+};
+
+TlsMaterial& tls_material() {
+  static TlsMaterial* material = [] {
+    auto* m = new TlsMaterial;
+    EXPECT_TRUE(m->federation.ok) << m->federation.log;
+    auto server = tls::make_server_context(m->federation.pki.server_config());
+    auto client = tls::make_client_context(m->federation.pki.client_config("rank-peer"));
+    EXPECT_TRUE(server.has_value() && client.has_value());
+    if (server && client) {
+      m->server.emplace(std::move(*server));
+      m->client.emplace(std::move(*client));
+    }
+    return m;
+  }();
+  return *material;
+}
+
+result<std::unique_ptr<Transport>> make_transport(Kind kind, int rank, int size,
+                                                  const std::string& job, Rendezvous& rendezvous,
+                                                  InProcessGroup& group,
+                                                  std::chrono::milliseconds connect_timeout) {
+  if (kind == Kind::inproc)
+    return group.transport(rank);
+  NetOptions net;
+  net.rank = rank;
+  net.size = size;
+  net.job = job;
+  net.connect_timeout = connect_timeout;
+  if (kind == Kind::tcp)
+    return connect_tcp(net, rendezvous);
+  TlsMaterial& m = tls_material();
+  TlsContexts contexts{&*m.server, &*m.client, "localhost"};
+  return connect_tls(net, rendezvous, contexts);
+}
+
+}  // namespace
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::inproc:
+      return "inproc";
+    case Kind::tcp:
+      return "tcp";
+    case Kind::tls:
+      return "tls";
+  }
+  return "?";
+}
+
+void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& options) {
+  if (kind == Kind::tls)
+    tls_material();  // made before the threads start
+  MemoryRendezvous rendezvous(size);
+  InProcessGroup group(size);
+  std::vector<std::thread> threads;
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      const std::string job = options.jobs.empty() ? options.job : options.jobs[rank];
+      auto transport =
+          make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
+      if (!transport) {
+        std::lock_guard lock(failures_mutex);
+        failures.push_back("rank " + std::to_string(rank) + ": " + transport.error().to_string());
+        return;
+      }
+      Communicator comm(std::move(*transport), job, options.timeout);
+      fn(comm);
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  for (const auto& f : failures)
+    ADD_FAILURE() << "connect failed: " << f;
+}
+
+std::vector<result<void>> connect_only(Kind kind, int size, const GroupOptions& options) {
+  if (kind == Kind::tls)
+    tls_material();
+  MemoryRendezvous rendezvous(size);
+  InProcessGroup group(size);
+  std::vector<result<void>> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      const std::string job = options.jobs.empty() ? options.job : options.jobs[rank];
+      auto transport =
+          make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
+      if (!transport) {
+        results[rank] = transport.error();
+        return;
+      }
+      // Keep the links up until every rank has its answer.
+      Communicator comm(std::move(*transport), job, options.timeout);
+      (void)barrier(comm, {});
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  return results;
+}
+
+}  // namespace fedcore::collective::testing

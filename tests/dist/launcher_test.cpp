@@ -1,0 +1,214 @@
+// fedcore-dist as processes: launch, a dead worker, a peer noticing the death within the
+// operation deadline, and restarts from the last checkpoint. Uses the real binary on
+// 127.0.0.1 and a slice of Fashion-MNIST.
+#include "dist/launcher.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <signal.h>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "temp_dir.hpp"
+
+namespace fedcore::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+const std::vector<std::string> kSmallJob = {"--train-samples", "1024",
+                                            "--test-samples",  "200",
+                                            "--batch",         "16",
+                                            "--epochs",        "1",
+                                            "--model",         R"({"type":"mlp","hidden":[32]})",
+                                            "--data-dir",      FEDCORE_FASHION_MNIST_DIR};
+
+struct Process {
+  pid_t pid = -1;
+};
+
+Process start(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  const std::string exe = FEDCORE_DIST_EXE;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  return {pid};
+}
+
+// Waits for the process to exit, at most `bound`; kills it and fails the test if it
+// does not. Returns the exit status (128 + signal for a signal).
+int wait_exit(Process p, std::chrono::seconds bound) {
+  const auto until = SteadyClock::now() + bound;
+  int status = 0;
+  while (waitpid(p.pid, &status, WNOHANG) == 0) {
+    if (SteadyClock::now() > until) {
+      kill(p.pid, SIGKILL);
+      waitpid(p.pid, &status, 0);
+      ADD_FAILURE() << "process did not exit within " << bound.count() << " s";
+      return -1;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+TEST(Launcher, TwoWorkersTrainAndReportIdenticalParameters) {
+  testing::TempDir dir;
+  const std::string report = dir.path("run.json");
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "2", "--"}, with(kSmallJob, {"--report", report}))), 120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["world"], 2);
+  EXPECT_EQ(j["transport"], "tcp");
+  EXPECT_EQ(j["global_batch"], 32);
+  EXPECT_EQ(j["steps"], 1024 / 32);
+  EXPECT_EQ(j["params_identical_on_all_ranks"], true);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  EXPECT_EQ(j["ranks"][0]["param_crc32"], j["ranks"][1]["param_crc32"]);
+  EXPECT_GT(j["ranks"][1]["cpu_seconds"].get<double>(), 0.0);
+  EXPECT_GT(j["ranks"][1]["peak_rss_mb"].get<double>(), 1.0);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.3);  // ten classes: chance is 0.1
+}
+
+// Rank 1 dies after step 3; rank 0 must notice through its collectives and exit with 3
+// (group failure), well within its 20 s operation deadline.
+TEST(Launcher, SurvivingWorkerExitsNonZeroWhenAPeerDies) {
+  const std::string port = std::to_string(pick_free_port("127.0.0.1"));
+  const auto job = with(kSmallJob, {"--op-timeout-ms", "20000", "--test-crash-rank", "1",
+                                    "--test-crash-after-step", "3", "--no-eval"});
+  const auto start_time = SteadyClock::now();
+  auto r0 = start(
+      with({"worker", "--rank", "0", "--world", "2", "--rendezvous", "127.0.0.1:" + port}, job));
+  auto r1 = start(
+      with({"worker", "--rank", "1", "--world", "2", "--rendezvous", "127.0.0.1:" + port}, job));
+  EXPECT_EQ(wait_exit(r1, 60s), 17);
+  EXPECT_EQ(wait_exit(r0, 60s), 3);
+  EXPECT_LT(SteadyClock::now() - start_time, 20s);
+}
+
+TEST(Launcher, DeadWorkerStopsTheJobWithoutRestarts) {
+  const auto start_time = SteadyClock::now();
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "2", "--"},
+                 with(kSmallJob, {"--test-crash-rank", "0", "--test-crash-after-step", "2"}))),
+      60s);
+  EXPECT_EQ(code, 17);
+  EXPECT_LT(SteadyClock::now() - start_time, 30s);
+}
+
+TEST(Launcher, RestartResumesFromTheLastCheckpoint) {
+  testing::TempDir dir;
+  const std::string report = dir.path("run.json");
+  const int code =
+      wait_exit(start(with({"launch", "--nproc", "2", "--max-restarts", "1", "--"},
+                           with(kSmallJob, {"--checkpoint-dir", dir.path(), "--checkpoint-every",
+                                            "5", "--test-crash-rank", "1",
+                                            "--test-crash-after-step", "7", "--report", report}))),
+                120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["start_step"], 5);
+  EXPECT_EQ(j["steps"], 32);
+  EXPECT_EQ(j["params_identical_on_all_ranks"], true);
+}
+
+TEST(Launcher, RendezvousFailsWhenARankNeverJoins) {
+  const std::string port = std::to_string(pick_free_port("127.0.0.1"));
+  const auto start_time = SteadyClock::now();
+  auto r0 = start(with({"worker", "--rank", "0", "--world", "2", "--rendezvous",
+                        "127.0.0.1:" + port, "--join-timeout-ms", "1500"},
+                       kSmallJob));
+  EXPECT_EQ(wait_exit(r0, 30s), 3);
+  EXPECT_LT(SteadyClock::now() - start_time, 25s);
+}
+
+}  // namespace
+}  // namespace fedcore::dist
+
+namespace fedcore::dist {
+namespace {
+
+TEST(Launcher, PipelineOfTwoStagesAsProcesses) {
+  testing::TempDir dir;
+  const std::string report = dir.path("pipe.json");
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "2", "--"},
+                 with(kSmallJob, {"--mode", "pipeline", "--stages", "2", "--micro-batches", "4",
+                                  "--max-steps", "10", "--report", report}))),
+      120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["mode"], "pipeline");
+  EXPECT_EQ(j["stages"], 2);
+  EXPECT_EQ(j["replicas"], 1);
+  EXPECT_EQ(j["steps"], 10);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  // The two stages split the layers between them.
+  EXPECT_EQ(j["ranks"][0]["layers"][0], 0);
+  EXPECT_EQ(j["ranks"][0]["layers"][1], j["ranks"][1]["layers"][0]);
+  EXPECT_GT(j["ranks"][1]["final_loss"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace fedcore::dist
+
+namespace fedcore::dist {
+namespace {
+
+// Two workers over mutual TLS with job certificates made by certs/fedcore-pki.
+TEST(Launcher, TwoWorkersOverTls) {
+  testing::TempDir dir;
+  const std::string pki = dir.path("pki");
+  const std::string script = std::string(FEDCORE_SOURCE_DIR) + "/certs/fedcore-pki --dir " + pki;
+  for (const char* step : {" init", " server fedcore-server", " client worker"}) {
+    ASSERT_EQ(std::system((script + step + " >/dev/null 2>&1").c_str()), 0) << step;
+  }
+  const std::string report = dir.path("tls.json");
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "2", "--"},
+                 with(kSmallJob,
+                      {"--transport", "tls", "--tls-ca", pki + "/ca.pem", "--tls-crl",
+                       pki + "/crl.pem", "--tls-server-cert", pki + "/server/fedcore-server.pem",
+                       "--tls-server-key", pki + "/server/fedcore-server.key", "--tls-client-cert",
+                       pki + "/clients/worker.pem", "--tls-client-key", pki + "/clients/worker.key",
+                       "--max-steps", "8", "--report", report}))),
+      120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["transport"], "tls");
+  EXPECT_EQ(j["steps"], 8);
+  EXPECT_EQ(j["params_identical_on_all_ranks"], true);
+}
+
+}  // namespace
+}  // namespace fedcore::dist

@@ -9,8 +9,8 @@ std::string event_json(const store::EventRecord& e) {
   if (detail.is_discarded()) {
     detail = nlohmann::json::object();
   }
-  // The federation records a run's end state by its index; the API names states
-  // everywhere ("finished"), so the event does too.
+  // Databases written before the federation named end states hold their index; the API
+  // names states everywhere ("finished"), so old events are translated.
   if (e.kind == "run_ended" && detail.is_object() && detail.contains("state") &&
       detail["state"].is_number_integer()) {
     const auto index = detail["state"].get<std::int64_t>();

@@ -529,7 +529,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       spdlog::error("run {}: could not record state: {}", run.id, saved.error().message);
     }
     event("run_ended", run.id, std::nullopt, "",
-          {{"state", static_cast<int>(state)}, {"reason", why}});
+          {{"state", std::string(store::to_string(state))}, {"reason", why}});
     if (hooks.run_ended) {
       hooks.run_ended(run.id, state);
     }
@@ -904,7 +904,7 @@ result<void> FederationServer::stop_run(std::int64_t run_id) {
   }
   spdlog::info("run {} stopped by an admin", run_id);
   s.event("run_ended", run_id, std::nullopt, "",
-          {{"state", static_cast<int>(store::RunState::stopped)}, {"reason", why}});
+          {{"state", "stopped"}, {"reason", why}});
   if (s.hooks.run_ended) {
     s.hooks.run_ended(run_id, store::RunState::stopped);
   }

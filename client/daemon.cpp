@@ -158,14 +158,20 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   if (!data) {
     return data.error();
   }
-  if (data->train.size() == 0) {
+  return create(io, std::move(options), std::move(*data));
+}
+
+result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
+                                                           ClientOptions options,
+                                                           data::TrainTest local) {
+  if (local.train.size() == 0) {
     return fail(errc::invalid_argument, "the local data set has no training samples");
   }
   auto tls = tls::make_client_context(options.tls);
   if (!tls) {
     return tls.error();
   }
-  auto impl = std::make_unique<Impl>(io, std::move(options), std::move(*data), std::move(*tls));
+  auto impl = std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls));
   return std::unique_ptr<ClientDaemon>(new ClientDaemon(std::move(impl)));
 }
 
@@ -295,6 +301,14 @@ asio::awaitable<result<void>> ClientDaemon::Impl::session() {
                        protocol::to_metadata(protocol::ErrorMessage{
                            std::string(errc_name(local.failure->code)), local.failure->message}));
           break;
+        }
+        if (options.before_update) {
+          const TrainedRound trained{request->run_id, request->round, local.report.train_seconds};
+          if (co_await options.before_update(trained) == UpdateAction::drop) {
+            channel->close();
+            co_return fail(errc::aborted,
+                           "round " + std::to_string(request->round) + ": update dropped");
+          }
         }
         auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
         const auto bytes = payload->size() * sizeof(float);

@@ -87,8 +87,7 @@ class ClientDaemon {
   // The same with data already loaded (fedcore-sim shares one load among many simulated
   // sites); options.data is then ignored. Errors: as above, minus the loaders'.
   static result<std::unique_ptr<ClientDaemon>> create(boost::asio::io_context& io,
-                                                      ClientOptions options,
-                                                      data::TrainTest local);
+                                                      ClientOptions options, data::TrainTest local);
   ~ClientDaemon();
   ClientDaemon(const ClientDaemon&) = delete;
   ClientDaemon& operator=(const ClientDaemon&) = delete;

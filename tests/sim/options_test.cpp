@@ -144,6 +144,7 @@ TEST(SimOptions, ConfigJsonCarriesEverything) {
   const auto j = to_json(o);
   EXPECT_EQ(j["partition"], "shards:2");
   EXPECT_EQ(j["model"]["type"], "mlp");
+  EXPECT_EQ(j["model"]["hidden"], nlohmann::json::array({256, 128}));
   EXPECT_EQ(j["optimizer"]["kind"], "sgd");
   EXPECT_EQ(j["transport"], "tls");
 }

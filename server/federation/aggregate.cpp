@@ -72,6 +72,21 @@ result<void> validate_update(std::span<const float> update, std::string_view cla
   return {};
 }
 
+std::string_view rejection_code(const error& e) noexcept {
+  // Keyed on the codes and message openings written by validate_update just above.
+  const std::string_view message = e.message;
+  if (e.code == errc::failed_precondition) {
+    return "layout";
+  }
+  if (e.code == errc::invalid_argument) {
+    return message.starts_with("update has ") ? "shape" : "non_finite";
+  }
+  if (e.code == errc::out_of_range) {
+    return message.starts_with("update claims ") ? "samples" : "norm";
+  }
+  return "other";
+}
+
 WeightedAverage::WeightedAverage(std::size_t size) : size_(size) {}
 
 void WeightedAverage::add(std::span<const float> values, double weight) {

@@ -37,6 +37,10 @@ result<void> validate_update(std::span<const float> update, std::string_view cla
                              std::uint64_t samples, std::span<const float> global,
                              const model::ParamLayout& layout, const UpdateChecks& checks);
 
+// A short, stable name for an error of validate_update, for metrics labels and events:
+// "layout", "shape", "non_finite", "samples" or "norm" ("other" for anything else).
+std::string_view rejection_code(const error& e) noexcept;
+
 // A running sample-weighted mean of equally long vectors, updated in place as
 // m += (w / W) (x - m), where W is the total weight so far. One float buffer of the
 // model's size (a double sum would need two), and the rounding error of each step is

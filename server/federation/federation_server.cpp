@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data/csv.hpp"
+#include "data/fashion_mnist.hpp"
 #include "federation/aggregate.hpp"
 #include "federation/round.hpp"
 #include "model/param_io.hpp"
@@ -56,6 +57,31 @@ std::string fresh_nonce() {
   return out;
 }
 
+std::string rejection_code_of(const Round& round, const std::string& client_id) {
+  for (const auto& o : round.outcomes()) {
+    if (o.client_id == client_id) {
+      return o.reason_code;
+    }
+  }
+  return "other";
+}
+
+// A CSV file, or "fashion-mnist[:DIR]" for that data set's test split.
+result<data::Dataset> load_server_test_set(const RunConfig& config) {
+  const std::string& name = config.server_test_set;
+  constexpr std::string_view kFashion = "fashion-mnist";
+  if (name == kFashion || name.starts_with(std::string(kFashion) + ":")) {
+    const auto dir = name.size() > kFashion.size() ? name.substr(kFashion.size() + 1)
+                                                   : data::default_fashion_mnist_dir();
+    auto loaded = data::load_fashion_mnist(dir);
+    if (!loaded) {
+      return loaded.error();
+    }
+    return std::move(loaded->test);
+  }
+  return data::load_csv(name, {.label_column = config.label_column});
+}
+
 store::ResultStatus to_store(ClientStatus s) {
   switch (s) {
     case ClientStatus::ok:
@@ -76,6 +102,7 @@ struct Session {
   std::uint64_t serial = 0;
   std::string client_id;
   std::string peer;  // address, for logs
+  std::int64_t connected_ms = 0;
   protocol::Hello hello;
   std::shared_ptr<net::FrameChannel<TlsStream>> channel;
   std::unique_ptr<net::Outbox<TlsStream>> outbox;
@@ -91,7 +118,8 @@ struct FederationServer::Impl {
         tls_context(std::move(tls)),
         acceptor(io_context),
         round_wakeup(io_context),
-        client_wakeup(io_context) {}
+        client_wakeup(io_context),
+        admin_wakeup(io_context) {}
 
   asio::io_context& io;
   ServerOptions options;
@@ -108,6 +136,18 @@ struct FederationServer::Impl {
   std::int64_t active_run_id = 0;
   asio::steady_timer round_wakeup;   // cancelled when the active round may be complete
   asio::steady_timer client_wakeup;  // cancelled when a client comes online
+  asio::steady_timer admin_wakeup;   // cancelled by stop_run() and advance_round()
+  // The active run's admin state. stop_run() records the run as stopped at once and sets
+  // stop_requested; the loop notices when it wakes and leaves without recording more.
+  bool stop_requested = false;
+  bool active_manual = false;
+  bool round_requested = false;  // manual runs: from advance_round() to the round's end
+  bool waiting_for_admin = false;
+  std::map<std::uint64_t, std::function<void(const store::EventRecord&)>> listeners;
+  std::uint64_t next_listener = 1;
+  TrafficCounters ended_sessions_traffic;
+
+  bool halted() const noexcept { return stopping || stop_requested; }
 
   void event(const std::string& kind, std::optional<std::int64_t> run,
              std::optional<std::int64_t> round, const std::string& client,
@@ -121,6 +161,13 @@ struct FederationServer::Impl {
     e.detail_json = detail.dump();
     if (auto written = store.append_event(e); !written) {
       spdlog::warn("could not record event {}: {}", kind, written.error().message);
+    } else {
+      e.id = *written;
+    }
+    // A copy: a listener may unsubscribe (itself or another) while being called.
+    const auto current = listeners;
+    for (const auto& [handle, listener] : current) {
+      listener(e);
     }
   }
 
@@ -262,6 +309,7 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket) {
   }
   auto session = std::make_shared<Session>();
   session->serial = next_serial++;
+  session->connected_ms = now_ms();
   session->client_id = *client_id;
   session->peer = peer;
   session->channel =
@@ -272,6 +320,14 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket) {
 
 asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Session> session) {
   auto& channel = *session->channel;
+  struct CountTraffic {
+    TrafficCounters& total;
+    const net::FrameChannel<TlsStream>& channel;
+    ~CountTraffic() {
+      total.bytes_in += channel.bytes_read();
+      total.bytes_out += channel.bytes_written();
+    }
+  } count_traffic{ended_sessions_traffic, channel};
   const auto idle = options.channel.idle_timeout;
   channel.set_timeouts(options.hello_timeout, options.channel.transfer_timeout);
   auto first = co_await channel.read_frame();
@@ -402,17 +458,21 @@ void FederationServer::Impl::handle_update(Session& session, protocol::Frame& fr
     case UpdateVerdict::accepted:
       spdlog::info("run {} round {}: update from '{}' accepted ({} samples, loss {:.4f})", run,
                    round, session.client_id, report->samples, report->loss);
-      event("update_accepted", run, round, session.client_id, {{"samples", report->samples}});
+      event("update_accepted", run, round, session.client_id,
+            {{"samples", report->samples}, {"bytes", bytes}});
       break;
     case UpdateVerdict::rejected:
       spdlog::warn("run {} round {}: update from '{}' rejected: {}", run, round, session.client_id,
                    why);
-      event("update_rejected", run, round, session.client_id, {{"reason", why}});
+      event(
+          "update_rejected", run, round, session.client_id,
+          {{"reason", why}, {"reason_code", rejection_code_of(*active_round, session.client_id)}});
       break;
     case UpdateVerdict::stale:
       spdlog::warn("run {} round {}: update from '{}' refused: {}", run, round, session.client_id,
                    why);
-      event("update_stale", run, round, session.client_id, {{"reason", why}});
+      event("update_stale", run, round, session.client_id,
+            {{"reason", why}, {"reason_code", "stale"}});
       break;
   }
   if (active_round->all_answered()) {
@@ -440,7 +500,7 @@ asio::awaitable<bool> FederationServer::Impl::wait_for_clients(const RunConfig& 
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(static_cast<std::int64_t>(config.wait_for_clients_s * 1000));
-  while (!stopping && eligible(spec).size() < needed &&
+  while (!halted() && eligible(spec).size() < needed &&
          std::chrono::steady_clock::now() < deadline) {
     client_wakeup.expires_at(deadline);
     co_await client_wakeup.async_wait(kNoThrow);
@@ -451,11 +511,17 @@ asio::awaitable<bool> FederationServer::Impl::wait_for_clients(const RunConfig& 
 asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, RunConfig config) {
   run_active = true;
   active_run_id = run.id;
+  stop_requested = false;
+  active_manual = config.manual;
+  round_requested = false;
   struct Done {
     Impl& s;
     ~Done() {
       s.run_active = false;
+      s.active_run_id = 0;
       s.active_round = nullptr;
+      s.waiting_for_admin = false;
+      s.stop_requested = false;
     }
   } done{*this};
   auto end_run = [&](store::RunState state, const std::string& why) {
@@ -473,7 +539,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
   model::ModelSpec spec = config.model;
   if (!spec.complete()) {
     if (!co_await wait_for_clients(config, nullptr)) {
-      if (!stopping) {
+      if (!halted()) {
         end_run(store::RunState::paused, "not enough clients online to learn the data schema");
       }
       co_return;
@@ -519,7 +585,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
   }
   std::optional<data::Dataset> server_test;
   if (!config.server_test_set.empty()) {
-    auto loaded = data::load_csv(config.server_test_set, {.label_column = config.label_column});
+    auto loaded = load_server_test_set(config);
     if (!loaded) {
       end_run(store::RunState::failed, "server test set: " + loaded.error().message);
       co_return;
@@ -534,7 +600,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
   std::filesystem::create_directories(run_dir);
 
   std::int32_t attempt = 0;
-  while (!stopping) {
+  while (!halted()) {
     auto current = store.get_run(run.id);
     if (!current) {
       spdlog::error("run {}: {}", run.id, current.error().message);
@@ -546,8 +612,20 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       end_run(store::RunState::finished, "");
       co_return;
     }
+    if (config.manual && !round_requested) {
+      spdlog::info("run {}: round {} waits for an admin (manual run)", run.id, round_no);
+      waiting_for_admin = true;
+      while (!halted() && !round_requested) {
+        admin_wakeup.expires_at(std::chrono::steady_clock::time_point::max());
+        co_await admin_wakeup.async_wait(kNoThrow);
+      }
+      waiting_for_admin = false;
+      if (halted()) {
+        co_return;
+      }
+    }
     if (!co_await wait_for_clients(config, &spec)) {
-      if (!stopping) {
+      if (!halted()) {
         end_run(store::RunState::paused, "fewer than " + std::to_string(config.min_clients) +
                                              " clients online after waiting " +
                                              std::to_string(config.wait_for_clients_s) + " s");
@@ -597,7 +675,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
     const auto deadline =
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(static_cast<std::int64_t>(config.round_timeout_s * 1000));
-    while (!stopping && !round.all_answered() && std::chrono::steady_clock::now() < deadline) {
+    while (!halted() && !round.all_answered() && std::chrono::steady_clock::now() < deadline) {
       round_wakeup.expires_at(deadline);
       co_await round_wakeup.async_wait(kNoThrow);
     }
@@ -607,6 +685,11 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
                    run.id, round_no);
       co_return;
     }
+    if (stop_requested) {
+      spdlog::info("run {} round {}: abandoned, the run was stopped", run.id, round_no);
+      co_return;
+    }
+    round_requested = false;
     const auto closed = round.close();
 
     store::RoundRecord record;
@@ -781,11 +864,131 @@ void FederationServer::shutdown() {
   s.acceptor.close(ignored);
   s.round_wakeup.cancel();
   s.client_wakeup.cancel();
+  s.admin_wakeup.cancel();
   s.options.channel.payload_gate->close();
   for (auto& [id, session] : s.sessions) {
     session->channel->close();
   }
   spdlog::info("federation server stopping");
+}
+
+result<void> FederationServer::stop_run(std::int64_t run_id) {
+  auto& s = *impl_;
+  auto run = s.store.get_run(run_id);
+  if (!run) {
+    return run.error();
+  }
+  const bool active = s.run_active && s.active_run_id == run_id;
+  if (active && s.stop_requested) {
+    return fail(errc::failed_precondition,
+                "run " + std::to_string(run_id) + " is already stopping");
+  }
+  if (!active &&
+      (run->state == store::RunState::finished || run->state == store::RunState::failed ||
+       run->state == store::RunState::stopped)) {
+    return fail(errc::failed_precondition, "run " + std::to_string(run_id) +
+                                               " has already ended (" +
+                                               std::string(store::to_string(run->state)) + ")");
+  }
+  // Recorded at once, so that whoever asked sees the new state; the loop of an active run
+  // leaves when it next wakes, abandoning the round in flight (nothing of it is committed).
+  const std::string why = "stopped by an admin";
+  if (auto saved = s.store.set_run_state(run_id, store::RunState::stopped, why, now_ms()); !saved) {
+    return saved.error();
+  }
+  if (active) {
+    s.stop_requested = true;
+    s.round_wakeup.cancel();
+    s.client_wakeup.cancel();
+    s.admin_wakeup.cancel();
+  }
+  spdlog::info("run {} stopped by an admin", run_id);
+  s.event("run_ended", run_id, std::nullopt, "",
+          {{"state", static_cast<int>(store::RunState::stopped)}, {"reason", why}});
+  if (s.hooks.run_ended) {
+    s.hooks.run_ended(run_id, store::RunState::stopped);
+  }
+  return {};
+}
+
+result<std::int64_t> FederationServer::advance_round(std::int64_t run_id) {
+  auto& s = *impl_;
+  auto run = s.store.get_run(run_id);
+  if (!run) {
+    return run.error();
+  }
+  const auto name = "run " + std::to_string(run_id);
+  if (!s.run_active || s.active_run_id != run_id || s.stop_requested) {
+    return fail(errc::failed_precondition,
+                name + " is not running (" + std::string(store::to_string(run->state)) + ")");
+  }
+  if (!s.active_manual) {
+    return fail(errc::failed_precondition,
+                name +
+                    " advances by itself; only runs created with \"manual\": true take "
+                    "round requests");
+  }
+  if (s.active_round != nullptr) {
+    return fail(errc::failed_precondition, "round " +
+                                               std::to_string(s.active_round->settings().round) +
+                                               " of " + name + " is still in progress");
+  }
+  if (s.round_requested) {
+    return fail(errc::failed_precondition, "the next round of " + name + " was already requested");
+  }
+  s.round_requested = true;
+  s.admin_wakeup.cancel();
+  return run->last_round + 1;
+}
+
+std::uint64_t FederationServer::subscribe_events(
+    std::function<void(const store::EventRecord&)> listener) {
+  auto& s = *impl_;
+  const auto handle = s.next_listener++;
+  s.listeners.emplace(handle, std::move(listener));
+  return handle;
+}
+
+void FederationServer::unsubscribe_events(std::uint64_t handle) {
+  impl_->listeners.erase(handle);
+}
+
+ServerStatus FederationServer::status() const {
+  const auto& s = *impl_;
+  ServerStatus out;
+  out.run_active = s.run_active;
+  out.active_run_id = s.run_active ? s.active_run_id : 0;
+  out.active_round = s.active_round != nullptr ? s.active_round->settings().round : 0;
+  out.waiting_for_admin = s.waiting_for_admin;
+  out.online_clients = s.sessions.size();
+  out.connections = s.connections;
+  return out;
+}
+
+std::vector<SessionInfo> FederationServer::sessions() const {
+  const auto& s = *impl_;
+  std::vector<SessionInfo> out;
+  out.reserve(s.sessions.size());
+  for (const auto& [id, session] : s.sessions) {
+    SessionInfo info;
+    info.client_id = id;
+    info.peer = session->peer;
+    info.connected_ms = session->connected_ms;
+    info.training = s.active_round != nullptr && s.active_round->is_selected(id) &&
+                    !s.active_round->has_answered(id);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+TrafficCounters FederationServer::traffic() const {
+  const auto& s = *impl_;
+  TrafficCounters out = s.ended_sessions_traffic;
+  for (const auto& [id, session] : s.sessions) {
+    out.bytes_in += session->channel->bytes_read();
+    out.bytes_out += session->channel->bytes_written();
+  }
+  return out;
 }
 
 std::size_t FederationServer::online_clients() const noexcept {

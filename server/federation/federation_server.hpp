@@ -69,11 +69,11 @@ struct SessionInfo {
 // Where the active run is (status()).
 struct ServerStatus {
   bool run_active = false;
-  std::int64_t active_run_id = 0;        // 0 when no run is active
-  std::int64_t active_round = 0;         // round in flight, 0 when none
-  bool waiting_for_admin = false;        // manual run waiting for advance_round()
+  std::int64_t active_run_id = 0;  // 0 when no run is active
+  std::int64_t active_round = 0;   // round in flight, 0 when none
+  bool waiting_for_admin = false;  // manual run waiting for advance_round()
   std::size_t online_clients = 0;
-  std::size_t connections = 0;           // open sockets, including those not yet HELLO'd
+  std::size_t connections = 0;  // open sockets, including those not yet HELLO'd
 };
 
 // Bytes the federation listener moved, over all sessions past and present.

@@ -47,6 +47,15 @@ bool Round::is_selected(std::string_view client_id) const {
   return nonces_.find(std::string(client_id)) != nonces_.end();
 }
 
+bool Round::has_answered(std::string_view client_id) const {
+  for (std::size_t i = 0; i < outcomes_.size(); ++i) {
+    if (outcomes_[i].client_id == client_id) {
+      return has_answered_[i];
+    }
+  }
+  return false;
+}
+
 UpdateVerdict Round::on_update(std::string_view client_id, const protocol::UpdateReport& report,
                                std::span<const float> params, std::uint64_t bytes_up,
                                std::string* why) {
@@ -92,6 +101,7 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   if (!valid) {
     outcome->status = ClientStatus::rejected;
     outcome->reason = valid.error().message;
+    outcome->reason_code = std::string(rejection_code(valid.error()));
     set_why(outcome->reason);
     return UpdateVerdict::rejected;
   }

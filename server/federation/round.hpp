@@ -37,6 +37,7 @@ struct ClientOutcome {
   std::string client_id;
   ClientStatus status = ClientStatus::timeout;
   std::string reason;
+  std::string reason_code;  // rejected only: rejection_code() of the validation error
   std::uint64_t samples = 0;
   double loss = 0;
   double accuracy = 0;
@@ -85,6 +86,8 @@ class Round {
   void set_bytes_down(std::string_view client_id, std::uint64_t bytes);
 
   bool is_selected(std::string_view client_id) const;
+  // False for clients that were not selected.
+  bool has_answered(std::string_view client_id) const;
   bool all_answered() const noexcept { return answered_ == outcomes_.size(); }
   std::size_t accepted() const noexcept { return accepted_; }
 

@@ -57,7 +57,8 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
                                        "label_column",
                                        "wait_for_clients_s",
                                        "on_failed_round",
-                                       "max_retries"};
+                                       "max_retries",
+                                       "manual"};
   for (const auto& [key, value] : j.items()) {
     if (std::none_of(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; })) {
@@ -118,12 +119,13 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
   if (c.strategy == "fedprox" && c.proximal_mu <= 0) {
     return bad("strategy \"fedprox\" needs 'proximal_mu' > 0");
   }
-  for (const char* key : {"federated_evaluation"}) {
+  for (auto [key, target] : {std::pair{"federated_evaluation", &c.federated_evaluation},
+                             std::pair{"manual", &c.manual}}) {
     if (j.contains(key)) {
       if (!j[key].is_boolean()) {
         return bad(std::string("'") + key + "' must be true or false");
       }
-      c.federated_evaluation = j[key].get<bool>();
+      *target = j[key].get<bool>();
     }
   }
   for (auto [key, target] : {std::pair{"server_test_set", &c.server_test_set},
@@ -165,7 +167,8 @@ std::string to_json_text(const RunConfig& c) {
          {"label_column", c.label_column},
          {"wait_for_clients_s", c.wait_for_clients_s},
          {"on_failed_round", c.on_failed_round == FailedRoundPolicy::pause ? "pause" : "retry"},
-         {"max_retries", c.max_retries}};
+         {"max_retries", c.max_retries},
+         {"manual", c.manual}};
   if (c.clients_per_round > 0) {
     j["clients_per_round"] = c.clients_per_round;
   } else {

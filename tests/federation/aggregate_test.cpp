@@ -109,6 +109,27 @@ TEST(ValidateUpdate, RejectsEachBadUpdateWithItsReason) {
       validate_update(far, layout.fingerprint_hex(), 10, global, layout, {.max_update_norm = 3.0}));
 }
 
+TEST(ValidateUpdate, EachRejectionHasAStableCode) {
+  const auto layout = small_layout();
+  const std::vector<float> global(8, 0.0f);
+  std::vector<float> nan_update(8, 0.0f);
+  nan_update[3] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> far(8, 1.0f);
+  const auto code = [&](std::span<const float> update, std::string_view fingerprint,
+                        std::uint64_t samples) {
+    auto r =
+        validate_update(update, fingerprint, samples, global, layout, {.max_update_norm = 2.0});
+    EXPECT_FALSE(r);
+    return r ? std::string("accepted") : std::string(rejection_code(r.error()));
+  };
+  EXPECT_EQ(code(global, "0000000000000000", 10), "layout");
+  EXPECT_EQ(code(std::vector<float>(7, 0.0f), layout.fingerprint_hex(), 10), "shape");
+  EXPECT_EQ(code(nan_update, layout.fingerprint_hex(), 10), "non_finite");
+  EXPECT_EQ(code(global, layout.fingerprint_hex(), 0), "samples");
+  EXPECT_EQ(code(far, layout.fingerprint_hex(), 10), "norm");
+  EXPECT_EQ(rejection_code(error{errc::internal, "x"}), "other");
+}
+
 TEST(Strategy, UnknownNameIsInvalidArgument) {
   auto s = make_strategy("fedmagic", 4);
   ASSERT_FALSE(s);

@@ -142,6 +142,30 @@ class Federation {
     return started.get_future().get();
   }
 
+  // Runs `f(server)` on the server's thread and returns what it returns.
+  template <class F>
+  auto call(F f) {
+    using R = decltype(f(*server_));
+    std::promise<R> done;
+    boost::asio::post(*server_io_, [&] { done.set_value(f(*server_)); });
+    return done.get_future().get();
+  }
+
+  // Calls `f(server)` on the server's thread every 10 ms until it returns true or the
+  // timeout passes; for state that no hook announces (e.g. a manual run waiting).
+  template <class F>
+  bool poll_server(F f, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (call(f)) {
+        return true;
+      }
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
   // Waits until `done()` holds (checked under the lock) or the timeout passes.
   template <class Predicate>
   bool wait_until(Predicate done, std::chrono::seconds timeout = std::chrono::seconds(120)) {

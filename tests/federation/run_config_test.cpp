@@ -34,6 +34,7 @@ TEST(RunConfig, RejectsBadFieldsByName) {
       {R"({"model":{"type":"logreg"},"round_timeout_s":0})", "'round_timeout_s'"},
       {R"({"model":{"type":"logreg"},"on_failed_round":"ignore"})", "'on_failed_round'"},
       {R"({"model":{"type":"logreg"},"roundz":3})", "unknown field 'roundz'"},
+      {R"({"model":{"type":"logreg"},"manual":"yes"})", "'manual'"},
       {R"([])", "JSON object"},
   };
   for (const auto& [text, fragment] : cases) {

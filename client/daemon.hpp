@@ -76,6 +76,11 @@ struct ClientOptions {
   // in a fixed order so that runs are reproducible. `drop` closes the session; the
   // daemon then reconnects as after any lost connection.
   std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
+  // Simulation only (fedcore-sim --transport inproc): when set, every session runs over
+  // the connected local stream this returns instead of TCP + TLS to host:port (whose
+  // other end the simulator hands to FederationServer::attach_local_session); `tls` is
+  // then unused. Its errors are treated like a failed connection.
+  std::function<result<net::LocalStream>()> connect_local;
 };
 
 class ClientDaemon {

@@ -12,6 +12,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/local/connect_pair.hpp>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -244,6 +245,23 @@ class ServerThread {
   std::thread thread_;
 };
 
+// A connected local socket pair: one end for the site (on its io_context), the other
+// attached to the server as that site's session (on the server's thread).
+result<net::LocalStream> connect_in_process(ServerThread& server, asio::io_context& site_io,
+                                            const std::string& id) {
+  net::LocalStream site_end(site_io);
+  net::LocalStream server_end(server.io());
+  boost::system::error_code ec;
+  asio::local::connect_pair(site_end, server_end, ec);
+  if (ec) {
+    return fail(errc::unavailable, "cannot create a socket pair: " + ec.message());
+  }
+  asio::post(server.io(), [&server, id, stream = std::move(server_end)]() mutable {
+    server.server().attach_local_session(id, std::move(stream));
+  });
+  return site_end;
+}
+
 }  // namespace
 
 result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
@@ -264,8 +282,8 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   if (ec) {
     return fail(errc::io_error, "cannot create " + o.out + ": " + ec.message());
   }
-  FederatedResult result;
-  result.history_path = (out / "history.db").string();
+  FederatedResult outcome;
+  outcome.history_path = (out / "history.db").string();
   for (const char* stale : {"history.db", "history.db-wal", "history.db-shm", "checkpoints"}) {
     fs::remove_all(out / stale, ec);
   }
@@ -274,19 +292,18 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     ids.push_back(client_id(i, o.clients));
   }
 
-  std::optional<SimPki> pki;
-  if (o.transport == Transport::tls) {
-    note("creating a throwaway CA and " + std::to_string(o.clients) + " client certificates");
-    auto made = SimPki::create(default_pki_script(), (out / "certs").string(), ids);
-    if (!made) {
-      return made.error();
-    }
-    pki.emplace(std::move(*made));
-  } else {
-    return fail(errc::unimplemented, "--transport inproc is not available yet");
+  // The server builds its TLS context even when only in-process clients attach, so the
+  // inproc transport still gets a CA and a server certificate (but no client ones).
+  const bool tls = o.transport == Transport::tls;
+  note(tls ? "creating a throwaway CA and " + std::to_string(o.clients) + " client certificates"
+           : "creating a throwaway CA and server certificate");
+  auto pki = SimPki::create(default_pki_script(), (out / "certs").string(),
+                            tls ? ids : std::vector<std::string>{});
+  if (!pki) {
+    return pki.error();
   }
 
-  auto store = store::HistoryStore::open(result.history_path);
+  auto store = store::HistoryStore::open(outcome.history_path);
   if (!store) {
     return store.error();
   }
@@ -305,6 +322,8 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
 
   server::ServerOptions server_options;
   server_options.tls = pki->server_config();
+  // Heartbeats and HELLOs of thousands of in-process sites queue behind one server thread.
+  server_options.hello_timeout = std::chrono::seconds(60);
   server_options.checkpoint_dir = (out / "checkpoints").string();
   server_options.max_connections = o.clients + 64;
   // Short heartbeats let the daemons' io_contexts run dry quickly at shutdown.
@@ -314,25 +333,35 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   if (!server) {
     return server.error();
   }
-  auto port = (*server)->listen();
-  if (!port) {
-    return port.error();
+  std::uint16_t port = 0;
+  if (tls) {
+    auto bound = (*server)->listen();
+    if (!bound) {
+      return bound.error();
+    }
+    port = *bound;
   }
   server_thread.start(std::move(*server));
 
   SiteBehaviour behaviour(o, o.clients);
   ClientFleet fleet(o.clients);
   for (std::size_t i = 0; i < o.clients; ++i) {
+    auto& io = fleet.io_for(i);
     client::ClientOptions c;
-    c.host = "127.0.0.1";
-    c.port = *port;
-    c.tls = pki->client_config(ids[i]);
+    if (tls) {
+      c.host = "127.0.0.1";
+      c.port = port;
+      c.tls = pki->client_config(ids[i]);
+    } else {
+      c.connect_local = [&server_thread, &io, id = ids[i]]() -> result<net::LocalStream> {
+        return connect_in_process(server_thread, io, id);
+      };
+    }
     c.threads = o.threads;
     c.initial_backoff = std::chrono::milliseconds(50);
     c.max_backoff = std::chrono::milliseconds(500);
     c.seed = o.seed + i;
     c.before_update = behaviour.seam(i);
-    auto& io = fleet.io_for(i);
     auto daemon = client::ClientDaemon::create(io, std::move(c), local_data(data, i));
     if (!daemon) {
       return fail(daemon.error().code, ids[i] + ": " + daemon.error().message);
@@ -349,19 +378,33 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
                                                std::to_string(o.clients) + " clients came online");
     }
   }
-  result.setup_s = seconds_since(setup_started);
+  outcome.setup_s = seconds_since(setup_started);
 
-  auto evaluator = Evaluator::create(o, data.all, result.history_path);
+  auto evaluator = Evaluator::create(o, data.all, outcome.history_path);
   if (!evaluator) {
     return evaluator.error();
   }
   set_compute_threads(1);
+  // The server's events order the uploads (site_behaviour.hpp): how many clients each
+  // round selected, and when the server has dealt with each update.
+  server_thread.call([&] {
+    return server_thread.server().subscribe_events([&](const store::EventRecord& e) {
+      if (e.kind == "round_started" && e.round) {
+        const auto detail = nlohmann::json::parse(e.detail_json, nullptr, false);
+        const auto clients = detail.is_object() ? detail.value("clients", std::size_t{0}) : 0;
+        behaviour.round_started(*e.round, clients);
+      } else if (e.kind == "update_accepted" || e.kind == "update_rejected" ||
+                 e.kind == "update_stale") {
+        behaviour.answered(e.client_id);
+      }
+    });
+  });
   const auto run_started = Clock::now();
   auto run_id = server_thread.call([&] { return server_thread.server().start_run(*config); });
   if (!run_id) {
     return run_id.error();
   }
-  result.run_id = *run_id;
+  outcome.run_id = *run_id;
 
   bool ended = false;
   while (!ended) {
@@ -374,11 +417,11 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     }
     switch (item.kind) {
       case Inbox::Item::failed:
-        ++result.failed_rounds;
+        ++outcome.failed_rounds;
         break;
       case Inbox::Item::ended:
         ended = true;
-        result.end_state = std::string(store::to_string(item.state));
+        outcome.end_state = std::string(store::to_string(item.state));
         break;
       case Inbox::Item::committed: {
         const auto& r = item.round;
@@ -402,7 +445,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
         row.accuracy = eval->accuracy;
         row.loss = eval->loss;
         row.elapsed_s = seconds_since(run_started);
-        result.rounds.push_back(row);
+        outcome.rounds.push_back(row);
         if (callbacks.round_done) {
           callbacks.round_done(row);
         }
@@ -410,16 +453,16 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
       }
     }
   }
-  result.run_s = seconds_since(run_started);
+  outcome.run_s = seconds_since(run_started);
   fleet.stop();
   server_thread.stop();
-  if (auto read = store::HistoryStore::open_read_only(result.history_path); read) {
-    if (auto run = read->get_run(result.run_id); run) {
-      result.end_reason = run->error;
+  if (auto read = store::HistoryStore::open_read_only(outcome.history_path); read) {
+    if (auto run = read->get_run(outcome.run_id); run) {
+      outcome.end_reason = run->error;
     }
   }
-  result.faults = behaviour.counts();
-  return result;
+  outcome.faults = behaviour.counts();
+  return outcome;
 }
 
 }  // namespace fedcore::sim

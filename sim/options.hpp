@@ -27,7 +27,7 @@ struct SimOptions {
   // Data and model.
   std::string dataset = "fashion-mnist";  // fashion-mnist | breast-cancer | cifar10
   std::string data_path;                  // "" = the data set's default location
-  std::string model = "mlp";  // logreg | mlp (256-128) | cnn | a JSON model spec
+  std::string model = "mlp";              // logreg | mlp (256-128) | cnn | a JSON model spec
   std::size_t train_limit = 0;            // use only the first N training samples (0 = all)
   std::size_t test_limit = 0;             // ... and the first N test samples
 

@@ -57,12 +57,14 @@ result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress
   if (!o.baseline_only) {
     RunCallbacks callbacks;
     callbacks.note = [&](const std::string& text) { progress.note(text); };
-    bool begun = false;
+    // rounds.csv grows round by round, so a long run that is interrupted keeps its curve.
+    std::vector<RoundRow> so_far;
     callbacks.round_done = [&](const RoundRow& row) {
-      if (!begun) {
-        begun = true;
-      }
       progress.round(row);
+      so_far.push_back(row);
+      if (auto w = write_text(o.out + "/rounds.csv", rounds_csv(so_far)); !w) {
+        progress.note("warning: " + w.error().message);
+      }
     };
     progress.note("federation: " + std::to_string(o.rounds) + " rounds, " + o.strategy + ", " +
                   std::string(to_string(o.transport)) + " transport");

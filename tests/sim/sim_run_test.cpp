@@ -186,6 +186,36 @@ TEST(SimRun, BaselineOnlyWritesNoFederatedOutputs) {
   EXPECT_GT(outcome->final_accuracy, 0.8);
 }
 
+TEST(SimRun, InProcessTransportServesHundredsOfClients) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.transport = Transport::inproc;
+  o.clients = 200;  // about 2 training samples each
+  o.rounds = 2;
+  auto outcome = run(o);
+  ASSERT_TRUE(outcome) << outcome.error().to_string();
+  const auto rows = read_csv(o.out + "/rounds.csv");
+  EXPECT_EQ(column(rows, "participants"), (std::vector<std::string>{"200", "200"}));
+  // No client certificates are made for in-process sites.
+  EXPECT_FALSE(std::filesystem::exists(o.out + "/certs/clients"));
+  auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
+  ASSERT_TRUE(history);
+  auto clients = history->list_clients();
+  ASSERT_TRUE(clients);
+  EXPECT_EQ(clients->size(), 200u);
+}
+
+TEST(SimRun, InProcessAndTlsRunsGiveTheSameNumbers) {
+  testing::TempDir dir;
+  auto over_tls = small_run(dir, "tls");
+  auto in_process = small_run(dir, "inproc");
+  in_process.transport = Transport::inproc;
+  ASSERT_TRUE(run(over_tls));
+  ASSERT_TRUE(run(in_process));
+  EXPECT_EQ(column(read_csv(over_tls.out + "/rounds.csv"), "accuracy"),
+            column(read_csv(in_process.out + "/rounds.csv"), "accuracy"));
+}
+
 TEST(SimRun, TooManyClientsForTheDataIsAClearError) {
   testing::TempDir dir;
   auto o = small_run(dir, "out");

@@ -389,6 +389,9 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   // round selected, and when the server has dealt with each update.
   server_thread.call([&] {
     return server_thread.server().subscribe_events([&](const store::EventRecord& e) {
+      if (o.unordered) {
+        return;
+      }
       if (e.kind == "round_started" && e.round) {
         const auto detail = nlohmann::json::parse(e.detail_json, nullptr, false);
         const auto clients = detail.is_object() ? detail.value("clients", std::size_t{0}) : 0;

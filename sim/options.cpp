@@ -64,6 +64,9 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
       ->capture_default_str();
   app.add_option("--transport", transport, "tls (loopback mutual TLS) | inproc (socket pairs)")
       ->capture_default_str();
+  app.add_flag("--unordered", o.unordered,
+               "updates reach the server as they are ready (faster for thousands of clients; "
+               "not reproducible bit for bit)");
   app.add_option("--drop-prob", o.drop_prob, "probability that a selected client drops out");
   app.add_option("--slow-prob", o.slow_prob, "probability that a selected client is slow");
   app.add_option("--slow-factor", o.slow_factor, "a slow client takes this many times longer")
@@ -72,7 +75,8 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_flag("--baseline-only", o.baseline_only, "only the centralized baseline");
   app.add_option("--baseline-epochs", o.baseline_epochs,
                  "baseline epochs (0 = the federated run's passes over the data)");
-  app.add_option("--baseline-threads", o.baseline_threads, "0 = all cores");
+  app.add_option("--baseline-threads", o.baseline_threads, "compute threads (0 = all cores)")
+      ->capture_default_str();
   app.add_option("--out", o.out, "output folder")->capture_default_str();
   app.add_option("--target", o.targets, "accuracy targets for summary.json (repeatable)");
   app.add_option("--train-limit", o.train_limit, "use only the first N training samples");
@@ -242,6 +246,7 @@ nlohmann::json to_json(const SimOptions& o) {
           {"threads", o.threads},
           {"round_timeout_s", o.round_timeout_s},
           {"transport", to_string(o.transport)},
+          {"unordered", o.unordered},
           {"drop_prob", o.drop_prob},
           {"slow_prob", o.slow_prob},
           {"slow_factor", o.slow_factor},

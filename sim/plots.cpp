@@ -47,6 +47,7 @@ result<std::vector<std::string>> write_plots(const std::string& out_dir, const S
     chart.title = std::string(accuracy ? "Test accuracy" : "Test loss") + " (" + what + ")";
     chart.x_label = base != nullptr ? "round (federated) / epoch (centralized)" : "round";
     chart.y_label = accuracy ? "accuracy" : "loss";
+    chart.integer_x = true;
     if (fed != nullptr) {
       chart.series.push_back(federated_series(*fed, accuracy, 1.0, "federated"));
     }
@@ -78,7 +79,7 @@ result<std::vector<std::string>> write_plots(const std::string& out_dir, const S
                        ? " (first " + std::to_string(shown) + " of " +
                              std::to_string(data->label_counts.size()) + " clients)"
                        : "");
-    chart.x_label = "client";
+    chart.x_label = "bars: clients";
     chart.y_label = "training samples";
     for (std::size_t c = 0; c < shown; ++c) {
       chart.bar_labels.push_back(client_id(c, o.clients));

@@ -26,8 +26,8 @@ std::string tick_text(double v) {
   return text;
 }
 
-// About `count` round tick values covering [lo, hi].
-std::vector<double> nice_ticks(double lo, double hi, int count) {
+// About `count` round tick values covering [lo, hi]; steps of at least `min_step`.
+std::vector<double> nice_ticks(double lo, double hi, int count, double min_step = 0) {
   std::vector<double> out;
   if (!(hi > lo)) {
     out.push_back(lo);
@@ -42,6 +42,7 @@ std::vector<double> nice_ticks(double lo, double hi, int count) {
       break;
     }
   }
+  step = std::max(step, min_step);
   for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
     out.push_back(t);
   }
@@ -152,7 +153,7 @@ std::string render_svg(const LineChart& chart) {
     svg += "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(py(t) + 4) + "\" text-anchor=\"end\">" +
            tick_text(t) + "</text>\n";
   }
-  for (double t : nice_ticks(x_lo, x_hi, 8)) {
+  for (double t : nice_ticks(x_lo, x_hi, 8, chart.integer_x ? 1.0 : 0.0)) {
     svg += "<line x1=\"" + num(px(t)) + "\" y1=\"" + num(kTop + kPlotH) + "\" x2=\"" + num(px(t)) +
            "\" y2=\"" + num(kTop + kPlotH + 5) + "\" stroke=\"black\"/>\n";
     svg += "<text x=\"" + num(px(t)) + "\" y=\"" + num(kTop + kPlotH + 19) +
@@ -242,7 +243,11 @@ std::string render_svg(const StackedBars& chart) {
   }
   svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(kPlotW) +
          "\" height=\"" + num(kPlotH) + "\" fill=\"none\" stroke=\"black\"/>\n";
-  svg += axis_labels(chart.x_label, chart.y_label);
+  // The rotated bar labels fill the space under the axis; the x label goes in the legend
+  // column instead.
+  svg += axis_labels("", chart.y_label);
+  svg += "<text x=\"" + num(kLeft + kPlotW + 15) + "\" y=\"" + num(kTop + kPlotH) + "\">" +
+         xml_escape(chart.x_label) + "</text>\n";
   for (std::size_t l = 0; l < chart.layer_names.size(); ++l) {
     svg += legend_entry(l, chart.layer_names[l], palette_color(l), false, false);
   }

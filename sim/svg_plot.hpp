@@ -24,6 +24,7 @@ struct LineChart {
   // Fixed y range when y_min < y_max; otherwise fitted to the data.
   double y_min = 0;
   double y_max = 0;
+  bool integer_x = false;  // x ticks on whole numbers only (rounds, epochs)
 };
 
 struct StackedBars {

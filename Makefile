@@ -17,7 +17,9 @@ build: setup
 # development certificates, then the centralized baseline on the same data and model.
 # Everything lands in $(DEMO_OUT) (replaced on every run). See docs/sim.md.
 DEMO_OUT ?= build/demo
-demo: build
+demo: setup
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS) --target fedcore-sim
 	$(BUILD)/sim/fedcore-sim --dataset fashion-mnist --partition dirichlet:0.5 --clients 8 \
 	  --model mlp --rounds 10 --local-epochs 1 --batch 32 --lr 0.05 --momentum 0.9 \
 	  --seed 1 --baseline --out $(DEMO_OUT)

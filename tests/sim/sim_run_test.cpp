@@ -197,7 +197,8 @@ TEST(SimRun, InProcessTransportServesHundredsOfClients) {
   const auto rows = read_csv(o.out + "/rounds.csv");
   EXPECT_EQ(column(rows, "participants"), (std::vector<std::string>{"200", "200"}));
   // No client certificates are made for in-process sites.
-  EXPECT_FALSE(std::filesystem::exists(o.out + "/certs/clients"));
+  const auto issued = o.out + "/certs/clients";
+  EXPECT_TRUE(!std::filesystem::exists(issued) || std::filesystem::is_empty(issued));
   auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
   ASSERT_TRUE(history);
   auto clients = history->list_clients();

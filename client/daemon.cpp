@@ -60,6 +60,37 @@ struct LocalResult {
   protocol::UpdateReport report;
 };
 
+// The session's connection, whatever carries it: mutual TLS to the server, or a local
+// socket inside fedcore-sim. The session code sees only this.
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual asio::awaitable<result<protocol::Frame>> read_frame() = 0;
+  // Queued behind the link's one writer (net/outbox.hpp).
+  virtual void send(protocol::MessageType type, std::string metadata,
+                    net::SharedPayload payload = nullptr) = 0;
+  virtual void close() noexcept = 0;
+  virtual bool is_open() const noexcept = 0;
+};
+
+template <class Stream>
+class StreamLink final : public Link {
+ public:
+  StreamLink(Stream stream, const net::ChannelOptions& options)
+      : channel_(std::make_shared<net::FrameChannel<Stream>>(std::move(stream), options)),
+        outbox_(channel_) {}
+  asio::awaitable<result<protocol::Frame>> read_frame() override { return channel_->read_frame(); }
+  void send(protocol::MessageType type, std::string metadata, net::SharedPayload payload) override {
+    outbox_.send(type, std::move(metadata), std::move(payload));
+  }
+  void close() noexcept override { channel_->close(); }
+  bool is_open() const noexcept override { return channel_->is_open(); }
+
+ private:
+  std::shared_ptr<net::FrameChannel<Stream>> channel_;
+  net::Outbox<Stream> outbox_;
+};
+
 }  // namespace
 
 result<data::TrainTest> load_local_data(const DataSource& source) {
@@ -133,14 +164,13 @@ struct ClientDaemon::Impl {
   asio::steady_timer backoff_timer;
   Rng rng;
   bool stopping = false;
-  std::shared_ptr<net::FrameChannel<TlsStream>> channel;
-  std::unique_ptr<net::Outbox<TlsStream>> outbox;
+  std::shared_ptr<Link> channel;
   std::uint64_t rounds_trained = 0;
   std::uint64_t connections = 0;
 
   asio::awaitable<result<void>> session();
-  asio::awaitable<void> heartbeats(std::shared_ptr<net::FrameChannel<TlsStream>> ch,
-                                   std::uint32_t seconds);
+  asio::awaitable<result<std::shared_ptr<Link>>> connect_tls();
+  asio::awaitable<void> heartbeats(std::shared_ptr<Link> ch, std::uint32_t seconds);
   LocalResult train_round(const protocol::TrainRequest& request, std::span<const float> global);
 };
 
@@ -158,14 +188,26 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   if (!data) {
     return data.error();
   }
-  if (data->train.size() == 0) {
+  return create(io, std::move(options), std::move(*data));
+}
+
+result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
+                                                           ClientOptions options,
+                                                           data::TrainTest local) {
+  if (local.train.size() == 0) {
     return fail(errc::invalid_argument, "the local data set has no training samples");
   }
-  auto tls = tls::make_client_context(options.tls);
+  // In-process sessions have no TLS; their (unused) context needs no certificates.
+  auto tls = [&]() -> result<asio::ssl::context> {
+    if (options.connect_local) {
+      return asio::ssl::context(asio::ssl::context::tls_client);
+    }
+    return tls::make_client_context(options.tls);
+  }();
   if (!tls) {
     return tls.error();
   }
-  auto impl = std::make_unique<Impl>(io, std::move(options), std::move(*data), std::move(*tls));
+  auto impl = std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls));
   return std::unique_ptr<ClientDaemon>(new ClientDaemon(std::move(impl)));
 }
 
@@ -192,44 +234,19 @@ asio::awaitable<void> ClientDaemon::run() {
 }
 
 asio::awaitable<result<void>> ClientDaemon::Impl::session() {
-  // Connect with a deadline.
-  tcp::resolver resolver(io);
-  auto [resolve_error, endpoints] =
-      co_await resolver.async_resolve(options.host, std::to_string(options.port), kNoThrow);
-  if (resolve_error) {
-    co_return fail(errc::unavailable,
-                   "cannot resolve " + options.host + ": " + resolve_error.message());
-  }
-  TlsStream stream(io, tls_context);
-  if (auto prepared = tls::prepare_client_stream(stream, options.tls.server_name); !prepared) {
-    co_return prepared.error();
-  }
-  asio::steady_timer watchdog(io);
-  bool timed_out = false;
-  watchdog.expires_after(options.connect_timeout);
-  watchdog.async_wait([&](const error_code& ec) {
-    if (!ec) {
-      timed_out = true;
-      error_code ignored;
-      stream.next_layer().close(ignored);
+  if (options.connect_local) {
+    auto stream = options.connect_local();
+    if (!stream) {
+      co_return stream.error();
     }
-  });
-  auto [connect_error, endpoint] =
-      co_await asio::async_connect(stream.next_layer(), endpoints, kNoThrow);
-  error_code handshake_error;
-  if (!connect_error) {
-    std::tie(handshake_error) =
-        co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
+    channel = std::make_shared<StreamLink<net::LocalStream>>(std::move(*stream), options.channel);
+  } else {
+    auto connected = co_await connect_tls();
+    if (!connected) {
+      co_return connected.error();
+    }
+    channel = std::move(*connected);
   }
-  watchdog.cancel();
-  if (connect_error || handshake_error) {
-    const auto& ec = connect_error ? connect_error : handshake_error;
-    co_return fail(timed_out ? errc::deadline_exceeded : errc::unavailable,
-                   "cannot connect to " + options.host + ":" + std::to_string(options.port) + ": " +
-                       (timed_out ? std::string("timed out") : ec.message()));
-  }
-  channel = std::make_shared<net::FrameChannel<TlsStream>>(std::move(stream), options.channel);
-  outbox = std::make_unique<net::Outbox<TlsStream>>(channel);
   ++connections;
 
   protocol::Hello hello;
@@ -239,7 +256,7 @@ asio::awaitable<result<void>> ClientDaemon::Impl::session() {
   hello.num_classes = data.train.num_classes;
   hello.capabilities = {"train", "evaluate"};
   hello.software = kSoftware;
-  outbox->send(protocol::MessageType::hello, protocol::to_metadata(hello));
+  channel->send(protocol::MessageType::hello, protocol::to_metadata(hello));
   auto first = co_await channel->read_frame();
   if (!first) {
     co_return first.error();
@@ -285,20 +302,32 @@ asio::awaitable<result<void>> ClientDaemon::Impl::session() {
                        !request ? request.error().message : global.error().message);
           break;
         }
-        // Training runs on the worker thread; heartbeats keep flowing meanwhile.
-        co_await asio::post(worker, asio::use_awaitable);
-        LocalResult local = train_round(*request, *global);
-        co_await asio::post(io, asio::use_awaitable);
+        // Training runs on the worker thread; heartbeats keep flowing meanwhile. It is a
+        // coroutine spawned on the worker: a bare post() to the worker would resume this
+        // coroutine through its associated executor, the io_context, and training would
+        // block the heartbeats (sessions of slow trainers then died of the idle timeout).
+        LocalResult local = co_await asio::co_spawn(
+            worker,
+            [&]() -> asio::awaitable<LocalResult> { co_return train_round(*request, *global); },
+            asio::use_awaitable);
         if (local.failure) {
           spdlog::warn("round {}: not trained: {}", request->round, local.failure->message);
-          outbox->send(protocol::MessageType::error,
-                       protocol::to_metadata(protocol::ErrorMessage{
-                           std::string(errc_name(local.failure->code)), local.failure->message}));
+          channel->send(protocol::MessageType::error,
+                        protocol::to_metadata(protocol::ErrorMessage{
+                            std::string(errc_name(local.failure->code)), local.failure->message}));
           break;
+        }
+        if (options.before_update) {
+          const TrainedRound trained{request->run_id, request->round, local.report.train_seconds};
+          if (co_await options.before_update(trained) == UpdateAction::drop) {
+            channel->close();
+            co_return fail(errc::aborted,
+                           "round " + std::to_string(request->round) + ": update dropped");
+          }
         }
         auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
         const auto bytes = payload->size() * sizeof(float);
-        outbox->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
+        channel->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
         ++rounds_trained;
         spdlog::info("round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",
                      request->round, with_commas(local.report.samples), local.report.train_seconds,
@@ -312,14 +341,54 @@ asio::awaitable<result<void>> ClientDaemon::Impl::session() {
   co_return result<void>{};
 }
 
-asio::awaitable<void> ClientDaemon::Impl::heartbeats(
-    std::shared_ptr<net::FrameChannel<TlsStream>> ch, std::uint32_t seconds) {
+asio::awaitable<result<std::shared_ptr<Link>>> ClientDaemon::Impl::connect_tls() {
+  // Connect with a deadline.
+  tcp::resolver resolver(io);
+  auto [resolve_error, endpoints] =
+      co_await resolver.async_resolve(options.host, std::to_string(options.port), kNoThrow);
+  if (resolve_error) {
+    co_return fail(errc::unavailable,
+                   "cannot resolve " + options.host + ": " + resolve_error.message());
+  }
+  TlsStream stream(io, tls_context);
+  if (auto prepared = tls::prepare_client_stream(stream, options.tls.server_name); !prepared) {
+    co_return prepared.error();
+  }
+  asio::steady_timer watchdog(io);
+  bool timed_out = false;
+  watchdog.expires_after(options.connect_timeout);
+  watchdog.async_wait([&](const error_code& ec) {
+    if (!ec) {
+      timed_out = true;
+      error_code ignored;
+      stream.next_layer().close(ignored);
+    }
+  });
+  auto [connect_error, endpoint] =
+      co_await asio::async_connect(stream.next_layer(), endpoints, kNoThrow);
+  error_code handshake_error;
+  if (!connect_error) {
+    std::tie(handshake_error) =
+        co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
+  }
+  watchdog.cancel();
+  if (connect_error || handshake_error) {
+    const auto& ec = connect_error ? connect_error : handshake_error;
+    co_return fail(timed_out ? errc::deadline_exceeded : errc::unavailable,
+                   "cannot connect to " + options.host + ":" + std::to_string(options.port) + ": " +
+                       (timed_out ? std::string("timed out") : ec.message()));
+  }
+  co_return std::make_shared<StreamLink<TlsStream>>(std::move(stream), options.channel);
+}
+
+asio::awaitable<void> ClientDaemon::Impl::heartbeats(std::shared_ptr<Link> ch,
+                                                     std::uint32_t seconds) {
   asio::steady_timer timer(io);
   while (!stopping && ch->is_open() && channel == ch) {
     timer.expires_after(std::chrono::seconds(seconds));
     co_await timer.async_wait(kNoThrow);
     if (!stopping && ch->is_open() && channel == ch) {
-      outbox->send(protocol::MessageType::heartbeat, "{}");
+      channel->send(protocol::MessageType::heartbeat, "{}");
     }
   }
 }

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,19 @@ struct DataSource {
   std::uint64_t split_seed = 1;
 };
 
+// Simulation seam (fedcore-sim): what to do with an update once local training is done.
+enum class UpdateAction {
+  send,  // send it (the normal case)
+  drop,  // close the connection instead, as a site that goes away mid-round would
+};
+
+// What the before_update seam is told about the round just trained.
+struct TrainedRound {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  double train_seconds = 0;
+};
+
 struct ClientOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 7443;
@@ -56,6 +70,17 @@ struct ClientOptions {
   std::chrono::milliseconds max_backoff{std::chrono::seconds(30)};
   net::ChannelOptions channel;
   std::uint64_t seed = 0;  // for backoff jitter
+  // Simulation only; empty in a real daemon. Awaited on the io_context's thread after a
+  // round's local training succeeded and before its UPDATE is sent (heartbeats keep
+  // flowing meanwhile): fedcore-sim delays slow clients, drops some, and releases updates
+  // in a fixed order so that runs are reproducible. `drop` closes the session; the
+  // daemon then reconnects as after any lost connection.
+  std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
+  // Simulation only (fedcore-sim --transport inproc): when set, every session runs over
+  // the connected local stream this returns instead of TCP + TLS to host:port (whose
+  // other end the simulator hands to FederationServer::attach_local_session); `tls` is
+  // then unused. Its errors are treated like a failed connection.
+  std::function<result<net::LocalStream>()> connect_local;
 };
 
 class ClientDaemon {
@@ -64,6 +89,10 @@ class ClientDaemon {
   // (naming the file), the TLS context, or invalid_argument for a bad data source.
   static result<std::unique_ptr<ClientDaemon>> create(boost::asio::io_context& io,
                                                       ClientOptions options);
+  // The same with data already loaded (fedcore-sim shares one load among many simulated
+  // sites); options.data is then ignored. Errors: as above, minus the loaders'.
+  static result<std::unique_ptr<ClientDaemon>> create(boost::asio::io_context& io,
+                                                      ClientOptions options, data::TrainTest local);
   ~ClientDaemon();
   ClientDaemon(const ClientDaemon&) = delete;
   ClientDaemon& operator=(const ClientDaemon&) = delete;

@@ -82,6 +82,17 @@ result<data::Dataset> load_server_test_set(const RunConfig& config) {
   return data::load_csv(name, {.label_column = config.label_column});
 }
 
+// Exceptions end only that connection (STYLE.md habit 3).
+void log_session_exception(std::exception_ptr e) {
+  if (e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::error("session ended by an unexpected exception: {}", ex.what());
+    }
+  }
+}
+
 store::ResultStatus to_store(ClientStatus s) {
   switch (s) {
     case ClientStatus::ok:
@@ -98,14 +109,52 @@ store::ResultStatus to_store(ClientStatus s) {
 
 }  // namespace
 
+// A session's connection, whatever carries it: mutual TLS for real clients, a local
+// socket for fedcore-sim's in-process clients. The session code sees only this.
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual asio::awaitable<result<protocol::Frame>> read_frame() = 0;
+  virtual void set_timeouts(std::chrono::milliseconds idle,
+                            std::chrono::milliseconds transfer) noexcept = 0;
+  // Queued behind the link's one writer (net/outbox.hpp).
+  virtual void send(protocol::MessageType type, std::string metadata,
+                    net::SharedPayload payload = nullptr) = 0;
+  virtual void close() noexcept = 0;
+  virtual std::uint64_t bytes_read() const noexcept = 0;
+  virtual std::uint64_t bytes_written() const noexcept = 0;
+};
+
+template <class Stream>
+class StreamLink final : public Link {
+ public:
+  StreamLink(Stream stream, const net::ChannelOptions& options)
+      : channel_(std::make_shared<net::FrameChannel<Stream>>(std::move(stream), options)),
+        outbox_(channel_) {}
+  asio::awaitable<result<protocol::Frame>> read_frame() override { return channel_->read_frame(); }
+  void set_timeouts(std::chrono::milliseconds idle,
+                    std::chrono::milliseconds transfer) noexcept override {
+    channel_->set_timeouts(idle, transfer);
+  }
+  void send(protocol::MessageType type, std::string metadata, net::SharedPayload payload) override {
+    outbox_.send(type, std::move(metadata), std::move(payload));
+  }
+  void close() noexcept override { channel_->close(); }
+  std::uint64_t bytes_read() const noexcept override { return channel_->bytes_read(); }
+  std::uint64_t bytes_written() const noexcept override { return channel_->bytes_written(); }
+
+ private:
+  std::shared_ptr<net::FrameChannel<Stream>> channel_;
+  net::Outbox<Stream> outbox_;
+};
+
 struct Session {
   std::uint64_t serial = 0;
   std::string client_id;
   std::string peer;  // address, for logs
   std::int64_t connected_ms = 0;
   protocol::Hello hello;
-  std::shared_ptr<net::FrameChannel<TlsStream>> channel;
-  std::unique_ptr<net::Outbox<TlsStream>> outbox;
+  std::unique_ptr<Link> link;
 };
 
 struct FederationServer::Impl {
@@ -173,6 +222,7 @@ struct FederationServer::Impl {
 
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> serve(tcp::socket socket);
+  asio::awaitable<void> serve_local(std::string client_id, net::LocalStream stream);
   asio::awaitable<void> session_loop(std::shared_ptr<Session> session);
   void handle_update(Session& session, protocol::Frame& frame);
   asio::awaitable<void> run_loop(store::RunRecord run, RunConfig config);
@@ -258,16 +308,7 @@ asio::awaitable<void> FederationServer::Impl::accept_loop() {
       spdlog::warn("refusing a connection: {} connections open (limit)", connections);
       continue;  // the socket closes as it goes out of scope
     }
-    asio::co_spawn(io, serve(std::move(socket)), [](std::exception_ptr e) {
-      // Exceptions end only that connection (STYLE.md habit 3).
-      if (e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          spdlog::error("session ended by an unexpected exception: {}", ex.what());
-        }
-      }
-    });
+    asio::co_spawn(io, serve(std::move(socket)), log_session_exception);
   }
 }
 
@@ -312,17 +353,33 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket) {
   session->connected_ms = now_ms();
   session->client_id = *client_id;
   session->peer = peer;
-  session->channel =
-      std::make_shared<net::FrameChannel<TlsStream>>(std::move(stream), options.channel);
-  session->outbox = std::make_unique<net::Outbox<TlsStream>>(session->channel);
+  session->link = std::make_unique<StreamLink<TlsStream>>(std::move(stream), options.channel);
+  co_await session_loop(session);
+}
+
+// An in-process client: no handshake, the caller vouched for the identity.
+asio::awaitable<void> FederationServer::Impl::serve_local(std::string client_id,
+                                                          net::LocalStream stream) {
+  ++connections;
+  struct Release {
+    std::size_t& n;
+    ~Release() { --n; }
+  } release{connections};
+  auto session = std::make_shared<Session>();
+  session->serial = next_serial++;
+  session->connected_ms = now_ms();
+  session->client_id = std::move(client_id);
+  session->peer = "in-process";
+  session->link =
+      std::make_unique<StreamLink<net::LocalStream>>(std::move(stream), options.channel);
   co_await session_loop(session);
 }
 
 asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Session> session) {
-  auto& channel = *session->channel;
+  auto& channel = *session->link;
   struct CountTraffic {
     TrafficCounters& total;
-    const net::FrameChannel<TlsStream>& channel;
+    const Link& channel;
     ~CountTraffic() {
       total.bytes_in += channel.bytes_read();
       total.bytes_out += channel.bytes_written();
@@ -340,7 +397,7 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   auto hello = protocol::parse_hello(first->metadata);
   if (!hello) {
     spdlog::warn("client '{}' sent a bad hello: {}", session->client_id, hello.error().message);
-    session->outbox->send(
+    session->link->send(
         protocol::MessageType::error,
         protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", hello.error().message}));
     co_return;
@@ -351,7 +408,7 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   if (auto old = sessions.find(session->client_id); old != sessions.end()) {
     spdlog::warn("client '{}' connected again from {}; closing its previous session from {}",
                  session->client_id, session->peer, old->second->peer);
-    old->second->channel->close();
+    old->second->link->close();
   }
   sessions[session->client_id] = session;
   store::ClientRecord record;
@@ -377,7 +434,7 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     hooks.client_changed(session->client_id, true);
   }
   client_wakeup.cancel();
-  session->outbox->send(
+  session->link->send(
       protocol::MessageType::welcome,
       protocol::to_metadata(protocol::Welcome{session->client_id, options.heartbeat_seconds}));
 
@@ -400,9 +457,8 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
       break;
     }
     reason = "unexpected " + std::string(protocol::message_type_name(frame->type)) + " message";
-    session->outbox->send(
-        protocol::MessageType::error,
-        protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", reason}));
+    session->link->send(protocol::MessageType::error,
+                        protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", reason}));
     break;
   }
   channel.close();
@@ -434,7 +490,7 @@ void FederationServer::Impl::handle_update(Session& session, protocol::Frame& fr
                  report.error().message);
     event("update_refused", std::nullopt, std::nullopt, session.client_id,
           {{"reason", report.error().message}});
-    session.outbox->send(
+    session.link->send(
         protocol::MessageType::error,
         protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", report.error().message}));
     return;
@@ -670,7 +726,7 @@ asio::awaitable<void> FederationServer::Impl::run_loop(store::RunRecord run, Run
       auto metadata = protocol::to_metadata(request);
       round.set_bytes_down(c->client_id, protocol::kFrameHeaderSize + metadata.size() +
                                              global->size() * sizeof(float));
-      c->outbox->send(protocol::MessageType::train, std::move(metadata), global);
+      c->link->send(protocol::MessageType::train, std::move(metadata), global);
     }
     const auto deadline =
         std::chrono::steady_clock::now() +
@@ -867,9 +923,20 @@ void FederationServer::shutdown() {
   s.admin_wakeup.cancel();
   s.options.channel.payload_gate->close();
   for (auto& [id, session] : s.sessions) {
-    session->channel->close();
+    session->link->close();
   }
   spdlog::info("federation server stopping");
+}
+
+void FederationServer::attach_local_session(std::string client_id, net::LocalStream stream) {
+  auto& s = *impl_;
+  if (s.stopping || s.connections >= s.options.max_connections) {
+    spdlog::warn("refusing in-process client '{}': {}", client_id,
+                 s.stopping ? "shutting down" : "connection limit reached");
+    return;  // the stream closes as it goes out of scope; the client sees end of stream
+  }
+  asio::co_spawn(s.io, s.serve_local(std::move(client_id), std::move(stream)),
+                 log_session_exception);
 }
 
 result<void> FederationServer::stop_run(std::int64_t run_id) {
@@ -985,8 +1052,8 @@ TrafficCounters FederationServer::traffic() const {
   const auto& s = *impl_;
   TrafficCounters out = s.ended_sessions_traffic;
   for (const auto& [id, session] : s.sessions) {
-    out.bytes_in += session->channel->bytes_read();
-    out.bytes_out += session->channel->bytes_written();
+    out.bytes_in += session->link->bytes_read();
+    out.bytes_out += session->link->bytes_written();
   }
   return out;
 }

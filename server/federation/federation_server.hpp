@@ -125,6 +125,12 @@ class FederationServer {
   // Subscribers must not block. Returns a handle for unsubscribe_events().
   std::uint64_t subscribe_events(std::function<void(const store::EventRecord&)> listener);
   void unsubscribe_events(std::uint64_t handle);
+  // In-process clients (fedcore-sim --transport inproc): serves `stream`, one end of a
+  // connected local socket pair, as a session of `client_id`, exactly like a TLS session
+  // after its handshake (HELLO, rounds, heartbeats, deadlines). There is no TLS: the
+  // caller vouches for the identity, so only a process that owns the server can attach.
+  // Refused (the stream is closed) while shutting down or at max_connections.
+  void attach_local_session(std::string client_id, net::LocalStream stream);
   // See the class comment. Idempotent.
   void shutdown();
 

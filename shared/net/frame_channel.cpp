@@ -26,6 +26,9 @@ asio::ip::tcp::socket& lowest(TcpStream& s) {
 asio::ip::tcp::socket& lowest(TlsStream& s) {
   return s.next_layer();
 }
+LocalStream& lowest(LocalStream& s) {
+  return s;
+}
 
 // asio::transfer_all() moves at most 64 KiB per system call; for multi-megabyte model
 // payloads that is hundreds of extra round trips through the reactor. This condition
@@ -92,7 +95,7 @@ struct FrameChannel<Stream>::Impl : std::enable_shared_from_this<Impl> {
     error_code ignored;
     auto& socket = lowest(stream);
     if (socket.is_open()) {
-      socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      socket.shutdown(asio::socket_base::shutdown_both, ignored);
       socket.close(ignored);
     }
   }
@@ -278,5 +281,6 @@ std::uint64_t FrameChannel<Stream>::bytes_written() const noexcept {
 
 template class FrameChannel<TcpStream>;
 template class FrameChannel<TlsStream>;
+template class FrameChannel<LocalStream>;
 
 }  // namespace fedcore::net

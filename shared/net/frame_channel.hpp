@@ -1,8 +1,9 @@
 // FrameChannel: Fedcore frames (protocol/frame.hpp) over a byte stream, with deadlines.
 //
 // One channel wraps one connected stream: a TLS stream (`TlsStream`, the federation and
-// TLS datacenter jobs) or a plain TCP socket (`TcpStream`, trusted in-datacenter jobs
-// only, chosen explicitly by the caller). Coroutines only (`asio::awaitable`).
+// TLS datacenter jobs), a plain TCP socket (`TcpStream`, trusted in-datacenter jobs
+// only, chosen explicitly by the caller) or a local socket (`LocalStream`, simulated
+// clients inside one fedcore-sim process). Coroutines only (`asio::awaitable`).
 //
 // Deadlines (RELIABILITY.md R1). Every read and write has one; when it passes, the
 // channel closes the socket, the operation returns errc::deadline_exceeded and the
@@ -31,6 +32,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 
 #include "net/tls_stream.hpp"
 #include "protocol/frame.hpp"
@@ -39,6 +41,8 @@
 namespace fedcore::net {
 
 using TcpStream = boost::asio::ip::tcp::socket;
+// One end of a connected AF_UNIX socket pair: fedcore-sim's in-process clients only.
+using LocalStream = boost::asio::local::stream_protocol::socket;
 
 class PayloadGate;
 
@@ -93,5 +97,6 @@ class FrameChannel {
 
 extern template class FrameChannel<TcpStream>;
 extern template class FrameChannel<TlsStream>;
+extern template class FrameChannel<LocalStream>;
 
 }  // namespace fedcore::net

@@ -90,5 +90,6 @@ const std::string& Outbox<Stream>::failure() const noexcept {
 
 template class Outbox<TcpStream>;
 template class Outbox<TlsStream>;
+template class Outbox<LocalStream>;
 
 }  // namespace fedcore::net

@@ -48,5 +48,6 @@ class Outbox {
 
 extern template class Outbox<TcpStream>;
 extern template class Outbox<TlsStream>;
+extern template class Outbox<LocalStream>;
 
 }  // namespace fedcore::net

@@ -1,0 +1,471 @@
+#include "federation_run.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/connect_pair.hpp>
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon.hpp"
+#include "federation/federation_server.hpp"
+#include "model/param_io.hpp"
+#include "model/spec.hpp"
+#include "model/trainer.hpp"
+#include "pki.hpp"
+#include "store/history_store.hpp"
+#include "util/threads.hpp"
+
+namespace fedcore::sim {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kMaxClientThreads = 16;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// What the server's hooks report, handed from its thread to the calling thread.
+struct Inbox {
+  struct Item {
+    enum Kind { committed, failed, ended } kind = committed;
+    store::RoundRecord round;
+    store::RunState state = store::RunState::running;
+  };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<Item> items;
+  std::size_t online = 0;
+
+  void push(Item item) {
+    {
+      std::lock_guard lock(mutex);
+      items.push_back(std::move(item));
+    }
+    changed.notify_all();
+  }
+  void set_online(bool up) {
+    {
+      std::lock_guard lock(mutex);
+      online = up ? online + 1 : online - 1;
+    }
+    changed.notify_all();
+  }
+};
+
+// The run configuration the server gets, as an admin would submit it.
+result<server::RunConfig> make_run_config(const SimOptions& o) {
+  auto spec = model_spec_json(o);
+  if (!spec) {
+    return spec.error();
+  }
+  nlohmann::json j{{"name", "fedcore-sim"},
+                   {"model", nlohmann::json::parse(*spec)},
+                   {"strategy", o.strategy},
+                   {"rounds", o.rounds},
+                   {"min_clients", 1},
+                   {"local_epochs", o.local_epochs},
+                   {"batch_size", o.batch},
+                   {"optimizer", optimizer_json(o)},
+                   {"proximal_mu", o.mu},
+                   {"round_timeout_s", o.round_timeout_s},
+                   {"seed", o.seed},
+                   {"federated_evaluation", true},
+                   {"wait_for_clients_s", 120},
+                   {"on_failed_round", "retry"},
+                   {"max_retries", 2}};
+  if (o.clients_per_round > 0) {
+    j["clients_per_round"] = o.clients_per_round;
+  } else {
+    j["fraction"] = o.fraction;
+  }
+  return server::parse_run_config(j.dump());
+}
+
+// Evaluates each committed round's checkpoint on the test split.
+class Evaluator {
+ public:
+  static result<Evaluator> create(const SimOptions& o, const data::TrainTest& data,
+                                  const std::string& history_path) {
+    auto text = model_spec_json(o);
+    if (!text) {
+      return text.error();
+    }
+    auto spec = model::parse_model_spec(std::string_view(*text));
+    if (spec) {
+      spec = model::complete_spec(*spec, data.train.sample_shape, data.train.num_classes);
+    }
+    if (!spec) {
+      return spec.error();
+    }
+    auto built = model::build_model(*spec);
+    if (!built) {
+      return built.error();
+    }
+    return Evaluator(std::move(*built), model::loss_for(*spec), data.test, history_path);
+  }
+
+  result<model::EvalReport> evaluate(std::int64_t run_id, std::int64_t round) {
+    if (!store_) {
+      auto opened = store::HistoryStore::open_read_only(history_path_);
+      if (!opened) {
+        return opened.error();
+      }
+      store_.emplace(std::move(*opened));
+    }
+    auto checkpoints = store_->list_checkpoints(run_id);
+    if (!checkpoints) {
+      return checkpoints.error();
+    }
+    for (const auto& c : *checkpoints) {
+      if (c.round != round) {
+        continue;
+      }
+      auto bundle = model::load_params(c.ref.path);
+      if (!bundle) {
+        return bundle.error();
+      }
+      if (bundle->params.size() != model_.param_count()) {
+        return fail(errc::failed_precondition,
+                    "checkpoint " + c.ref.path + " does not fit the run's model");
+      }
+      std::copy(bundle->params.begin(), bundle->params.end(), model_.params().begin());
+      return model::evaluate(model_, loss_, test_);
+    }
+    return fail(errc::not_found, "no checkpoint for round " + std::to_string(round));
+  }
+
+ private:
+  Evaluator(model::Model m, model::LossKind loss, const data::Dataset& test, std::string path)
+      : model_(std::move(m)), loss_(loss), test_(test), history_path_(std::move(path)) {}
+  model::Model model_;
+  model::LossKind loss_;
+  const data::Dataset& test_;
+  std::string history_path_;
+  std::optional<store::HistoryStore> store_;
+};
+
+// The client side: daemons spread over a few io_context threads.
+class ClientFleet {
+ public:
+  explicit ClientFleet(std::size_t clients) : ios_(std::min(clients, kMaxClientThreads)) {
+    for (auto& io : ios_) {
+      io = std::make_unique<asio::io_context>(1);
+      guards_.emplace_back(asio::make_work_guard(*io));
+    }
+  }
+  ~ClientFleet() { stop(); }
+
+  asio::io_context& io_for(std::size_t index) { return *ios_[index % ios_.size()]; }
+
+  void add(std::unique_ptr<client::ClientDaemon> daemon, asio::io_context& io) {
+    asio::co_spawn(io, daemon->run(), asio::detached);
+    daemons_.push_back({std::move(daemon), &io});
+  }
+
+  void start() {
+    for (auto& io : ios_) {
+      threads_.emplace_back([io = io.get()] { io->run(); });
+    }
+  }
+
+  // Stops every daemon and waits until their io_contexts ran dry (heartbeat timers end
+  // within one heartbeat interval).
+  void stop() {
+    for (auto& d : daemons_) {
+      asio::post(*d.io, [daemon = d.daemon.get()] { daemon->stop(); });
+    }
+    guards_.clear();
+    for (auto& t : threads_) {
+      t.join();
+    }
+    threads_.clear();
+    daemons_.clear();
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<client::ClientDaemon> daemon;
+    asio::io_context* io;
+  };
+  std::vector<std::unique_ptr<asio::io_context>> ios_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::vector<Entry> daemons_;
+  std::vector<std::thread> threads_;
+};
+
+// The server on its own thread.
+class ServerThread {
+ public:
+  ServerThread() : guard_(asio::make_work_guard(io_)) {}
+  ~ServerThread() { stop(); }
+  asio::io_context& io() { return io_; }
+
+  void start(std::unique_ptr<server::FederationServer> s) {
+    server_ = std::move(s);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  server::FederationServer& server() { return *server_; }
+
+  template <class F>
+  auto call(F f) {
+    std::promise<decltype(f())> done;
+    asio::post(io_, [&] { done.set_value(f()); });
+    return done.get_future().get();
+  }
+
+  void stop() {
+    if (!server_) {
+      return;
+    }
+    asio::post(io_, [this] { server_->shutdown(); });
+    guard_.reset();
+    thread_.join();
+    server_.reset();
+  }
+
+ private:
+  asio::io_context io_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::unique_ptr<server::FederationServer> server_;
+  std::thread thread_;
+};
+
+// A connected local socket pair: one end for the site (on its io_context), the other
+// attached to the server as that site's session (on the server's thread).
+result<net::LocalStream> connect_in_process(ServerThread& server, asio::io_context& site_io,
+                                            const std::string& id) {
+  net::LocalStream site_end(site_io);
+  net::LocalStream server_end(server.io());
+  boost::system::error_code ec;
+  asio::local::connect_pair(site_end, server_end, ec);
+  if (ec) {
+    return fail(errc::unavailable, "cannot create a socket pair: " + ec.message());
+  }
+  asio::post(server.io(), [&server, id, stream = std::move(server_end)]() mutable {
+    server.server().attach_local_session(id, std::move(stream));
+  });
+  return site_end;
+}
+
+}  // namespace
+
+result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
+                                       const RunCallbacks& callbacks) {
+  const auto setup_started = Clock::now();
+  auto note = [&](const std::string& text) {
+    if (callbacks.note) {
+      callbacks.note(text);
+    }
+  };
+  auto config = make_run_config(o);
+  if (!config) {
+    return config.error();
+  }
+  const fs::path out(o.out);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) {
+    return fail(errc::io_error, "cannot create " + o.out + ": " + ec.message());
+  }
+  FederatedResult outcome;
+  outcome.history_path = (out / "history.db").string();
+  for (const char* stale : {"history.db", "history.db-wal", "history.db-shm", "checkpoints"}) {
+    fs::remove_all(out / stale, ec);
+  }
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < o.clients; ++i) {
+    ids.push_back(client_id(i, o.clients));
+  }
+
+  // The server builds its TLS context even when only in-process clients attach, so the
+  // inproc transport still gets a CA and a server certificate (but no client ones).
+  const bool tls = o.transport == Transport::tls;
+  note(tls ? "creating a throwaway CA and " + std::to_string(o.clients) + " client certificates"
+           : "creating a throwaway CA and server certificate");
+  auto pki = SimPki::create(default_pki_script(), (out / "certs").string(),
+                            tls ? ids : std::vector<std::string>{});
+  if (!pki) {
+    return pki.error();
+  }
+
+  auto store = store::HistoryStore::open(outcome.history_path);
+  if (!store) {
+    return store.error();
+  }
+  Inbox inbox;
+  server::ServerHooks hooks;
+  hooks.round_committed = [&](std::int64_t, const store::RoundRecord& r) {
+    inbox.push({Inbox::Item::committed, r, {}});
+  };
+  hooks.round_failed = [&](std::int64_t, const store::RoundRecord& r) {
+    inbox.push({Inbox::Item::failed, r, {}});
+  };
+  hooks.run_ended = [&](std::int64_t, store::RunState state) {
+    inbox.push({Inbox::Item::ended, {}, state});
+  };
+  hooks.client_changed = [&](const std::string&, bool online) { inbox.set_online(online); };
+
+  server::ServerOptions server_options;
+  server_options.tls = pki->server_config();
+  // Heartbeats and HELLOs of thousands of in-process sites queue behind one server thread.
+  server_options.hello_timeout = std::chrono::seconds(60);
+  server_options.checkpoint_dir = (out / "checkpoints").string();
+  server_options.max_connections = o.clients + 64;
+  // Short heartbeats let the daemons' io_contexts run dry quickly at shutdown.
+  server_options.heartbeat_seconds = 2;
+  ServerThread server_thread;
+  auto server = server::FederationServer::create(server_thread.io(), server_options, *store, hooks);
+  if (!server) {
+    return server.error();
+  }
+  std::uint16_t port = 0;
+  if (tls) {
+    auto bound = (*server)->listen();
+    if (!bound) {
+      return bound.error();
+    }
+    port = *bound;
+  }
+  server_thread.start(std::move(*server));
+
+  SiteBehaviour behaviour(o, o.clients);
+  ClientFleet fleet(o.clients);
+  for (std::size_t i = 0; i < o.clients; ++i) {
+    auto& io = fleet.io_for(i);
+    client::ClientOptions c;
+    if (tls) {
+      c.host = "127.0.0.1";
+      c.port = port;
+      c.tls = pki->client_config(ids[i]);
+    } else {
+      c.connect_local = [&server_thread, &io, id = ids[i]]() -> result<net::LocalStream> {
+        return connect_in_process(server_thread, io, id);
+      };
+    }
+    c.threads = o.threads;
+    c.initial_backoff = std::chrono::milliseconds(50);
+    c.max_backoff = std::chrono::milliseconds(500);
+    c.seed = o.seed + i;
+    c.before_update = behaviour.seam(i);
+    auto daemon = client::ClientDaemon::create(io, std::move(c), local_data(data, i));
+    if (!daemon) {
+      return fail(daemon.error().code, ids[i] + ": " + daemon.error().message);
+    }
+    fleet.add(std::move(*daemon), io);
+  }
+  fleet.start();
+  note("connecting " + std::to_string(o.clients) + " clients");
+  {
+    std::unique_lock lock(inbox.mutex);
+    const auto deadline = std::chrono::seconds(30) + std::chrono::milliseconds(50) * o.clients;
+    if (!inbox.changed.wait_for(lock, deadline, [&] { return inbox.online >= o.clients; })) {
+      return fail(errc::deadline_exceeded, "only " + std::to_string(inbox.online) + " of " +
+                                               std::to_string(o.clients) + " clients came online");
+    }
+  }
+  outcome.setup_s = seconds_since(setup_started);
+
+  auto evaluator = Evaluator::create(o, data.all, outcome.history_path);
+  if (!evaluator) {
+    return evaluator.error();
+  }
+  set_compute_threads(1);
+  // The server's events order the uploads (site_behaviour.hpp): how many clients each
+  // round selected, and when the server has dealt with each update.
+  server_thread.call([&] {
+    return server_thread.server().subscribe_events([&](const store::EventRecord& e) {
+      if (o.unordered) {
+        return;
+      }
+      if (e.kind == "round_started" && e.round) {
+        const auto detail = nlohmann::json::parse(e.detail_json, nullptr, false);
+        const auto clients = detail.is_object() ? detail.value("clients", std::size_t{0}) : 0;
+        behaviour.round_started(*e.round, clients);
+      } else if (e.kind == "update_accepted" || e.kind == "update_rejected" ||
+                 e.kind == "update_stale") {
+        behaviour.answered(e.client_id);
+      }
+    });
+  });
+  const auto run_started = Clock::now();
+  auto run_id = server_thread.call([&] { return server_thread.server().start_run(*config); });
+  if (!run_id) {
+    return run_id.error();
+  }
+  outcome.run_id = *run_id;
+
+  bool ended = false;
+  while (!ended) {
+    Inbox::Item item;
+    {
+      std::unique_lock lock(inbox.mutex);
+      inbox.changed.wait(lock, [&] { return !inbox.items.empty(); });
+      item = std::move(inbox.items.front());
+      inbox.items.pop_front();
+    }
+    switch (item.kind) {
+      case Inbox::Item::failed:
+        ++outcome.failed_rounds;
+        break;
+      case Inbox::Item::ended:
+        ended = true;
+        outcome.end_state = std::string(store::to_string(item.state));
+        break;
+      case Inbox::Item::committed: {
+        const auto& r = item.round;
+        RoundRow row;
+        row.round = r.round;
+        row.selected = r.selected;
+        row.participants = r.accepted;
+        row.rejected = r.rejected;
+        row.dropped = r.dropped;
+        row.timed_out = r.timed_out;
+        row.bytes_up = r.bytes_up;
+        row.bytes_down = r.bytes_down;
+        row.duration_s = double(r.finished_ms - r.started_ms) / 1000.0;
+        row.train_loss = r.train_loss;
+        row.fed_eval_accuracy = r.fed_eval_accuracy;
+        auto eval = evaluator->evaluate(r.run_id, r.round);
+        if (!eval) {
+          return fail(eval.error().code,
+                      "round " + std::to_string(r.round) + ": " + eval.error().message);
+        }
+        row.accuracy = eval->accuracy;
+        row.loss = eval->loss;
+        row.elapsed_s = seconds_since(run_started);
+        outcome.rounds.push_back(row);
+        if (callbacks.round_done) {
+          callbacks.round_done(row);
+        }
+        break;
+      }
+    }
+  }
+  outcome.run_s = seconds_since(run_started);
+  fleet.stop();
+  server_thread.stop();
+  if (auto read = store::HistoryStore::open_read_only(outcome.history_path); read) {
+    if (auto run = read->get_run(outcome.run_id); run) {
+      outcome.end_reason = run->error;
+    }
+  }
+  outcome.faults = behaviour.counts();
+  return outcome;
+}
+
+}  // namespace fedcore::sim

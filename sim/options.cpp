@@ -1,0 +1,260 @@
+#include "options.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "data/partition.hpp"
+#include "model/optimizer.hpp"
+#include "model/spec.hpp"
+
+namespace fedcore::sim {
+namespace {
+
+result<void> invalid(const std::string& message) {
+  return fail(errc::invalid_argument, message);
+}
+
+bool is_probability(double p) {
+  return std::isfinite(p) && p >= 0.0 && p <= 1.0;
+}
+
+}  // namespace
+
+std::string_view to_string(Transport transport) noexcept {
+  return transport == Transport::tls ? "tls" : "inproc";
+}
+
+result<CommandLine> parse_command_line(std::span<const std::string> args) {
+  CommandLine line;
+  SimOptions& o = line.options;
+  CLI::App app{
+      "fedcore-sim: a simulated federation (the real server and N real client daemons in one "
+      "process) with reports and plots",
+      "fedcore-sim"};
+  std::string transport = "tls";
+  app.add_option("--dataset", o.dataset, "fashion-mnist | breast-cancer | cifar10")
+      ->capture_default_str();
+  app.add_option("--data-path", o.data_path,
+                 "data folder (fashion-mnist, cifar10) or CSV file (breast-cancer)");
+  app.add_option("--model", o.model, "logreg | mlp | cnn | a JSON model spec")
+      ->capture_default_str();
+  app.add_option("--partition", o.partition, "iid | dirichlet:ALPHA | shards:K")
+      ->capture_default_str();
+  app.add_option("--clients", o.clients, "simulated sites")->capture_default_str();
+  app.add_option("--clients-per-round", o.clients_per_round,
+                 "clients sampled per round (0: use --fraction)");
+  app.add_option("--fraction", o.fraction, "fraction of online clients sampled per round")
+      ->capture_default_str();
+  app.add_option("--rounds", o.rounds)->capture_default_str();
+  app.add_option("--local-epochs", o.local_epochs)->capture_default_str();
+  app.add_option("--batch", o.batch)->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd | adam")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay)->capture_default_str();
+  app.add_option("--strategy", o.strategy, "fedavg | fedprox")->capture_default_str();
+  app.add_option("--mu", o.mu, "FedProx proximal strength (needs --strategy fedprox)");
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads per client (1 = reproducible)")
+      ->capture_default_str();
+  app.add_option("--round-timeout", o.round_timeout_s, "seconds a round waits for updates")
+      ->capture_default_str();
+  app.add_option("--transport", transport, "tls (loopback mutual TLS) | inproc (socket pairs)")
+      ->capture_default_str();
+  app.add_flag("--unordered", o.unordered,
+               "updates reach the server as they are ready (faster for thousands of clients; "
+               "not reproducible bit for bit)");
+  app.add_option("--drop-prob", o.drop_prob, "probability that a selected client drops out");
+  app.add_option("--slow-prob", o.slow_prob, "probability that a selected client is slow");
+  app.add_option("--slow-factor", o.slow_factor, "a slow client takes this many times longer")
+      ->capture_default_str();
+  app.add_flag("--baseline", o.baseline, "also train centrally and report side by side");
+  app.add_flag("--baseline-only", o.baseline_only, "only the centralized baseline");
+  app.add_option("--baseline-epochs", o.baseline_epochs,
+                 "baseline epochs (0 = the federated run's passes over the data)");
+  app.add_option("--baseline-threads", o.baseline_threads, "compute threads (0 = all cores)")
+      ->capture_default_str();
+  app.add_option("--out", o.out, "output folder")->capture_default_str();
+  app.add_option("--target", o.targets, "accuracy targets for summary.json (repeatable)");
+  app.add_option("--train-limit", o.train_limit, "use only the first N training samples");
+  app.add_option("--test-limit", o.test_limit, "use only the first N test samples");
+  app.add_option("--dashboard-port", o.dashboard_port,
+                 "admin dashboard port (accepted; served once the admin plane lands)");
+  app.add_flag("--quiet", o.quiet, "print only the final summary");
+  app.add_flag("--jsonl", o.jsonl, "print one JSON object per round and one for the summary");
+  app.add_flag("--verbose", o.verbose, "show server and client logs");
+
+  // CLI11 takes the arguments in reverse order.
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    line.help = true;
+    line.help_text = app.help();
+    return line;
+  } catch (const CLI::ParseError& e) {
+    return fail(errc::invalid_argument, e.what());
+  }
+  if (transport == "tls") {
+    o.transport = Transport::tls;
+  } else if (transport == "inproc") {
+    o.transport = Transport::inproc;
+  } else {
+    return fail(errc::invalid_argument,
+                "--transport must be tls or inproc, got '" + transport + "'");
+  }
+  if (auto checked = validate(o); !checked) {
+    return checked.error();
+  }
+  return line;
+}
+
+result<void> validate(const SimOptions& o) {
+  if (o.dataset != "fashion-mnist" && o.dataset != "breast-cancer" && o.dataset != "cifar10") {
+    return invalid("--dataset must be fashion-mnist, breast-cancer or cifar10, got '" + o.dataset +
+                   "'");
+  }
+  if (o.dataset == "cifar10" && o.data_path.empty()) {
+    return invalid("--dataset cifar10 needs --data-path DIR (the folder of data_batch_*.bin)");
+  }
+  if (auto spec = model_spec_json(o); !spec) {
+    return spec.error();
+  }
+  if (auto partition = data::parse_partition_spec(o.partition); !partition) {
+    return invalid("--partition: " + partition.error().message);
+  }
+  if (o.clients == 0) {
+    return invalid("--clients must be at least 1");
+  }
+  if (o.clients > 100000) {
+    return invalid("--clients must be at most 100000");
+  }
+  if (o.clients_per_round > o.clients) {
+    return invalid("--clients-per-round " + std::to_string(o.clients_per_round) +
+                   " exceeds --clients " + std::to_string(o.clients));
+  }
+  if (!(o.fraction > 0.0 && o.fraction <= 1.0)) {
+    return invalid("--fraction must be in (0, 1]");
+  }
+  if (o.rounds < 1 || o.rounds > 100000) {
+    return invalid("--rounds must be between 1 and 100000");
+  }
+  if (o.local_epochs < 1 || o.local_epochs > 1000) {
+    return invalid("--local-epochs must be between 1 and 1000");
+  }
+  if (o.batch < 1 || o.batch > 65536) {
+    return invalid("--batch must be between 1 and 65536");
+  }
+  if (o.threads < 1 || o.threads > 256) {
+    return invalid("--threads must be between 1 and 256");
+  }
+  if (o.strategy != "fedavg" && o.strategy != "fedprox") {
+    return invalid("--strategy must be fedavg or fedprox, got '" + o.strategy + "'");
+  }
+  if (o.strategy == "fedprox" && !(o.mu > 0.0f)) {
+    return invalid("--strategy fedprox needs --mu > 0");
+  }
+  if (o.strategy == "fedavg" && o.mu != 0.0f) {
+    return invalid("--mu applies to --strategy fedprox only");
+  }
+  if (auto optimizer = model::optimizer_config_from_json(optimizer_json(o)); !optimizer) {
+    return invalid("optimizer (--optimizer/--lr/--momentum/--weight-decay): " +
+                   optimizer.error().message);
+  }
+  if (!is_probability(o.drop_prob)) {
+    return invalid("--drop-prob must be a probability in [0, 1]");
+  }
+  if (!is_probability(o.slow_prob)) {
+    return invalid("--slow-prob must be a probability in [0, 1]");
+  }
+  if (!(o.slow_factor >= 1.0 && o.slow_factor <= 1000.0)) {
+    return invalid("--slow-factor must be between 1 and 1000");
+  }
+  if (!(o.round_timeout_s > 0 && o.round_timeout_s <= 86400)) {
+    return invalid("--round-timeout must be between 0 and 86400 seconds");
+  }
+  if (o.baseline_epochs < 0 || o.baseline_epochs > 10000) {
+    return invalid("--baseline-epochs must be between 0 (matched) and 10000");
+  }
+  if (o.baseline_threads < 0) {
+    return invalid("--baseline-threads must be 0 (all cores) or more");
+  }
+  if (o.out.empty()) {
+    return invalid("--out must name a folder");
+  }
+  for (double t : o.targets) {
+    if (!(t > 0.0 && t <= 1.0)) {
+      return invalid("--target must be an accuracy in (0, 1]");
+    }
+  }
+  if (o.dashboard_port < 0 || o.dashboard_port > 65535) {
+    return invalid("--dashboard-port must be a port number (0 = no dashboard)");
+  }
+  if (o.quiet && o.jsonl) {
+    return invalid("--quiet and --jsonl exclude each other");
+  }
+  return {};
+}
+
+result<std::string> model_spec_json(const SimOptions& o) {
+  std::string text = o.model;
+  if (o.model == "logreg" || o.model == "cnn") {
+    text = nlohmann::json{{"type", o.model}}.dump();
+  } else if (o.model == "mlp") {
+    // The zoo's mlp has no default width; 256-128 is the one benchmarked (docs/results.md).
+    text = R"({"type":"mlp","hidden":[256,128]})";
+  }
+  const auto parsed = nlohmann::json::parse(text, nullptr, false);
+  if (parsed.is_discarded()) {
+    return fail(errc::invalid_argument,
+                "--model must be logreg, mlp, cnn or a JSON model spec, got '" + o.model + "'");
+  }
+  if (auto spec = model::parse_model_spec(parsed); !spec) {
+    return fail(errc::invalid_argument, "--model: " + spec.error().message);
+  }
+  return text;
+}
+
+nlohmann::json optimizer_json(const SimOptions& o) {
+  nlohmann::json j{{"kind", o.optimizer}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
+  if (o.optimizer == "sgd") {
+    j["momentum"] = o.momentum;
+  }
+  return j;
+}
+
+nlohmann::json to_json(const SimOptions& o) {
+  return {{"dataset", o.dataset},
+          {"data_path", o.data_path},
+          {"model", nlohmann::json::parse(model_spec_json(o).value())},
+          {"train_limit", o.train_limit},
+          {"test_limit", o.test_limit},
+          {"partition", o.partition},
+          {"clients", o.clients},
+          {"clients_per_round", o.clients_per_round},
+          {"fraction", o.fraction},
+          {"rounds", o.rounds},
+          {"local_epochs", o.local_epochs},
+          {"batch", o.batch},
+          {"optimizer", optimizer_json(o)},
+          {"strategy", o.strategy},
+          {"mu", o.mu},
+          {"seed", o.seed},
+          {"threads", o.threads},
+          {"round_timeout_s", o.round_timeout_s},
+          {"transport", to_string(o.transport)},
+          {"unordered", o.unordered},
+          {"drop_prob", o.drop_prob},
+          {"slow_prob", o.slow_prob},
+          {"slow_factor", o.slow_factor},
+          {"baseline", o.baseline || o.baseline_only},
+          {"baseline_only", o.baseline_only},
+          {"baseline_epochs", o.baseline_epochs},
+          {"targets", o.targets},
+          {"dashboard_port", o.dashboard_port}};
+}
+
+}  // namespace fedcore::sim

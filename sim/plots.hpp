@@ -1,0 +1,26 @@
+// The run's SVG plots, written into the output folder:
+//   accuracy.svg            test accuracy per round (and the baseline per epoch)
+//   loss.svg                test loss per round (and the baseline per epoch)
+//   federated_vs_centralized.svg  accuracy against passes over the training data
+//   label_distribution.svg  samples of each class held by each client (stacked bars;
+//                           the first 100 clients when there are more)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "baseline.hpp"
+#include "federation_run.hpp"
+#include "options.hpp"
+#include "sim_data.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::sim {
+
+// Writes the plots that the available results allow; returns the file names written.
+// Errors: io_error naming the file.
+result<std::vector<std::string>> write_plots(const std::string& out_dir, const SimOptions& options,
+                                             const SimData* data, const FederatedResult* federated,
+                                             const BaselineResult* baseline);
+
+}  // namespace fedcore::sim

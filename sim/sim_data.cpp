@@ -1,0 +1,105 @@
+#include "sim_data.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "data/cifar10.hpp"
+#include "data/csv.hpp"
+#include "data/fashion_mnist.hpp"
+#include "data/normalize.hpp"
+#include "data/split.hpp"
+
+namespace fedcore::sim {
+namespace {
+
+data::Dataset first_n(data::Dataset d, std::size_t n) {
+  if (n == 0 || n >= d.size()) {
+    return d;
+  }
+  std::vector<std::size_t> first(n);
+  std::iota(first.begin(), first.end(), std::size_t{0});
+  return d.subset(first);
+}
+
+}  // namespace
+
+result<data::TrainTest> load_dataset(const SimOptions& o) {
+  data::TrainTest loaded;
+  if (o.dataset == "fashion-mnist") {
+    auto fmnist =
+        o.data_path.empty() ? data::load_fashion_mnist() : data::load_fashion_mnist(o.data_path);
+    if (!fmnist) {
+      return fmnist.error();
+    }
+    loaded = std::move(*fmnist);
+  } else if (o.dataset == "cifar10") {
+    auto cifar = data::load_cifar10(o.data_path);
+    if (!cifar) {
+      return cifar.error();
+    }
+    loaded = std::move(*cifar);
+  } else if (o.dataset == "breast-cancer") {
+    const std::string path = o.data_path.empty()
+                                 ? std::string(FEDCORE_DATA_DIR "/breast_cancer_wisconsin.csv")
+                                 : o.data_path;
+    auto table = data::load_csv(path, {.label_column = "benign"});
+    if (!table) {
+      return table.error();
+    }
+    auto split = data::stratified_split(*table, 0.2, o.seed);
+    // Standardised with statistics of the training part only, as a real site would
+    // after agreeing on the preprocessing.
+    const auto standardizer = data::Standardizer::fit(split.train);
+    standardizer.apply(split.train);
+    standardizer.apply(split.test);
+    loaded = data::TrainTest{std::move(split.train), std::move(split.test)};
+  } else {
+    return fail(errc::invalid_argument, "unknown data set '" + o.dataset + "'");
+  }
+  loaded.train = first_n(std::move(loaded.train), o.train_limit);
+  loaded.test = first_n(std::move(loaded.test), o.test_limit);
+  return loaded;
+}
+
+result<SimData> prepare_data(const SimOptions& o) {
+  auto loaded = load_dataset(o);
+  if (!loaded) {
+    return loaded.error();
+  }
+  auto spec = data::parse_partition_spec(o.partition);
+  if (!spec) {
+    return spec.error();
+  }
+  const auto& train = loaded->train;
+  const std::size_t needed =
+      spec->kind == data::PartitionKind::shards ? o.clients * spec->shards_per_client : o.clients;
+  if (needed > train.size()) {
+    return fail(errc::invalid_argument, std::to_string(o.clients) + " clients need at least " +
+                                            std::to_string(needed) +
+                                            " training samples with --partition " + o.partition +
+                                            "; the data has " + std::to_string(train.size()));
+  }
+  SimData out;
+  out.train_parts = data::partition(*spec, train.labels, train.num_classes, o.clients, o.seed);
+  out.label_counts = data::label_count_table(out.train_parts, train.labels, train.num_classes);
+  if (loaded->test.size() >= o.clients) {
+    out.test_parts = data::partition_iid(loaded->test.labels, o.clients, o.seed);
+  } else {
+    out.test_parts.assign(o.clients, {});
+  }
+  out.all = std::move(*loaded);
+  return out;
+}
+
+data::TrainTest local_data(const SimData& d, std::size_t index) {
+  return data::TrainTest{d.all.train.subset(d.train_parts.at(index)),
+                         d.all.test.subset(d.test_parts.at(index))};
+}
+
+std::string client_id(std::size_t index, std::size_t clients) {
+  const auto width = std::max<std::size_t>(3, std::to_string(clients).size());
+  auto number = std::to_string(index + 1);
+  return "site-" + std::string(width - std::min(width, number.size()), '0') + number;
+}
+
+}  // namespace fedcore::sim

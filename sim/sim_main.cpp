@@ -1,0 +1,46 @@
+// fedcore-sim: a simulated federation in one process (the real server and N real client
+// daemons), with reports and plots. See docs/sim.md.
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "options.hpp"
+#include "progress.hpp"
+#include "simulation.hpp"
+
+int main(int argc, char** argv) {
+  using namespace fedcore::sim;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto line = parse_command_line(args);
+  if (!line) {
+    std::fprintf(stderr, "fedcore-sim: %s\nRun with --help for the options.\n",
+                 line.error().message.c_str());
+    return 2;
+  }
+  if (line->help) {
+    std::fputs(line->help_text.c_str(), stdout);
+    return 0;
+  }
+  const SimOptions& options = line->options;
+  spdlog::set_level(options.verbose ? spdlog::level::info : spdlog::level::err);
+  raise_open_file_limit();
+  const auto mode = options.jsonl   ? OutputMode::jsonl
+                    : options.quiet ? OutputMode::quiet
+                                    : OutputMode::normal;
+  Progress progress(mode, stdout, isatty(STDOUT_FILENO) != 0);
+  try {
+    auto outcome = run_simulation(options, progress);
+    if (!outcome) {
+      std::fprintf(stderr, "fedcore-sim: %s\n", outcome.error().to_string().c_str());
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    // Caught once here: anything thrown is a fault, not an expected failure.
+    std::fprintf(stderr, "fedcore-sim: unexpected failure: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

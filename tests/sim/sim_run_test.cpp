@@ -1,0 +1,231 @@
+// Whole simulated federations on the breast-cancer CSV (455 training samples): small and
+// fast, but the real server, real daemons, real TLS and real SQLite.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "report.hpp"
+#include "simulation.hpp"
+#include "store/history_store.hpp"
+#include "temp_dir.hpp"
+
+namespace fedcore::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream lines(slurp(path));
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;
+    std::istringstream fields(line);
+    for (std::string cell; std::getline(fields, cell, ',');) {
+      cells.push_back(cell);
+    }
+    rows.push_back(std::move(cells));
+  }
+  return rows;
+}
+
+// The column named `name` of a CSV, without its header.
+std::vector<std::string> column(const std::vector<std::vector<std::string>>& rows,
+                                const std::string& name) {
+  std::vector<std::string> out;
+  if (rows.empty()) {
+    return out;
+  }
+  const auto at = std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin();
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    out.push_back(rows[r].at(static_cast<std::size_t>(at)));
+  }
+  return out;
+}
+
+SimOptions small_run(const testing::TempDir& dir, const std::string& name) {
+  SimOptions o;
+  o.dataset = "breast-cancer";
+  o.model = "logreg";
+  o.clients = 4;
+  o.rounds = 3;
+  o.lr = 0.1f;
+  o.batch = 16;
+  o.seed = 7;
+  o.out = dir.path(name);
+  o.round_timeout_s = 60;
+  return o;
+}
+
+result<SimulationOutcome> run(const SimOptions& o) {
+  std::FILE* sink = std::tmpfile();
+  Progress progress(OutputMode::quiet, sink, false);
+  auto outcome = run_simulation(o, progress);
+  std::fclose(sink);
+  return outcome;
+}
+
+TEST(SimRun, WritesEveryOutputAndTheyParse) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.baseline = true;
+  o.partition = "dirichlet:0.5";
+  auto outcome = run(o);
+  ASSERT_TRUE(outcome) << outcome.error().to_string();
+
+  const auto rows = read_csv(o.out + "/rounds.csv");
+  ASSERT_EQ(rows.size(), 4u);  // header + 3 rounds
+  EXPECT_EQ(column(rows, "round"), (std::vector<std::string>{"1", "2", "3"}));
+  EXPECT_EQ(column(rows, "participants"), (std::vector<std::string>{"4", "4", "4"}));
+  for (const auto& a : column(rows, "accuracy")) {
+    EXPECT_GT(std::stod(a), 0.8) << "logreg on breast-cancer learns in one round";
+  }
+  for (const auto& b : column(rows, "bytes_up")) {
+    EXPECT_GT(std::stoll(b), 0);
+  }
+
+  const auto summary = nlohmann::json::parse(slurp(o.out + "/summary.json"));
+  EXPECT_EQ(summary["federated"]["rounds_committed"], 3);
+  EXPECT_EQ(summary["federated"]["end_state"], "finished");
+  EXPECT_DOUBLE_EQ(summary["federated"]["final_accuracy"].get<double>(), outcome->final_accuracy);
+  EXPECT_TRUE(summary["federated"]["rounds_to_target"].contains("0.80"));
+  EXPECT_EQ(summary["baseline"]["epochs"], 3);
+  EXPECT_GT(summary["baseline"]["final_accuracy"].get<double>(), 0.8);
+  EXPECT_EQ(summary["config"]["partition"], "dirichlet:0.5");
+
+  for (const char* plot :
+       {"accuracy.svg", "loss.svg", "federated_vs_centralized.svg", "label_distribution.svg"}) {
+    const auto svg = slurp(o.out + "/" + plot);
+    EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << plot;
+    EXPECT_THAT(svg, HasSubstr("</svg>")) << plot;
+  }
+  EXPECT_EQ(read_csv(o.out + "/baseline.csv").size(), 4u);
+
+  // The SQLite history is the server's own: three committed rounds of one run.
+  auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
+  ASSERT_TRUE(history) << history.error().to_string();
+  auto rounds = history->list_rounds(1);
+  ASSERT_TRUE(rounds);
+  EXPECT_EQ(rounds->size(), 3u);
+  auto clients = history->list_clients();
+  ASSERT_TRUE(clients);
+  EXPECT_EQ(clients->size(), 4u);
+}
+
+TEST(SimRun, SameSeedAndOptionsGiveTheSameNumbers) {
+  testing::TempDir dir;
+  auto first = small_run(dir, "a");
+  first.partition = "shards:2";
+  auto second = first;
+  second.out = dir.path("b");
+  ASSERT_TRUE(run(first));
+  ASSERT_TRUE(run(second));
+  const auto a = read_csv(first.out + "/rounds.csv");
+  const auto b = read_csv(second.out + "/rounds.csv");
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(column(a, "accuracy"), column(b, "accuracy"));
+  EXPECT_EQ(column(a, "loss"), column(b, "loss"));
+  EXPECT_EQ(column(a, "train_loss"), column(b, "train_loss"));
+}
+
+TEST(SimRun, RunningTwiceIntoTheSameFolderStartsAfresh) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.rounds = 1;
+  ASSERT_TRUE(run(o));
+  ASSERT_TRUE(run(o));
+  auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
+  ASSERT_TRUE(history);
+  auto runs = history->list_runs(10);
+  ASSERT_TRUE(runs);
+  EXPECT_EQ(runs->size(), 1u);
+}
+
+TEST(SimRun, InjectedDropsAreCountedAndRoundsStillCommit) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.rounds = 4;
+  o.drop_prob = 0.4;
+  auto outcome = run(o);
+  ASSERT_TRUE(outcome) << outcome.error().to_string();
+  const auto summary = nlohmann::json::parse(slurp(o.out + "/summary.json"));
+  const auto injected = summary["federated"]["faults"]["drops_injected"].get<std::int64_t>();
+  // The draws are seeded: with seed 7 some of the 16 selections drop.
+  EXPECT_GT(injected, 0);
+  std::int64_t dropped = 0;
+  for (const auto& d : column(read_csv(o.out + "/rounds.csv"), "dropped")) {
+    dropped += std::stoll(d);
+  }
+  EXPECT_EQ(summary["federated"]["dropped"].get<std::int64_t>(), dropped);
+  // Every injected drop is a client the server recorded as dropped (rounds whose every
+  // client dropped fail and are retried; their drops are in the failed attempts).
+  EXPECT_LE(dropped, injected);
+  EXPECT_EQ(summary["federated"]["end_state"], "finished");
+}
+
+TEST(SimRun, BaselineOnlyWritesNoFederatedOutputs) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.baseline_only = true;
+  auto outcome = run(o);
+  ASSERT_TRUE(outcome) << outcome.error().to_string();
+  EXPECT_FALSE(std::filesystem::exists(o.out + "/rounds.csv"));
+  EXPECT_TRUE(std::filesystem::exists(o.out + "/baseline.csv"));
+  const auto summary = nlohmann::json::parse(slurp(o.out + "/summary.json"));
+  EXPECT_FALSE(summary.contains("federated"));
+  EXPECT_GT(outcome->final_accuracy, 0.8);
+}
+
+TEST(SimRun, InProcessTransportServesHundredsOfClients) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.transport = Transport::inproc;
+  o.clients = 200;  // about 2 training samples each
+  o.rounds = 2;
+  auto outcome = run(o);
+  ASSERT_TRUE(outcome) << outcome.error().to_string();
+  const auto rows = read_csv(o.out + "/rounds.csv");
+  EXPECT_EQ(column(rows, "participants"), (std::vector<std::string>{"200", "200"}));
+  // No client certificates are made for in-process sites.
+  const auto issued = o.out + "/certs/clients";
+  EXPECT_TRUE(!std::filesystem::exists(issued) || std::filesystem::is_empty(issued));
+  auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
+  ASSERT_TRUE(history);
+  auto clients = history->list_clients();
+  ASSERT_TRUE(clients);
+  EXPECT_EQ(clients->size(), 200u);
+}
+
+TEST(SimRun, InProcessAndTlsRunsGiveTheSameNumbers) {
+  testing::TempDir dir;
+  auto over_tls = small_run(dir, "tls");
+  auto in_process = small_run(dir, "inproc");
+  in_process.transport = Transport::inproc;
+  ASSERT_TRUE(run(over_tls));
+  ASSERT_TRUE(run(in_process));
+  EXPECT_EQ(column(read_csv(over_tls.out + "/rounds.csv"), "accuracy"),
+            column(read_csv(in_process.out + "/rounds.csv"), "accuracy"));
+}
+
+TEST(SimRun, TooManyClientsForTheDataIsAClearError) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.clients = 1000;
+  auto outcome = run(o);
+  ASSERT_FALSE(outcome);
+  EXPECT_EQ(outcome.error().code, errc::invalid_argument);
+  EXPECT_THAT(outcome.error().message, HasSubstr("1000 clients need at least 1000"));
+}
+
+}  // namespace
+}  // namespace fedcore::sim

@@ -1,0 +1,99 @@
+#include "site_behaviour.hpp"
+
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include "sim_data.hpp"
+
+namespace fedcore::sim {
+namespace {
+namespace asio = boost::asio;
+
+TEST(SiteBehaviour, FaultsAreSeededPerClientAndRound) {
+  SimOptions o;
+  o.drop_prob = 0.3;
+  o.slow_prob = 0.3;
+  SiteBehaviour a(o, 50), b(o, 50);
+  std::size_t drops = 0, slow = 0;
+  for (std::size_t c = 0; c < 50; ++c) {
+    for (std::int64_t r = 1; r <= 20; ++r) {
+      ASSERT_EQ(a.fault(c, r), b.fault(c, r));
+      drops += a.fault(c, r) == Fault::drop;
+      slow += a.fault(c, r) == Fault::slow;
+    }
+  }
+  // 1000 draws: about 300 drops and 0.7 * 0.3 * 1000 = 210 slow ones.
+  EXPECT_NEAR(double(drops), 300.0, 60.0);
+  EXPECT_NEAR(double(slow), 210.0, 60.0);
+  o.seed = 2;
+  SiteBehaviour other(o, 50);
+  std::size_t differ = 0;
+  for (std::size_t c = 0; c < 50; ++c) {
+    differ += other.fault(c, 1) != a.fault(c, 1);
+  }
+  EXPECT_GT(differ, 0u);
+}
+
+TEST(SiteBehaviour, NoFaultsWithoutProbabilities) {
+  SiteBehaviour none(SimOptions{}, 10);
+  for (std::size_t c = 0; c < 10; ++c) {
+    EXPECT_EQ(none.fault(c, 1), Fault::none);
+  }
+}
+
+// Three sites finish in the order 2, 0, 1; the behaviour releases them in index order,
+// each after the server answered the previous one.
+TEST(SiteBehaviour, ReleasesUpdatesInClientOrderOnePerAnswer) {
+  SiteBehaviour behaviour(SimOptions{}, 3);
+  asio::io_context io;
+  std::vector<std::size_t> released;
+  behaviour.round_started(1, 3);
+  for (std::size_t c : {2u, 0u, 1u}) {
+    asio::co_spawn(
+        io,
+        [&, c]() -> asio::awaitable<void> {
+          auto action = co_await behaviour.seam(c)(client::TrainedRound{1, 1, 0.0});
+          EXPECT_EQ(action, client::UpdateAction::send);
+          released.push_back(c);
+        },
+        asio::detached);
+  }
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(released, (std::vector<std::size_t>{0}));
+  behaviour.answered("site-002");  // not the one in flight: nothing happens
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(released, (std::vector<std::size_t>{0}));
+  behaviour.answered(client_id(0, 3));
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(released, (std::vector<std::size_t>{0, 1}));
+  behaviour.answered(client_id(1, 3));
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(released, (std::vector<std::size_t>{0, 1, 2}));
+}
+
+TEST(SiteBehaviour, UnannouncedRoundsAreReleasedAtOnce) {
+  SiteBehaviour behaviour(SimOptions{}, 2);
+  asio::io_context io;
+  int done = 0;
+  for (std::size_t c : {1u, 0u}) {
+    asio::co_spawn(
+        io,
+        [&, c]() -> asio::awaitable<void> {
+          co_await behaviour.seam(c)(client::TrainedRound{1, 1, 0.0});
+          ++done;
+        },
+        asio::detached);
+  }
+  io.run();
+  EXPECT_EQ(done, 2);
+}
+
+}  // namespace
+}  // namespace fedcore::sim

@@ -17,12 +17,15 @@ build: setup
 # development certificates, then the centralized baseline on the same data and model.
 # Everything lands in $(DEMO_OUT) (replaced on every run). See docs/sim.md.
 DEMO_OUT ?= build/demo
+DASHBOARD_PORT ?= 8443
+DASHBOARD_LINGER ?= 60
 demo: setup
 	cmake --preset $(PRESET)
 	cmake --build --preset $(PRESET) -j $(JOBS) --target fedcore-sim
 	$(BUILD)/sim/fedcore-sim --dataset fashion-mnist --partition dirichlet:0.5 --clients 8 \
 	  --model mlp --rounds 10 --local-epochs 1 --batch 32 --lr 0.05 --momentum 0.9 \
-	  --seed 1 --baseline --out $(DEMO_OUT)
+	  --seed 1 --baseline --out $(DEMO_OUT) --dashboard-port $(DASHBOARD_PORT) \
+	  --dashboard-linger $(DASHBOARD_LINGER)
 
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/api_server.hpp"
+#include "api/auth.hpp"
 #include "daemon.hpp"
 #include "federation/federation_server.hpp"
 #include "model/param_io.hpp"
@@ -245,6 +247,67 @@ class ServerThread {
   std::thread thread_;
 };
 
+// Shuts the dashboard down on the server's thread, once: explicitly before the server
+// thread stops, or when leaving run_federation early (the thread still runs then).
+class DashboardStop {
+ public:
+  DashboardStop(ServerThread& thread, std::unique_ptr<api::ApiServer>& dashboard)
+      : thread_(thread), dashboard_(dashboard) {}
+  ~DashboardStop() { now(); }
+  DashboardStop(const DashboardStop&) = delete;
+  DashboardStop& operator=(const DashboardStop&) = delete;
+  void now() {
+    if (dashboard_ && !done_) {
+      done_ = true;
+      thread_.call([this] {
+        dashboard_->shutdown();
+        return 0;
+      });
+    }
+  }
+
+ private:
+  ServerThread& thread_;
+  std::unique_ptr<api::ApiServer>& dashboard_;
+  bool done_ = false;
+};
+
+// The admin API and dashboard (api/api_server.hpp) on the server's io_context, with the
+// federation's certificate and a token made for this run. Returns the line to print:
+// the URL and the token, which exists nowhere else.
+result<std::string> start_dashboard(const SimOptions& o, const SimPki& pki,
+                                    const std::string& federation_listener,
+                                    ServerThread& server_thread, store::HistoryStore& store,
+                                    std::unique_ptr<api::ApiServer>& dashboard) {
+  auto token = api::generate_token();
+  if (!token) {
+    return token.error();
+  }
+  api::ApiServerOptions a;
+  a.port = static_cast<std::uint16_t>(o.dashboard_port);
+  a.web_root = o.web_root;
+  a.cert_file = pki.server_config().cert_file;
+  a.key_file = pki.server_config().key_file;
+  a.tokens = {{"fedcore-sim", api::sha256_hex(*token),
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()}};
+  a.federation_listener = federation_listener;
+  auto bound = server_thread.call([&]() -> result<std::uint16_t> {
+    auto created = api::ApiServer::create(server_thread.io(), a, server_thread.server(), store);
+    if (!created) {
+      return created.error();
+    }
+    dashboard = std::move(*created);
+    return dashboard->listen();
+  });
+  if (!bound) {
+    return fail(bound.error().code, "dashboard: " + bound.error().message);
+  }
+  return "dashboard: https://localhost:" + std::to_string(*bound) + "/  (token " + *token +
+         "; the certificate is signed by " + pki.server_config().ca_file + ")";
+}
+
 // A connected local socket pair: one end for the site (on its io_context), the other
 // attached to the server as that site's session (on the server's thread).
 result<net::LocalStream> connect_in_process(ServerThread& server, asio::io_context& site_io,
@@ -328,6 +391,9 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   server_options.max_connections = o.clients + 64;
   // Short heartbeats let the daemons' io_contexts run dry quickly at shutdown.
   server_options.heartbeat_seconds = 2;
+  // Declared before the server thread so that it is destroyed after the thread joined;
+  // DashboardStop shuts it down on the thread before that.
+  std::unique_ptr<api::ApiServer> dashboard;
   ServerThread server_thread;
   auto server = server::FederationServer::create(server_thread.io(), server_options, *store, hooks);
   if (!server) {
@@ -342,6 +408,15 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     port = *bound;
   }
   server_thread.start(std::move(*server));
+  DashboardStop dashboard_stop{server_thread, dashboard};
+  if (o.dashboard_port != 0) {
+    auto url = start_dashboard(o, *pki, tls ? "127.0.0.1:" + std::to_string(port) : "in-process",
+                               server_thread, *store, dashboard);
+    if (!url) {
+      return url.error();
+    }
+    note(*url);
+  }
 
   SiteBehaviour behaviour(o, o.clients);
   ClientFleet fleet(o.clients);
@@ -458,6 +533,13 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   }
   outcome.run_s = seconds_since(run_started);
   fleet.stop();
+  if (dashboard && o.dashboard_linger_s > 0) {
+    // For people looking at the finished run in a browser; the process only waits.
+    note("the dashboard stays up for " + std::to_string(o.dashboard_linger_s) +
+         " s (Ctrl-C ends it sooner)");
+    std::this_thread::sleep_for(std::chrono::seconds(o.dashboard_linger_s));
+  }
+  dashboard_stop.now();
   server_thread.stop();
   if (auto read = store::HistoryStore::open_read_only(outcome.history_path); read) {
     if (auto run = read->get_run(outcome.run_id); run) {

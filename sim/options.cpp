@@ -82,7 +82,11 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--train-limit", o.train_limit, "use only the first N training samples");
   app.add_option("--test-limit", o.test_limit, "use only the first N test samples");
   app.add_option("--dashboard-port", o.dashboard_port,
-                 "admin dashboard port (accepted; served once the admin plane lands)");
+                 "serve the admin dashboard and API on this port (0 = none)");
+  app.add_option("--web-root", o.web_root, "the dashboard's files")->capture_default_str();
+  app.add_option("--dashboard-linger", o.dashboard_linger_s,
+                 "keep the dashboard up this many seconds after the run ends")
+      ->check(CLI::Range(0, 3600));
   app.add_flag("--quiet", o.quiet, "print only the final summary");
   app.add_flag("--jsonl", o.jsonl, "print one JSON object per round and one for the summary");
   app.add_flag("--verbose", o.verbose, "show server and client logs");
@@ -254,7 +258,8 @@ nlohmann::json to_json(const SimOptions& o) {
           {"baseline_only", o.baseline_only},
           {"baseline_epochs", o.baseline_epochs},
           {"targets", o.targets},
-          {"dashboard_port", o.dashboard_port}};
+          {"dashboard_port", o.dashboard_port},
+          {"web_root", o.web_root}};
 }
 
 }  // namespace fedcore::sim

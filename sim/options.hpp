@@ -6,6 +6,10 @@
 // The same struct is written into summary.json as the run's full configuration.
 #pragma once
 
+#ifndef FEDCORE_DEFAULT_WEB_ROOT
+#define FEDCORE_DEFAULT_WEB_ROOT "web"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,7 +65,7 @@ struct SimOptions {
   // Centralized baseline on the same data, model and hyper-parameters.
   bool baseline = false;
   bool baseline_only = false;
-  int baseline_epochs = 0;   // 0 = as many passes over the data as the federated run made
+  int baseline_epochs = 0;  // 0 = as many passes over the data as the federated run made
   // 1 by default: reproducible, and OpenMP threads that spin while a loaded machine
   // deschedules their partner can make 2 threads far slower than 1.
   int baseline_threads = 1;  // 0 = all cores
@@ -69,10 +73,12 @@ struct SimOptions {
   // Outputs.
   std::string out = "sim-out";
   std::vector<double> targets = {0.80, 0.85, 0.89};  // accuracy targets in summary.json
-  int dashboard_port = 0;  // 0 = no dashboard (accepted; wired with the admin plane)
-  bool quiet = false;      // only the final summary line
-  bool jsonl = false;      // one JSON object per line (rounds, then the summary)
-  bool verbose = false;    // server and client logs on stderr
+  int dashboard_port = 0;  // 0 = no dashboard; else the admin API and dashboard on it
+  std::string web_root = FEDCORE_DEFAULT_WEB_ROOT;  // the dashboard's files
+  int dashboard_linger_s = 0;  // keep the dashboard up this long after the run ends
+  bool quiet = false;          // only the final summary line
+  bool jsonl = false;          // one JSON object per line (rounds, then the summary)
+  bool verbose = false;        // server and client logs on stderr
 };
 
 // The outcome of reading a command line: options to run with, or help text to print.

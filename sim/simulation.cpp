@@ -49,9 +49,6 @@ result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress
   if (!data) {
     return data.error();
   }
-  if (o.dashboard_port != 0) {
-    progress.note("note: --dashboard-port is accepted but the dashboard is not served yet");
-  }
 
   std::optional<FederatedResult> federated;
   if (!o.baseline_only) {

@@ -27,6 +27,7 @@
 
 #include "api/api.hpp"
 #include "api/events.hpp"
+#include "net/listener.hpp"
 #include "tls/context.hpp"
 
 namespace fedcore::api {
@@ -397,28 +398,11 @@ result<std::unique_ptr<ApiServer>> ApiServer::create(asio::io_context& io, ApiSe
 
 result<std::uint16_t> ApiServer::listen() {
   auto& s = *impl_;
-  error_code ec;
-  const auto address = asio::ip::make_address(s.options.listen_address, ec);
-  if (ec) {
-    return fail(errc::invalid_argument,
-                "api.listen: '" + s.options.listen_address + "': " + ec.message());
+  auto bound = net::open_listener(s.acceptor, s.options.listen_address, s.options.port);
+  if (!bound) {
+    return fail(bound.error().code, "admin API: " + bound.error().message);
   }
-  const tcp::endpoint endpoint(address, s.options.port);
-  s.acceptor.open(endpoint.protocol(), ec);
-  if (!ec) {
-    s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  }
-  if (!ec) {
-    s.acceptor.bind(endpoint, ec);
-  }
-  if (!ec) {
-    s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  }
-  if (ec) {
-    return fail(errc::unavailable, "admin API cannot listen on " + s.options.listen_address + ":" +
-                                       std::to_string(s.options.port) + ": " + ec.message());
-  }
-  const auto port = s.acceptor.local_endpoint().port();
+  const auto port = *bound;
   s.api.context().api_listener = s.options.listen_address + ":" + std::to_string(port);
   Impl* raw = impl_.get();
   s.subscription = s.federation.subscribe_events([raw](const store::EventRecord& e) {

@@ -21,6 +21,7 @@
 #include "federation/round.hpp"
 #include "model/param_io.hpp"
 #include "model/trainer.hpp"
+#include "net/listener.hpp"
 #include "net/outbox.hpp"
 #include "net/payload_gate.hpp"
 #include "util/checksum.hpp"
@@ -266,32 +267,14 @@ result<std::unique_ptr<FederationServer>> FederationServer::create(asio::io_cont
 
 result<std::uint16_t> FederationServer::listen() {
   auto& s = *impl_;
-  error_code ec;
-  const auto address = asio::ip::make_address(s.options.listen_address, ec);
-  if (ec) {
-    return fail(errc::invalid_argument,
-                "listen address '" + s.options.listen_address + "': " + ec.message());
-  }
-  const tcp::endpoint endpoint(address, s.options.port);
-  s.acceptor.open(endpoint.protocol(), ec);
-  if (!ec) {
-    s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  }
-  if (!ec) {
-    s.acceptor.bind(endpoint, ec);
-  }
-  if (!ec) {
-    s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  }
-  if (ec) {
-    return fail(errc::unavailable, "cannot listen on " + s.options.listen_address + ":" +
-                                       std::to_string(s.options.port) + ": " + ec.message());
+  auto port = net::open_listener(s.acceptor, s.options.listen_address, s.options.port);
+  if (!port) {
+    return port.error();
   }
   asio::co_spawn(s.io, s.accept_loop(), asio::detached);
-  const auto port = s.acceptor.local_endpoint().port();
   spdlog::info("federation listener on {}:{} (TLS 1.3, client certificates required)",
-               s.options.listen_address, port);
-  return port;
+               s.options.listen_address, *port);
+  return *port;
 }
 
 asio::awaitable<void> FederationServer::Impl::accept_loop() {
@@ -970,8 +953,7 @@ result<void> FederationServer::stop_run(std::int64_t run_id) {
     s.admin_wakeup.cancel();
   }
   spdlog::info("run {} stopped by an admin", run_id);
-  s.event("run_ended", run_id, std::nullopt, "",
-          {{"state", "stopped"}, {"reason", why}});
+  s.event("run_ended", run_id, std::nullopt, "", {{"state", "stopped"}, {"reason", why}});
   if (s.hooks.run_ended) {
     s.hooks.run_ended(run_id, store::RunState::stopped);
   }

@@ -27,6 +27,22 @@ result<void> empty_object_body(const Request& req) {
   return {};
 }
 
+// The run a control route (stop, next round) acts on: no query parameters, the id from
+// the path, and an empty JSON object as the body.
+result<std::int64_t> control_target(const Request& req, const PathParams& params) {
+  if (auto ok = only_params(req.query, {}); !ok) {
+    return ok.error();
+  }
+  auto id = id_param(params, "id");
+  if (!id) {
+    return id.error();
+  }
+  if (auto ok = empty_object_body(req); !ok) {
+    return ok.error();
+  }
+  return *id;
+}
+
 }  // namespace
 
 // Every run, newest first (runs are few; the store pages them).
@@ -120,15 +136,9 @@ void add_run_routes(Router& router, ApiContext& ctx) {
 
   router.add("POST", "/api/v1/runs/{id}/stop",
              [&ctx](const Request& req, const PathParams& params) {
-               if (auto ok = only_params(req.query, {}); !ok) {
-                 return error_response(ok.error());
-               }
-               auto id = id_param(params, "id");
+               auto id = control_target(req, params);
                if (!id) {
                  return error_response(id.error());
-               }
-               if (auto ok = empty_object_body(req); !ok) {
-                 return error_response(ok.error());
                }
                if (auto stopped = ctx.federation.stop_run(*id); !stopped) {
                  return run_error(stopped.error(), *id);
@@ -140,15 +150,9 @@ void add_run_routes(Router& router, ApiContext& ctx) {
 
   router.add("POST", "/api/v1/runs/{id}/rounds",
              [&ctx](const Request& req, const PathParams& params) {
-               if (auto ok = only_params(req.query, {}); !ok) {
-                 return error_response(ok.error());
-               }
-               auto id = id_param(params, "id");
+               auto id = control_target(req, params);
                if (!id) {
                  return error_response(id.error());
-               }
-               if (auto ok = empty_object_body(req); !ok) {
-                 return error_response(ok.error());
                }
                auto round = ctx.federation.advance_round(*id);
                if (!round) {

@@ -2,7 +2,8 @@
 // when the object goes out of scope.
 #pragma once
 
-#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -11,11 +12,15 @@ namespace fedcore::testing {
 
 class TempDir {
  public:
+  // mkdtemp creates a directory that did not exist: a name made from the pid could meet
+  // the leftovers of a killed earlier process that had the same pid.
   TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("fedcore-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
+    std::string name = (std::filesystem::temp_directory_path() / "fedcore-test-XXXXXX").string();
+    if (::mkdtemp(name.data()) == nullptr) {
+      throw std::filesystem::filesystem_error("mkdtemp", name,
+                                              std::error_code(errno, std::generic_category()));
+    }
+    path_ = name;
   }
   ~TempDir() {
     std::error_code ignored;

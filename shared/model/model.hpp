@@ -23,6 +23,7 @@
 
 #include "model/layer.hpp"
 #include "model/layout.hpp"
+#include "util/aligned_vector.hpp"
 
 namespace fedcore::model {
 
@@ -74,8 +75,9 @@ class Model {
   Shape input_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
   ParamLayout layout_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  // 64-byte aligned, so every layer slice sits at the same alignment in every process.
+  AlignedVector<float> params_;
+  AlignedVector<float> grads_;
   // activations_[i] is layer i's output; input_ points at the caller's batch.
   std::vector<Matrix> activations_;
   const Matrix* input_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/aligned_vector.hpp"
 #include "util/assert.hpp"
 
 namespace fedcore::model {
@@ -54,7 +55,7 @@ class Sgd final : public Optimizer {
 
  private:
   OptimizerConfig config_;
-  std::vector<float> velocity_;
+  AlignedVector<float> velocity_;
   bool first_step_ = true;
 };
 
@@ -95,8 +96,8 @@ class Adam final : public Optimizer {
 
  private:
   OptimizerConfig config_;
-  std::vector<float> m_;
-  std::vector<float> s_;
+  AlignedVector<float> m_;
+  AlignedVector<float> s_;
   long t_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "federation_run.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -474,6 +475,11 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
       } else if (e.kind == "update_accepted" || e.kind == "update_rejected" ||
                  e.kind == "update_stale") {
         behaviour.answered(e.client_id);
+      } else if (e.kind == "training_failed" && e.round) {
+        const auto site = std::find(ids.begin(), ids.end(), e.client_id);
+        if (site != ids.end()) {
+          behaviour.gave_up(static_cast<std::size_t>(site - ids.begin()), *e.round);
+        }
       }
     });
   });

@@ -98,9 +98,22 @@ void SiteBehaviour::arrive(std::size_t index, std::int64_t round, std::shared_pt
       expected_ = 0;
       released_ = 0;
       in_flight_.clear();
+      settled_.clear();
     }
   }
+  if (round == round_) {
+    settled_.insert(index);
+  }
   held_[index] = std::move(waiter);
+  release_ready();
+}
+
+void SiteBehaviour::gave_up(std::size_t client_index, std::int64_t round) {
+  std::lock_guard lock(mutex_);
+  if (round != round_ || expected_ == 0 || !settled_.insert(client_index).second) {
+    return;  // another round, unordered, or already counted
+  }
+  ++released_;
   release_ready();
 }
 
@@ -141,6 +154,7 @@ void SiteBehaviour::round_started(std::int64_t round, std::size_t selected) {
   release_ready();
   released_ = 0;
   in_flight_.clear();
+  settled_.clear();
   expected_ = selected;
   release_ready();
 }

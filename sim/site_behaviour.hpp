@@ -15,8 +15,9 @@
 // the arrival order, and so the last bits of the model, would vary between runs. When
 // told how many clients a round selected (round_started), the behaviour holds every
 // finished update and releases them one at a time in client-index order, the next one
-// only after the server answered the previous (answered()). Without round_started, an
-// update is released as soon as it is ready (unordered).
+// only after the server answered the previous (answered()). A site that will send nothing
+// (gave_up(): its training failed) counts as settled, so the others do not wait for it.
+// Without round_started, an update is released as soon as it is ready (unordered).
 //
 // Thread safety: all methods may be called from any thread. The seam's coroutine runs
 // on the calling daemon's io_context and resumes there.
@@ -28,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -62,6 +64,9 @@ class SiteBehaviour {
   void round_started(std::int64_t round, std::size_t selected);
   // The server has dealt with the update (accepted, rejected or refused) of `client_id`.
   void answered(const std::string& client_id);
+  // `client_index` will send nothing this round (its local training failed; the server
+  // recorded that as its answer): the ordered release must not wait for it.
+  void gave_up(std::size_t client_index, std::int64_t round);
 
   FaultCounts counts() const;
 
@@ -81,6 +86,7 @@ class SiteBehaviour {
   std::size_t released_ = 0;                             // guarded by mutex_
   std::string in_flight_;                                // guarded by mutex_
   std::map<std::size_t, std::shared_ptr<Waiter>> held_;  // guarded by mutex_
+  std::set<std::size_t> settled_;  // arrived or gave up this round; guarded by mutex_
 };
 
 }  // namespace fedcore::sim

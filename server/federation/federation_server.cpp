@@ -226,6 +226,7 @@ struct FederationServer::Impl {
   asio::awaitable<void> serve_local(std::string client_id, net::LocalStream stream);
   asio::awaitable<void> session_loop(std::shared_ptr<Session> session);
   void handle_update(Session& session, protocol::Frame& frame);
+  void handle_client_error(Session& session, const protocol::Frame& frame);
   asio::awaitable<void> run_loop(store::RunRecord run, RunConfig config);
   asio::awaitable<bool> wait_for_clients(const RunConfig& config, const model::ModelSpec* spec);
   std::vector<std::shared_ptr<Session>> eligible(const model::ModelSpec* spec) const;
@@ -435,6 +436,10 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
       handle_update(*session, *frame);
       continue;
     }
+    if (frame->type == protocol::MessageType::error) {
+      handle_client_error(*session, *frame);
+      continue;
+    }
     if (frame->type == protocol::MessageType::goodbye) {
       reason = "client said goodbye";
       break;
@@ -464,6 +469,35 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   spdlog::info("client '{}' offline: {}", session->client_id, reason);
   event("client_disconnected", std::nullopt, std::nullopt, session->client_id,
         {{"reason", reason}});
+}
+
+// A client says it could not do what it was asked (typically: local training failed).
+// For a selected client that has not answered, that is its answer for the round: recorded
+// as dropped with the client's words, so the round closes as soon as everyone answered
+// instead of waiting for the deadline. The session stays up: the site may well train the
+// next round. The message is the client's, so it is cut short before it reaches logs.
+void FederationServer::Impl::handle_client_error(Session& session, const protocol::Frame& frame) {
+  constexpr std::size_t kMaxReason = 300;
+  auto message = protocol::parse_error_message(frame.metadata);
+  std::string said = message ? message->message : "(unreadable error message)";
+  if (said.size() > kMaxReason) {
+    said.resize(kMaxReason);
+    said += "...";
+  }
+  if (active_round == nullptr || !active_round->is_selected(session.client_id) ||
+      active_round->has_answered(session.client_id)) {
+    spdlog::warn("client '{}' reported an error outside its round: {}", session.client_id, said);
+    return;
+  }
+  const auto run = active_round->settings().run_id;
+  const auto round = active_round->settings().round;
+  spdlog::warn("run {} round {}: client '{}' could not train: {}", run, round, session.client_id,
+               said);
+  active_round->on_dropped(session.client_id, "could not train: " + said);
+  event("training_failed", run, round, session.client_id, {{"reason", said}});
+  if (active_round->all_answered()) {
+    round_wakeup.cancel();
+  }
 }
 
 void FederationServer::Impl::handle_update(Session& session, protocol::Frame& frame) {

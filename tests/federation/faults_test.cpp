@@ -81,6 +81,48 @@ TEST(FederationFaults, BadSilentAndVanishingClientsAreRecordedAndTheRoundComplet
       << results["dropper"].reason;
 }
 
+// A site whose local training fails says so; that is its answer for the round. The round
+// must close on everyone's answers (the 600 s deadline would outlast the wait below), and
+// the site's session must survive to be asked again in the next round.
+TEST(FederationFaults, AClientThatCannotTrainAnswersTheRoundAndStaysOnline) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "good-2", "failing"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  federation.start_client("good-1", breast_cancer());
+  federation.start_client("good-2", breast_cancer());
+  RogueClient failing(Misbehaviour::cannot_train, federation.pki().client_config("failing"), port);
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(30)));
+  auto run = federation.start_run(
+      R"({"model":{"type":"logreg"},"rounds":2,"clients_per_round":3,"min_clients":2,
+      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
+  ASSERT_TRUE(run) << run.error().to_string();
+  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(60)));
+  EXPECT_EQ(*federation.ended(), store::RunState::finished);
+  EXPECT_EQ(failing.trains_received(), 2);
+  EXPECT_EQ(federation.online(), 3);
+  federation.stop();
+
+  auto history = federation.open_store();
+  for (std::int64_t round = 1; round <= 2; ++round) {
+    auto results = results_by_client(history, *run, round);
+    EXPECT_EQ(results["good-1"].status, store::ResultStatus::ok);
+    EXPECT_EQ(results["good-2"].status, store::ResultStatus::ok);
+    EXPECT_EQ(results["failing"].status, store::ResultStatus::dropped);
+    EXPECT_EQ(results["failing"].reason,
+              "could not train: out of memory while training round " + std::to_string(round));
+  }
+  auto rounds = history.list_rounds(*run);
+  ASSERT_TRUE(rounds);
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ(rounds->back().accepted, 2);
+  EXPECT_EQ(rounds->back().dropped, 1);
+}
+
 TEST(FederationFaults, AReplayedUpdateFromAnEarlierRoundIsRefused) {
   TempDir dir;
   Federation federation(dir);

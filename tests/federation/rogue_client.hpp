@@ -27,6 +27,7 @@ enum class Misbehaviour {
   silent,         // receives the model, never answers
   drop_on_train,  // closes the connection when asked to train
   replay,         // answers round r honestly, then replays that answer in round r + 1
+  cannot_train,   // answers every TRAIN with an ERROR message (local training failed)
 };
 
 class RogueClient {
@@ -107,6 +108,14 @@ class RogueClient {
         case Misbehaviour::drop_on_train:
           channel_->close();
           co_return;
+        case Misbehaviour::cannot_train: {
+          // Built before the co_await: GCC 12 mishandles temporaries inside co_await.
+          const std::string failure = protocol::to_metadata(protocol::ErrorMessage{
+              "resource_exhausted",
+              "out of memory while training round " + std::to_string(request->round)});
+          co_await channel_->write_frame(protocol::MessageType::error, failure);
+          continue;
+        }
         case Misbehaviour::nan_update: {
           const float nan = std::numeric_limits<float>::quiet_NaN();
           std::memcpy(payload.data(), &nan, sizeof nan);

@@ -2,13 +2,19 @@
 // fast, but the real server, real daemons, real TLS and real SQLite.
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "api/https_client.hpp"
+#include "federation_run.hpp"
 #include "report.hpp"
+#include "sim_data.hpp"
 #include "simulation.hpp"
 #include "store/history_store.hpp"
 #include "temp_dir.hpp"
@@ -251,6 +257,58 @@ TEST(SimRun, InProcessAndTlsRunsGiveTheSameNumbers) {
   ASSERT_TRUE(run(in_process));
   EXPECT_EQ(column(read_csv(over_tls.out + "/rounds.csv"), "accuracy"),
             column(read_csv(in_process.out + "/rounds.csv"), "accuracy"));
+}
+
+// A port nobody listens on right now (the kernel's choice; it could be taken again before
+// the dashboard binds it, which would fail the test loudly rather than wrongly).
+std::uint16_t unused_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor probe(
+      io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  return probe.local_endpoint().port();
+}
+
+// --dashboard-port serves the real admin API for this run: the line it prints carries
+// the URL, a token that works (and is needed) and the CA that signed the certificate.
+// The requests run inside the note callback, while the federation is being set up.
+TEST(SimRun, DashboardPortServesTheAdminApiWithThePrintedToken) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.rounds = 1;
+  o.transport = Transport::inproc;
+  o.dashboard_port = unused_port();
+  o.dashboard_linger_s = 0;
+  o.web_root = FEDCORE_SOURCE_DIR "/web";
+  auto data = prepare_data(o);
+  ASSERT_TRUE(data) << data.error().to_string();
+
+  std::string line;
+  api::testing::Reply info, anonymous, page;
+  RunCallbacks callbacks;
+  callbacks.note = [&](const std::string& note) {
+    static const std::regex dashboard(
+        R"(^dashboard: https://localhost:(\d+)/  \(token (\S+); the certificate is signed by (\S+)\)$)");
+    std::smatch m;
+    if (!std::regex_match(note, m, dashboard)) {
+      return;
+    }
+    line = note;
+    const auto port = static_cast<std::uint16_t>(std::stoi(m[1].str()));
+    api::testing::HttpsClient client(port, m[3].str(), m[2].str());
+    info = client.get("/api/v1/info");
+    anonymous = client.get("/api/v1/clients", {{"Authorization", ""}});
+    page = client.get("/");
+  };
+  auto ran = run_federation(o, *data, callbacks);
+  ASSERT_TRUE(ran) << ran.error().to_string();
+  ASSERT_FALSE(line.empty()) << "no dashboard line was printed";
+  EXPECT_THAT(line, HasSubstr(":" + std::to_string(o.dashboard_port) + "/"));
+  EXPECT_EQ(info.status, 200) << info.describe();
+  EXPECT_EQ(info.json()["listeners"]["federation"], "in-process") << info.describe();
+  EXPECT_EQ(anonymous.status, 401) << anonymous.describe();
+  EXPECT_EQ(page.status, 200) << page.describe();
+  EXPECT_THAT(page.body, HasSubstr("<html"));
+  EXPECT_EQ(ran->rounds.size(), 1u);
 }
 
 TEST(SimRun, TooManyClientsForTheDataIsAClearError) {

@@ -78,6 +78,36 @@ TEST(SiteBehaviour, ReleasesUpdatesInClientOrderOnePerAnswer) {
   EXPECT_EQ(released, (std::vector<std::size_t>{0, 1, 2}));
 }
 
+// Site 1's training fails: the server records that as its answer (gave_up), and sites 0
+// and 2 go out in order without waiting for it; until then nothing is released, because
+// the order is only known once every selected site has settled.
+TEST(SiteBehaviour, ASiteThatGaveUpIsNotWaitedFor) {
+  SiteBehaviour behaviour(SimOptions{}, 3);
+  asio::io_context io;
+  std::vector<std::size_t> released;
+  behaviour.round_started(1, 3);
+  for (std::size_t c : {2u, 0u}) {
+    asio::co_spawn(
+        io,
+        [&, c]() -> asio::awaitable<void> {
+          co_await behaviour.seam(c)(client::TrainedRound{1, 1, 0.0});
+          released.push_back(c);
+        },
+        asio::detached);
+  }
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(released.empty());
+  behaviour.gave_up(1, 1);
+  behaviour.gave_up(1, 1);  // counted once
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(released, (std::vector<std::size_t>{0}));
+  behaviour.answered(client_id(0, 3));
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(released, (std::vector<std::size_t>{0, 2}));
+}
+
 TEST(SiteBehaviour, UnannouncedRoundsAreReleasedAtOnce) {
   SiteBehaviour behaviour(SimOptions{}, 2);
   asio::io_context io;

@@ -208,13 +208,16 @@ result<std::size_t> restore_checkpoint(collective::Communicator& comm, const std
                                        const model::ParamLayout& layout, std::span<float> params,
                                        model::Optimizer& optimizer) {
   FEDCORE_ASSERT(params.size() == layout.total(), "restore_checkpoint: params differ from layout");
+  // Every rank has the same options: without a directory nobody communicates.
+  if (dir.empty())
+    return std::size_t{0};
   // Rank 0 announces {status, step, optimizer steps} first, so that the other ranks learn
   // whether data follows, or that rank 0 gave up, instead of waiting for its deadline.
   enum : std::uint64_t { kNone = 0, kLoaded = 1, kFailed = 2 };
   std::array<std::uint64_t, 3> header{kNone, 0, 0};
   model::OptimizerState state = optimizer.state();  // names and sizes, filled below
   std::optional<error> problem;
-  if (comm.rank() == 0 && !dir.empty() && std::filesystem::exists(checkpoint_path(dir))) {
+  if (comm.rank() == 0 && std::filesystem::exists(checkpoint_path(dir))) {
     const std::string path = checkpoint_path(dir);
     auto loaded = load_checkpoint(path);
     if (!loaded) {

@@ -65,7 +65,8 @@ result<Checkpoint> load_checkpoint(const std::string& path);
 // Rank 0 reads the file (so only rank 0 needs to see it), checks it against `layout` and
 // `optimizer`, and broadcasts the step, the parameters and the optimizer state; every rank
 // then holds them. Returns the checkpoint's step, or 0 (and leaves everything unchanged)
-// when `dir` is empty or holds no checkpoint.
+// when `dir` holds no checkpoint; with `dir` empty (on every rank) it returns 0 at once,
+// without any communication.
 // Errors (on rank 0, and as failed_precondition "rank 0 could not ..." on the others,
 // which never wait for a rank 0 that gave up): load_checkpoint's; failed_precondition
 // when the checkpoint is for another model or its optimizer state does not fit

@@ -12,6 +12,7 @@
 #include "dist/train_support.hpp"
 #include "model/loss.hpp"
 #include "model/trainer.hpp"
+#include "util/aligned_vector.hpp"
 #include "util/checksum.hpp"
 
 namespace fedcore::dist {
@@ -24,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 // sum_i (x_i - c) = p (mean - c) comes from one allreduce, so every rank updates its copy
 // of c identically.
 result<void> elastic_average(collective::Communicator& comm, std::span<float> params,
-                             std::vector<float>& center, std::vector<float>& mean, float alpha) {
+                             AlignedVector<float>& center, AlignedVector<float>& mean,
+                             float alpha) {
   std::copy(params.begin(), params.end(), mean.begin());
   auto ok = collective::allreduce(comm, {.data = mean, .op = collective::ReduceOp::average});
   if (!ok)
@@ -84,8 +86,8 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   std::optional<GradientReducer> reducer;
   if (!easgd)
     reducer.emplace(comm, stack, options.reducer);
-  std::vector<float> center(stack.params().begin(), stack.params().end());
-  std::vector<float> mean(easgd ? center.size() : 0);
+  AlignedVector<float> center(stack.params().begin(), stack.params().end());
+  AlignedVector<float> mean(easgd ? center.size() : 0);
 
   ShardedBatches shards(data.train, options.batch_size, world, options.seed);
   Matrix batch(static_cast<Eigen::Index>(data.train.sample_size()), options.batch_size);

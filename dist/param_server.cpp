@@ -1,6 +1,7 @@
 #include "dist/param_server.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "dist/train_support.hpp"
 #include "model/loss.hpp"
 #include "model/trainer.hpp"
+#include "util/aligned_vector.hpp"
 #include "util/assert.hpp"
 #include "util/checksum.hpp"
 
@@ -62,6 +64,13 @@ milliseconds time_left(Clock::time_point deadline) {
   return std::max(left, milliseconds(1));
 }
 
+error silent_worker(int rank, milliseconds timeout) {
+  return fail(errc::deadline_exceeded, "parameter server: worker rank " + std::to_string(rank) +
+                                           " sent no gradient within " +
+                                           std::to_string(timeout.count()) +
+                                           " ms of receiving parameters");
+}
+
 [[noreturn]] void test_crash(int rank, std::size_t step) {
   std::fprintf(stderr, "rank %d: test hook: crashing after step %zu\n", rank, step);
   std::_Exit(17);
@@ -99,7 +108,7 @@ result<ServerOutcome> serve(collective::Communicator& comm, const Job& job,
   std::iota(peers.begin(), peers.end(), 1);
   std::vector<bool> owes(world, false);
   std::vector<Clock::time_point> asked(world);
-  std::vector<float> gradient(params.size());
+  AlignedVector<float> gradient(params.size());
   std::size_t version = job.start;
   ServerOutcome out;
   PsStats& stats = out.stats;
@@ -130,15 +139,15 @@ result<ServerOutcome> serve(collective::Communicator& comm, const Job& job,
     }
     FEDCORE_ASSERT(owes[oldest], "parameter server: every worker owes a gradient in the loop");
     const auto deadline = asked[oldest] + timeout;
+    // Checked before probing too: a stream of other workers' gradients must not hide it.
+    auto late = [&] { return comm.fail_with(silent_worker(oldest, timeout)); };
+    if (Clock::now() >= deadline)
+      return late();
     auto ready = collective::probe_any(comm, {.peers = peers, .timeout = time_left(deadline)});
     if (!ready)
       return ready.error();
-    if (!*ready) {
-      return comm.fail_with(fail(errc::deadline_exceeded,
-                                 "parameter server: worker rank " + std::to_string(oldest) +
-                                     " sent no gradient within " + std::to_string(timeout.count()) +
-                                     " ms of receiving parameters"));
-    }
+    if (!*ready)
+      return late();
     const int peer = **ready;
     auto header = recv_message(comm, peer, gradient, time_left(asked[peer] + timeout));
     if (!header)
@@ -197,6 +206,13 @@ result<ServerOutcome> serve(collective::Communicator& comm, const Job& job,
   // left in flight when the group moves on.
   for (int peer : peers) {
     if (owes[peer]) {
+      const std::array<int, 1> one{peer};
+      auto ready =
+          collective::probe_any(comm, {.peers = one, .timeout = time_left(asked[peer] + timeout)});
+      if (!ready)
+        return ready.error();
+      if (!*ready)
+        return comm.fail_with(silent_worker(peer, timeout));
       auto header = recv_message(comm, peer, gradient, time_left(asked[peer] + timeout));
       if (!header)
         return header.error();

@@ -71,7 +71,10 @@ result<TrainResult> train_parameter_server(collective::Communicator& comm,
 // The wire protocol, for tests and other implementations. Every exchange is two tagged
 // messages (collectives.hpp send/recv): a PsHeader under kPsHeaderTag, then the
 // parameters (server to worker) or the gradient (worker to server), parameter-count
-// floats, under kPsTensorTag.
+// floats, under kPsTensorTag. The server starts by sending `compute` to every worker and
+// ends with `stop`; before, all ranks take part in restore_checkpoint's broadcasts (only
+// with a checkpoint directory), and after, in one allgather of RankStats
+// (gather_rank_stats in dist/train_support.hpp).
 inline constexpr std::uint32_t kPsHeaderTag = 0x50530001;
 inline constexpr std::uint32_t kPsTensorTag = 0x50530002;
 

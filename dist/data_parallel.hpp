@@ -15,12 +15,15 @@
 // result carries each rank's parameter CRC-32 to prove it.
 //
 // Checkpoints: with checkpoint_dir and checkpoint_every = K, rank 0 writes the parameters
-// every K steps (atomically, model/param_io format, metadata {"step": n}); at start, if
-// the checkpoint exists, every rank resumes from it. Optimizer state (momentum, Adam
-// moments) is not checkpointed: it restarts from zero on resume (exact for plain SGD).
+// and the optimizer state (momentum, Adam moments and step count) every K steps, in one
+// file, atomically (dist/checkpoint.hpp); at start, if the checkpoint exists, rank 0
+// loads it and every rank resumes from it. Resuming is exact: K steps, a checkpoint, a
+// new group resumed to N steps gives bit-identical parameters to N steps in one go (for
+// SGD with momentum and for Adam; tested). A checkpoint for another model, or whose
+// optimizer state does not fit the configured optimizer, is refused with an error.
 //
-// Asynchronous mode: EASGD (easgd_alpha > 0, below). Parameter-server ASGD is not
-// implemented.
+// Asynchronous modes: EASGD (easgd_alpha > 0, below) and parameter-server ASGD
+// (async = parameter_server, dist/param_server.hpp; train_data_parallel runs it).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,14 @@
 #include "model/spec.hpp"
 
 namespace fedcore::dist {
+
+enum class AsyncMode { none, parameter_server };
+// Parameter server: the learning rate of an update with staleness s.
+enum class StalenessLr {
+  constant,  // lr
+  inverse,   // lr / (s + 1) (Zhang et al. 2016, "staleness-aware" ASGD)
+};
+inline constexpr std::size_t kUnboundedStaleness = static_cast<std::size_t>(-1);
 
 struct TrainOptions {
   model::ModelSpec spec;  // complete (input shape and classes filled)
@@ -56,6 +67,12 @@ struct TrainOptions {
   // checkpoints hold c. Local parameters are not bit-identical between averagings.
   float easgd_alpha = 0.0f;
   std::size_t easgd_period = 4;
+  // Parameter-server asynchronous SGD (dist/param_server.hpp) instead of synchronous
+  // SGD: rank 0 holds the parameters and the optimizer, ranks 1.. push gradients.
+  // Gradients staler than max_staleness updates are discarded. Needs world >= 2.
+  AsyncMode async = AsyncMode::none;
+  std::size_t max_staleness = kUnboundedStaleness;
+  StalenessLr staleness_lr = StalenessLr::constant;
   // Test hook: this rank exits the process with status 17 after this step, unless the
   // run resumed from a checkpoint (0 = never).
   std::size_t test_crash_after_step = 0;
@@ -71,6 +88,19 @@ struct RankStats {
   std::uint32_t param_crc32 = 0;  // of the final parameters
 };
 
+// Parameter-server statistics, kept by the server (rank 0).
+struct PsStats {
+  int workers = 0;
+  std::size_t updates = 0;         // gradients applied: steps - start_step
+  std::size_t received = 0;        // gradients received: updates + discarded + unused_at_stop
+  std::size_t discarded = 0;       // staler than max_staleness, dropped
+  std::size_t unused_at_stop = 0;  // arrived after the update budget was spent
+  double mean_staleness = 0;       // over the applied updates
+  std::size_t max_staleness = 0;   // of an applied update
+  // staleness_histogram[s]: applied updates of staleness s (sums to `updates`).
+  std::vector<std::size_t> staleness_histogram;
+};
+
 struct TrainResult {
   int world = 1;
   std::size_t start_step = 0;  // > 0 when resumed from a checkpoint
@@ -83,10 +113,15 @@ struct TrainResult {
   double test_loss = -1;
   std::vector<RankStats> ranks;  // every rank's, on every rank
   std::vector<float> params;     // this rank's final parameters
+  AsyncMode async = AsyncMode::none;
+  PsStats ps;  // parameter server: filled on rank 0 (workers only `workers`)
 };
 
-// Errors: invalid_argument (fewer training samples than one global batch, bad options),
-// the collectives' errors (a peer died, timed out or is out of step), checkpoint I/O.
+// Runs synchronous SGD, EASGD or (async = parameter_server) PS-ASGD.
+// Errors: invalid_argument (fewer training samples than one global batch, bad options,
+// the parameter server with one rank, EASGD together with the parameter server), the
+// collectives' errors (a peer died, timed out or is out of step), checkpoint I/O and
+// restore_checkpoint's (dist/checkpoint.hpp).
 result<TrainResult> train_data_parallel(collective::Communicator& comm, const data::TrainTest& data,
                                         const TrainOptions& options);
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/model.hpp"
+#include "util/aligned_vector.hpp"
 
 namespace fedcore::dist {
 
@@ -60,8 +61,11 @@ class LayerStack {
   std::vector<std::unique_ptr<model::Layer>> layers_;
   std::vector<std::size_t> offsets_;  // layers_.size() + 1 entries
   std::size_t model_offset_ = 0;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  // 64-byte aligned, like model::Model's buffers: with malloc's alignment the vectorised
+  // loops over them (optimizer steps, reductions) rounded differently from one process,
+  // or one run, to the next, and a resumed job was not bit-identical to a straight one.
+  AlignedVector<float> params_;
+  AlignedVector<float> grads_;
   std::vector<Matrix> activations_;
   std::vector<Matrix> input_grads_;
   const Matrix* input_ = nullptr;

@@ -1,8 +1,7 @@
-// fedcore-dist: in-datacenter synchronous training (docs/dist.md).
+// fedcore-dist: in-datacenter synchronous (and asynchronous) training (docs/dist.md).
 //
 //   fedcore-dist launch --nproc N [--max-restarts K] -- <job options>
 //   fedcore-dist worker --rank R --world N --rendezvous HOST:PORT <job options>
-//   mpirun -n N fedcore-dist worker --backend mpi <job options>
 //   mpirun -n N fedcore-dist worker --backend mpi <job options>
 //   fedcore-dist scale --nprocs 1,2 --out DIR -- <job options>
 #include <algorithm>
@@ -42,6 +41,9 @@ struct JobFlags {
   std::size_t bucket_kb = 4096;
   bool no_overlap = false;
   std::string mode = "ddp";
+  std::string async = "none";
+  long long max_staleness = -1;
+  std::string staleness_lr = "constant";
   std::string schedule = "1f1b";
   std::string balance = "params";
   int crash_rank = -1;
@@ -84,6 +86,16 @@ void add_job_options(CLI::App& app, JobFlags& f) {
   app.add_option("--easgd-period", w.train.easgd_period, "local steps between elastic averagings");
   app.add_option("--mode", f.mode, "ddp (data parallel) or pipeline (hybrid when world > stages)")
       ->check(CLI::IsMember({"ddp", "pipeline"}));
+  app.add_option("--async", f.async,
+                 "ddp only: none (synchronous SGD) or ps (parameter-server asynchronous SGD: "
+                 "rank 0 serves, ranks 1.. compute; needs >= 2 ranks)")
+      ->check(CLI::IsMember({"none", "ps"}));
+  app.add_option("--max-staleness", f.max_staleness,
+                 "ps: discard gradients computed more than S updates ago (-1 = keep all)")
+      ->check(CLI::Range(-1LL, 1000000000LL));
+  app.add_option("--staleness-lr", f.staleness_lr,
+                 "ps: constant, or inverse (lr / (staleness + 1) for each update)")
+      ->check(CLI::IsMember({"constant", "inverse"}));
   app.add_option("--stages", w.stages, "pipeline stages (world must be a multiple)");
   app.add_option("--micro-batches", w.micro_batches,
                  "micro-batches per batch (must divide --batch)");
@@ -108,6 +120,14 @@ int finish_job_flags(JobFlags& f) {
   w.train.reducer.bucket_bytes = f.bucket_kb * 1024;
   w.train.reducer.overlap = !f.no_overlap;
   w.pipeline = f.mode == "pipeline";
+  if (f.async == "ps" && w.pipeline) {
+    std::cerr << "fedcore-dist: --async ps is a data-parallel mode; it needs --mode ddp\n";
+    return 2;
+  }
+  w.train.async = f.async == "ps" ? AsyncMode::parameter_server : AsyncMode::none;
+  w.train.max_staleness =
+      f.max_staleness < 0 ? kUnboundedStaleness : static_cast<std::size_t>(f.max_staleness);
+  w.train.staleness_lr = f.staleness_lr == "inverse" ? StalenessLr::inverse : StalenessLr::constant;
   w.schedule = f.schedule == "gpipe" ? Schedule::gpipe : Schedule::one_f_one_b;
   w.balance = f.balance == "time" ? Balance::time : Balance::params;
   auto spec = model::parse_model_spec(std::string_view(f.model));

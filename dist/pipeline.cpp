@@ -8,6 +8,7 @@
 #include "dist/partition.hpp"
 #include "dist/subgroup.hpp"
 #include "model/loss.hpp"
+#include "util/aligned_vector.hpp"
 #include "util/rng.hpp"
 
 namespace fedcore::dist {
@@ -104,7 +105,7 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
   std::vector<Matrix> inputs(M, Matrix(in_rows, mb));
   std::vector<Matrix> loss_grads(M);
   std::vector<std::int32_t> labels(B);
-  std::vector<float> accumulated(stack.params().size());
+  AlignedVector<float> accumulated(stack.params().size());
   Matrix grad_out(out_rows, mb), grad_in;
   std::vector<std::size_t> order(data.train.size());
   std::size_t order_epoch = static_cast<std::size_t>(-1);

@@ -25,24 +25,47 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport,
                      {"samples", s.samples},
                      {"param_crc32", s.param_crc32}});
   }
-  return {{"world", r.world},
-          {"transport", transport},
-          {"model", o.spec},
-          {"local_batch", o.batch_size},
-          {"global_batch", o.batch_size * r.world},
-          {"epochs", o.epochs},
-          {"start_step", r.start_step},
-          {"steps", r.steps},
-          {"samples", r.samples},
-          {"wall_seconds", r.wall_seconds},
-          {"samples_per_second", r.samples_per_second},
-          {"test_accuracy", r.test_accuracy},
-          {"test_loss", r.test_loss},
-          {"final_train_loss", r.final_train_loss},
-          {"params_identical_on_all_ranks", identical},
-          {"bucket_bytes", o.reducer.bucket_bytes},
-          {"overlap", o.reducer.overlap},
-          {"ranks", ranks}};
+  const char* mode = r.async == AsyncMode::parameter_server ? "ps-asgd"
+                     : o.easgd_alpha > 0                    ? "easgd"
+                                                            : "ddp";
+  nlohmann::json report = {{"mode", mode},
+                           {"world", r.world},
+                           {"transport", transport},
+                           {"model", o.spec},
+                           {"local_batch", o.batch_size},
+                           {"global_batch", o.batch_size * r.world},
+                           {"epochs", o.epochs},
+                           {"start_step", r.start_step},
+                           {"steps", r.steps},
+                           {"samples", r.samples},
+                           {"wall_seconds", r.wall_seconds},
+                           {"samples_per_second", r.samples_per_second},
+                           {"test_accuracy", r.test_accuracy},
+                           {"test_loss", r.test_loss},
+                           {"final_train_loss", r.final_train_loss},
+                           {"params_identical_on_all_ranks", identical},
+                           {"bucket_bytes", o.reducer.bucket_bytes},
+                           {"overlap", o.reducer.overlap},
+                           {"ranks", ranks}};
+  if (r.async == AsyncMode::parameter_server) {
+    // One update is one worker's local batch: the global batch of synchronous training
+    // does not exist here.
+    report["global_batch"] = o.batch_size;
+    report["parameter_server"] = {
+        {"workers", r.ps.workers},
+        {"updates", r.ps.updates},
+        {"gradients_received", r.ps.received},
+        {"discarded_stale", r.ps.discarded},
+        {"unused_at_stop", r.ps.unused_at_stop},
+        {"mean_staleness", r.ps.mean_staleness},
+        {"max_staleness", r.ps.max_staleness},
+        {"staleness_histogram", r.ps.staleness_histogram},
+        {"max_staleness_allowed", o.max_staleness == kUnboundedStaleness
+                                      ? nlohmann::json(nullptr)
+                                      : nlohmann::json(o.max_staleness)},
+        {"staleness_lr", o.staleness_lr == StalenessLr::inverse ? "inverse" : "constant"}};
+  }
+  return report;
 }
 
 nlohmann::json scaling_report(const std::vector<nlohmann::json>& runs) {

@@ -12,8 +12,10 @@
 
 namespace fedcore::dist {
 
-// The run's report: world, transport, steps, samples/s, test accuracy, per-rank CPU,
-// RSS, communication share and parameter checksum.
+// The run's report: mode ("ddp", "easgd" or "ps-asgd"), world, transport, steps,
+// samples/s, test accuracy, per-rank CPU, RSS, communication share and parameter
+// checksum; for the parameter server also "parameter_server": updates, gradients
+// received, discarded as stale, unused at stop, mean and max staleness and its histogram.
 nlohmann::json run_report(const TrainResult& result, const std::string& transport,
                           const TrainOptions& options);
 

@@ -29,6 +29,17 @@ class SubTransport final : public collective::Transport {
                                           collective::Clock::time_point deadline) override {
     return parent_.recv(members_[peer], expected, deadline);
   }
+  result<std::optional<int>> wait_any(std::span<const int> peers,
+                                      collective::Clock::time_point deadline) override {
+    std::vector<int> global(peers.size());
+    for (std::size_t i = 0; i < peers.size(); ++i)
+      global[i] = members_[peers[i]];
+    auto ready = parent_.wait_any(global, deadline);
+    if (!ready || !*ready)
+      return ready;
+    const auto it = std::find(members_.begin(), members_.end(), **ready);
+    return std::optional<int>(static_cast<int>(it - members_.begin()));
+  }
   void abort(const error& why) noexcept override { parent_.abort(why); }
   std::uint64_t bytes_sent() const noexcept override { return parent_.bytes_sent(); }
   std::uint64_t bytes_received() const noexcept override { return parent_.bytes_received(); }

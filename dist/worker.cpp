@@ -115,6 +115,13 @@ int run_worker(const WorkerOptions& o) {
     std::fprintf(stderr, "fedcore-dist worker: rank %d is not in a world of %d\n", r, o.world);
     return kBadOptions;
   }
+  if (o.train.async == AsyncMode::parameter_server && o.world < 2) {
+    std::fprintf(stderr,
+                 "fedcore-dist worker: --async ps needs at least 2 ranks (rank 0 serves, the "
+                 "others compute gradients); this job has %d\n",
+                 o.world);
+    return kBadOptions;
+  }
   set_compute_threads(o.compute_threads);
 
   auto loaded =
@@ -199,6 +206,16 @@ int run_worker(const WorkerOptions& o) {
   }
   if (r == 0) {
     const auto report = run_report(*result, transport_name, train);
+    if (result->async == AsyncMode::parameter_server) {
+      const auto& ps = result->ps;
+      std::fprintf(stdout,
+                   "fedcore-dist ps-asgd: world %d (%s), 1 server + %d workers, %zu updates "
+                   "applied, %zu discarded as stale, staleness mean %.2f max %zu, %.1f samples/s, "
+                   "test accuracy %.4f\n",
+                   result->world, transport_name.c_str(), ps.workers, ps.updates, ps.discarded,
+                   ps.mean_staleness, ps.max_staleness, result->samples_per_second,
+                   result->test_accuracy);
+    }
     std::fprintf(stdout,
                  "fedcore-dist: world %d (%s), steps %zu..%zu, %.1f samples/s, test accuracy %.4f, "
                  "params identical on all ranks: %s\n",

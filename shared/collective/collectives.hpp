@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "collective/communicator.hpp"
@@ -90,8 +91,8 @@ struct BarrierOptions {
 };
 result<void> barrier(Communicator& comm, const BarrierOptions& options = {});
 
-// Tagged point-to-point messages (pipeline stages). Messages between two ranks arrive in
-// order; the receiver names the tag and size it expects, and a different one is a desync
+// Tagged point-to-point messages (pipeline stages, parameter server). Messages between two ranks
+// arrive in order; the receiver names the tag and size it expects, and a different one is a desync
 // (errc::aborted). REQUIRES: peer != rank, 0 <= peer < size.
 struct SendOptions {
   int peer = 0;
@@ -108,5 +109,20 @@ struct RecvOptions {
   std::chrono::milliseconds timeout{0};
 };
 result<void> recv(Communicator& comm, const RecvOptions& options);
+
+// Waits until one of `peers` has sent a message that recv can take without waiting, and
+// returns that peer without receiving anything; for a rank that serves several peers in
+// the order their messages arrive (the parameter server, dist/param_server.hpp). Which
+// peer, when several are ready: Transport::wait_any (arrival order, or round robin under
+// MPI). A peer whose link failed is returned too, so that the recv from it reports the
+// failure. Unlike every other operation, running out of time is not a failure: the result
+// is std::nullopt and the communicator stays usable, so the caller can tell which peer is
+// late. Errors: aborted (failed earlier), unavailable (a posted send failed).
+// REQUIRES: peers non-empty, each in range and != rank.
+struct ProbeAnyOptions {
+  std::span<const int> peers;
+  std::chrono::milliseconds timeout{0};
+};
+result<std::optional<int>> probe_any(Communicator& comm, const ProbeAnyOptions& options);
 
 }  // namespace fedcore::collective

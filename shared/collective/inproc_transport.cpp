@@ -15,6 +15,7 @@ namespace fedcore::collective {
 struct Message {
   Envelope envelope;
   std::vector<std::byte> payload;
+  std::uint64_t arrival = 0;  // the group's send counter when it was posted
 };
 
 // One mutex and condition variable for the whole group: the in-process transport is for
@@ -29,6 +30,7 @@ struct InProcessGroup::State {
   std::vector<std::deque<Message>> mailboxes;
   std::vector<bool> dead;
   std::vector<bool> made;
+  std::uint64_t arrivals = 0;  // messages posted so far, for wait_any's arrival order
 };
 
 namespace {
@@ -53,7 +55,7 @@ class InProcessTransport final : public Transport {
       failure_ = fail(errc::unavailable, "rank " + std::to_string(peer) + " is gone");
       return;
     }
-    Message m{envelope, std::vector<std::byte>(payload.begin(), payload.end())};
+    Message m{envelope, std::vector<std::byte>(payload.begin(), payload.end()), ++state_->arrivals};
     sent_ += payload.size();
     state_->mailboxes[static_cast<std::size_t>(peer) * state_->size + rank_].push_back(
         std::move(m));
@@ -92,6 +94,39 @@ class InProcessTransport final : public Transport {
     if (auto ok = check_envelope(expected, current_.envelope, peer); !ok)
       return ok.error();
     return std::span<const std::byte>(current_.payload);
+  }
+
+  result<std::optional<int>> wait_any(std::span<const int> peers,
+                                      Clock::time_point deadline) override {
+    FEDCORE_ASSERT(!peers.empty(), "wait_any needs peers");
+    std::unique_lock lock(state_->mutex);
+    for (;;) {
+      if (failure_)
+        return *failure_;
+      int ready = -1;
+      std::uint64_t first_arrival = 0;
+      int gone = -1;
+      for (int peer : peers) {
+        FEDCORE_ASSERT(peer >= 0 && peer < state_->size && peer != rank_, "bad peer");
+        const auto& box = state_->mailboxes[static_cast<std::size_t>(rank_) * state_->size + peer];
+        if (!box.empty()) {
+          if (ready < 0 || box.front().arrival < first_arrival) {
+            ready = peer;
+            first_arrival = box.front().arrival;
+          }
+        } else if (state_->dead[peer] && gone < 0) {
+          gone = peer;
+        }
+      }
+      // Messages a dead peer sent before dying are still delivered first.
+      if (ready >= 0)
+        return std::optional<int>(ready);
+      if (gone >= 0)
+        return std::optional<int>(gone);
+      if (Clock::now() >= deadline)
+        return std::optional<int>();
+      state_->changed.wait_until(lock, deadline);
+    }
   }
 
   void abort(const error& why) noexcept override {

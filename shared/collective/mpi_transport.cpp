@@ -145,6 +145,30 @@ class MpiTransport final : public Transport {
     return std::span<const std::byte>(current_);
   }
 
+  // MPI_Iprobe tells whether a peer's envelope is waiting, not when it came, so ready
+  // peers are served round robin, starting after the one returned last time.
+  result<std::optional<int>> wait_any(std::span<const int> peers,
+                                      Clock::time_point deadline) override {
+    FEDCORE_ASSERT(!peers.empty(), "wait_any needs peers");
+    if (failure_)
+      return *failure_;
+    for (;;) {
+      for (std::size_t k = 1; k <= peers.size(); ++k) {
+        const std::size_t i = (last_probed_ + k) % peers.size();
+        FEDCORE_ASSERT(peers[i] >= 0 && peers[i] < size_ && peers[i] != rank_, "bad peer");
+        int waiting = 0;
+        MPI_Iprobe(peers[i], kEnvelopeTag, comm_, &waiting, MPI_STATUS_IGNORE);
+        if (waiting) {
+          last_probed_ = i;
+          return std::optional<int>(peers[i]);
+        }
+      }
+      if (Clock::now() >= deadline)
+        return std::optional<int>();
+      std::this_thread::yield();
+    }
+  }
+
   void abort(const error& why) noexcept override {
     if (!failure_)
       failure_ = fail(errc::aborted, why.message);
@@ -182,6 +206,7 @@ class MpiTransport final : public Transport {
   int size_ = 1;
   std::vector<Pending> pending_;
   std::vector<std::byte> current_;
+  std::size_t last_probed_ = 0;
   std::optional<error> failure_;
   std::uint64_t sent_ = 0;
   std::uint64_t received_ = 0;

@@ -177,6 +177,36 @@ class NetTransport final : public Transport {
                                              " (" + to_string(expected) + ")");
   }
 
+  result<std::optional<int>> wait_any(std::span<const int> peers,
+                                      Clock::time_point deadline) override {
+    FEDCORE_ASSERT(!peers.empty(), "wait_any needs peers");
+    for (int peer : peers)
+      FEDCORE_ASSERT(peer >= 0 && peer < size() && peer != rank(), "bad peer");
+    if (auto f = aborted())
+      return *f;
+    auto pick = [&]() -> std::optional<int> {
+      std::optional<int> ready, gone;
+      for (int peer : peers) {
+        const Link& link = *links_[peer];
+        if (!link.inbox.empty()) {
+          if (!ready || link.inbox.front().arrival < links_[*ready]->inbox.front().arrival)
+            ready = peer;
+        } else if (link.failed && !gone) {
+          gone = peer;
+        }
+      }
+      return ready ? ready : gone;
+    };
+    run_until([&] { return pick().has_value() || send_error_.has_value(); }, deadline);
+    if (auto f = aborted())
+      return *f;
+    if (auto peer = pick())
+      return peer;
+    if (send_error_)
+      return *send_error_;
+    return std::optional<int>();
+  }
+
   void abort(const error& why) noexcept override {
     {
       std::lock_guard lock(failure_mutex_);
@@ -201,6 +231,7 @@ class NetTransport final : public Transport {
   struct Incoming {
     Envelope envelope;
     std::vector<std::byte> payload;
+    std::uint64_t arrival = 0;  // frames read so far on all links, for wait_any
   };
   struct Outgoing {
     std::string metadata;
@@ -291,7 +322,7 @@ class NetTransport final : public Transport {
         co_return;
       }
       received_ += frame->payload.size() + protocol::kFrameHeaderSize + frame->metadata.size();
-      link.inbox.push_back({std::move(*envelope), std::move(frame->payload)});
+      link.inbox.push_back({std::move(*envelope), std::move(frame->payload), ++arrivals_});
     }
   }
 
@@ -426,6 +457,7 @@ class NetTransport final : public Transport {
   std::optional<error> failure_;  // guarded by failure_mutex_
   std::uint64_t sent_ = 0;
   std::uint64_t received_ = 0;
+  std::uint64_t arrivals_ = 0;
 };
 
 result<tcp::endpoint> parse_endpoint(const std::string& address) {

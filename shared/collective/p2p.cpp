@@ -36,4 +36,19 @@ result<void> recv(Communicator& comm, const RecvOptions& options) {
   return {};
 }
 
+result<std::optional<int>> probe_any(Communicator& comm, const ProbeAnyOptions& options) {
+  FEDCORE_ASSERT(!options.peers.empty(), "probe_any needs peers");
+  for (int peer : options.peers) {
+    FEDCORE_ASSERT(peer >= 0 && peer < comm.size() && peer != comm.rank(),
+                   "probe_any peer out of range");
+  }
+  if (comm.failure())
+    return fail(errc::aborted, "communicator failed earlier: " + comm.failure()->message);
+  detail::CommTimer timer(comm);
+  auto ready = comm.transport().wait_any(options.peers, comm.deadline(options.timeout));
+  if (!ready)
+    return comm.fail_with(ready.error());
+  return *ready;
+}
+
 }  // namespace fedcore::collective

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -87,6 +88,17 @@ class Transport {
   // or aborted earlier); data_loss (a malformed message).
   virtual result<std::span<const std::byte>> recv(int peer, const Envelope& expected,
                                                   Clock::time_point deadline) = 0;
+
+  // Waits until a message from one of `peers` is ready for recv, or the link to one of
+  // them has failed (a recv from it then fails at once), and returns that peer; receives
+  // nothing. Among ready peers it returns the one whose waiting message arrived first
+  // when the transport knows arrival order (in-process, TCP, TLS), else the next ready
+  // one after the previously returned peer (MPI), so no peer starves. Reaching the
+  // deadline is not a failure: the result is std::nullopt and the transport is intact.
+  // Errors: aborted (aborted earlier); unavailable (a posted send failed).
+  // REQUIRES: peers non-empty, each in range and != rank().
+  virtual result<std::optional<int>> wait_any(std::span<const int> peers,
+                                              Clock::time_point deadline) = 0;
 
   // Closes every link and makes every later operation fail with errc::aborted carrying
   // `why`; peers blocked on this rank see their links fail. Idempotent (the first reason

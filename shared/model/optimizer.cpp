@@ -1,6 +1,9 @@
 #include "model/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -12,10 +15,64 @@ namespace {
 
 constexpr std::size_t kParallelMin = std::size_t{1} << 16;
 
+// Checks a state against the one an optimizer of `kind` with buffers `names` of `size`
+// values each would export, before anything is changed.
+result<void> check_state(const OptimizerState& state, OptimizerKind kind,
+                         std::initializer_list<const char*> names, std::size_t size) {
+  const std::string self = optimizer_kind_name(kind);
+  if (state.kind != kind) {
+    return fail(errc::failed_precondition, std::string("optimizer state is for ") +
+                                               optimizer_kind_name(state.kind) +
+                                               ", but this optimizer is " + self);
+  }
+  if (state.steps < 0) {
+    return fail(errc::invalid_argument,
+                self + " optimizer state: negative step count " + std::to_string(state.steps));
+  }
+  if (state.buffers.size() != names.size()) {
+    std::string expected;
+    for (const char* n : names)
+      expected += std::string(expected.empty() ? "" : ", ") + n;
+    return fail(errc::failed_precondition,
+                self + " optimizer state has " + std::to_string(state.buffers.size()) +
+                    " buffers, this optimizer has " + std::to_string(names.size()) + " (" +
+                    (expected.empty() ? "none" : expected) +
+                    "); was it made with another momentum setting?");
+  }
+  std::size_t i = 0;
+  for (const char* name : names) {
+    const auto& buffer = state.buffers[i++];
+    if (buffer.name != name) {
+      return fail(errc::failed_precondition, self + " optimizer state: buffer '" + buffer.name +
+                                                 "' where '" + name + "' was expected");
+    }
+    if (buffer.values.size() != size) {
+      return fail(errc::failed_precondition, self + " optimizer state: buffer '" + buffer.name +
+                                                 "' has " + std::to_string(buffer.values.size()) +
+                                                 " values, the parameters " + std::to_string(size));
+    }
+    for (float v : buffer.values) {
+      if (!std::isfinite(v)) {
+        return fail(errc::invalid_argument,
+                    self + " optimizer state: buffer '" + buffer.name + "' is not finite");
+      }
+    }
+  }
+  return {};
+}
+
+OptimizerState::Buffer export_buffer(const char* name, const AlignedVector<float>& values) {
+  return {name, std::vector<float>(values.begin(), values.end())};
+}
+
+void import_buffer(const OptimizerState::Buffer& buffer, AlignedVector<float>& values) {
+  std::copy(buffer.values.begin(), buffer.values.end(), values.begin());
+}
+
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, std::size_t n)
-      : config_(config), velocity_(config.momentum > 0 ? n : 0) {}
+      : config_(config), size_(n), velocity_(config.momentum > 0 ? n : 0) {}
 
   void step(std::span<float> params, std::span<const float> grads) override {
     FEDCORE_ASSERT(params.size() == grads.size(), "Sgd::step: size mismatch");
@@ -32,12 +89,13 @@ class Sgd final : public Optimizer {
       for (std::size_t i = 0; i < n; ++i) {
         p[i] -= lr * (g[i] + wd * p[i]);
       }
+      ++steps_;
       return;
     }
     FEDCORE_ASSERT(velocity_.size() == n, "Sgd::step: size differs from construction");
     float* v = velocity_.data();
     // PyTorch starts the momentum buffer at the first gradient, not at zero.
-    const float dampening_first = first_step_ ? 0.0f : 1.0f;
+    const float dampening_first = steps_ == 0 ? 0.0f : 1.0f;
     const bool nesterov = config_.nesterov;
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
     for (std::size_t i = 0; i < n; ++i) {
@@ -45,18 +103,49 @@ class Sgd final : public Optimizer {
       v[i] = dampening_first * mu * v[i] + d;
       p[i] -= lr * (nesterov ? d + mu * v[i] : v[i]);
     }
-    first_step_ = false;
+    ++steps_;
   }
 
   void reset() override {
     std::fill(velocity_.begin(), velocity_.end(), 0.0f);
-    first_step_ = true;
+    steps_ = 0;
+  }
+
+  OptimizerState state() const override {
+    OptimizerState out{.kind = OptimizerKind::sgd, .steps = steps_, .buffers = {}};
+    if (has_velocity())
+      out.buffers.push_back(export_buffer("velocity", velocity_));
+    return out;
+  }
+
+  result<void> load_state(const OptimizerState& state) override {
+    auto ok = has_velocity() ? check_state(state, OptimizerKind::sgd, {"velocity"}, size_)
+                             : check_state(state, OptimizerKind::sgd, {}, size_);
+    if (!ok)
+      return ok;
+    if (has_velocity())
+      import_buffer(state.buffers[0], velocity_);
+    steps_ = state.steps;
+    return {};
+  }
+
+  float learning_rate() const noexcept override {
+    return config_.learning_rate;
+  }
+  void set_learning_rate(float lr) override {
+    FEDCORE_ASSERT(lr > 0 && std::isfinite(lr), "learning rate must be positive");
+    config_.learning_rate = lr;
   }
 
  private:
+  bool has_velocity() const noexcept {
+    return config_.momentum > 0;
+  }
+
   OptimizerConfig config_;
+  std::size_t size_;
   AlignedVector<float> velocity_;
-  bool first_step_ = true;
+  std::int64_t steps_ = 0;
 };
 
 class Adam final : public Optimizer {
@@ -94,11 +183,34 @@ class Adam final : public Optimizer {
     t_ = 0;
   }
 
+  OptimizerState state() const override {
+    return {.kind = OptimizerKind::adam,
+            .steps = t_,
+            .buffers = {export_buffer("m", m_), export_buffer("s", s_)}};
+  }
+
+  result<void> load_state(const OptimizerState& state) override {
+    if (auto ok = check_state(state, OptimizerKind::adam, {"m", "s"}, m_.size()); !ok)
+      return ok;
+    import_buffer(state.buffers[0], m_);
+    import_buffer(state.buffers[1], s_);
+    t_ = state.steps;
+    return {};
+  }
+
+  float learning_rate() const noexcept override {
+    return config_.learning_rate;
+  }
+  void set_learning_rate(float lr) override {
+    FEDCORE_ASSERT(lr > 0 && std::isfinite(lr), "learning rate must be positive");
+    config_.learning_rate = lr;
+  }
+
  private:
   OptimizerConfig config_;
   AlignedVector<float> m_;
   AlignedVector<float> s_;
-  long t_ = 0;
+  std::int64_t t_ = 0;
 };
 
 result<float> read_number(const nlohmann::json& j, const char* key, float low, float high) {
@@ -185,6 +297,10 @@ void to_json(nlohmann::json& j, const OptimizerConfig& c) {
     j = {{"kind", "adam"},   {"lr", c.learning_rate}, {"beta1", c.beta1},
          {"beta2", c.beta2}, {"epsilon", c.epsilon},  {"weight_decay", c.weight_decay}};
   }
+}
+
+const char* optimizer_kind_name(OptimizerKind kind) noexcept {
+  return kind == OptimizerKind::adam ? "adam" : "sgd";
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t param_count) {

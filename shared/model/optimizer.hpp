@@ -14,6 +14,7 @@
 // Thread safety: none.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,25 @@ struct OptimizerConfig {
 // Unknown keys and out-of-range values are errors (errc::invalid_argument naming the key).
 result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j);
 void to_json(nlohmann::json& j, const OptimizerConfig& config);
+// "sgd" or "adam".
+const char* optimizer_kind_name(OptimizerKind kind) noexcept;
+
+// An optimizer's state, as plain data: which optimizer it belongs to, how many steps it
+// has taken since construction or reset, and its buffers, each as long as the parameters.
+//   SGD:  buffers {"velocity"} with momentum > 0, none without; steps == 0 means the
+//         momentum buffer starts at the next gradient (PyTorch's first step).
+//   Adam: buffers {"m", "s"} (first and second moments); steps is Adam's t, which the
+//         bias correction needs.
+// Hyper-parameters (learning rate, betas, ...) are configuration, not state.
+struct OptimizerState {
+  struct Buffer {
+    std::string name;
+    std::vector<float> values;
+  };
+  OptimizerKind kind = OptimizerKind::sgd;
+  std::int64_t steps = 0;
+  std::vector<Buffer> buffers;
+};
 
 class Optimizer {
  public:
@@ -49,6 +69,21 @@ class Optimizer {
   // REQUIRES: params.size() == grads.size() == the size given at construction.
   virtual void step(std::span<float> params, std::span<const float> grads) = 0;
   virtual void reset() = 0;
+
+  // A copy of the state; load_state(state()) on an optimizer made with the same
+  // configuration and size makes its next steps bit-identical to this one's.
+  virtual OptimizerState state() const = 0;
+  // Replaces the state. Checks everything before changing anything, so on error the
+  // optimizer is unchanged. Errors: failed_precondition when the state belongs to another
+  // kind of optimizer, has other buffers (names or count, e.g. SGD with vs. without
+  // momentum) or buffers of another length than the parameters; invalid_argument for a
+  // negative step count or non-finite values. Messages name the buffer and both sizes.
+  virtual result<void> load_state(const OptimizerState& state) = 0;
+
+  // The learning rate of the next steps (initially the configuration's). Used by
+  // asynchronous training to damp stale gradients. REQUIRES: lr > 0 and finite.
+  virtual float learning_rate() const noexcept = 0;
+  virtual void set_learning_rate(float lr) = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t param_count);

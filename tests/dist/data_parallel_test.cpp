@@ -1,6 +1,7 @@
 // The data-parallel job with ranks as threads (in-process transport) on a small synthetic
 // data set: parameters bit-identical across ranks, equal to one worker with the global
-// batch, overlap changes nothing, and checkpoint + resume equals an uninterrupted run.
+// batch, overlap changes nothing, and checkpoint + resume equals an uninterrupted run
+// (bit-exact resume with optimizer state: checkpoint_test.cpp).
 #include "dist/data_parallel.hpp"
 
 #include <thread>
@@ -9,8 +10,8 @@
 
 #include "collective/inproc_transport.hpp"
 #include "dist/layer_stack.hpp"
+#include "dist_test_support.hpp"
 #include "temp_dir.hpp"
-#include "util/rng.hpp"
 #include "util/threads.hpp"
 
 namespace fedcore::dist {
@@ -18,64 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-data::TrainTest synthetic(std::size_t n) {
-  data::TrainTest tt;
-  Rng rng(42);
-  auto make = [&](std::size_t count) {
-    data::Dataset d;
-    d.features.resize(64, static_cast<Eigen::Index>(count));
-    d.labels.resize(count);
-    for (std::size_t j = 0; j < count; ++j) {
-      const int label = static_cast<int>(rng.below(4));
-      d.labels[j] = label;
-      for (int i = 0; i < 64; ++i) {
-        d.features(i, static_cast<Eigen::Index>(j)) =
-            rng.uniform_float() + (i % 4 == label ? 0.5f : 0.0f);
-      }
-    }
-    d.sample_shape = {8, 8, 1};
-    d.num_classes = 4;
-    return d;
-  };
-  tt.train = make(n);
-  tt.test = make(64);
-  return tt;
-}
-
-TrainOptions small_options() {
-  TrainOptions o;
-  auto spec = model::parse_model_spec(
-      std::string_view(R"({"type":"cnn","channels":[4,8],"kernel":3,"dense":16})"));
-  EXPECT_TRUE(spec) << spec.error().to_string();
-  auto done = model::complete_spec(*spec, {8, 8, 1}, 4);
-  EXPECT_TRUE(done) << done.error().to_string();
-  o.spec = *done;
-  o.optimizer.learning_rate = 0.1f;
-  o.epochs = 2;
-  o.batch_size = 8;
-  o.seed = 7;
-  o.reducer.bucket_bytes = 512;  // several buckets for this small model
-  return o;
-}
-
-std::vector<TrainResult> run_ranks(int world, const data::TrainTest& data,
-                                   const TrainOptions& options) {
-  collective::InProcessGroup group(world);
-  std::vector<TrainResult> results(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      set_compute_threads(1);  // one BLAS thread per rank, as fedcore-dist runs them
-      collective::Communicator comm(group.transport(r), "ddp-test", 20s);
-      auto result = train_data_parallel(comm, data, options);
-      ASSERT_TRUE(result) << result.error().to_string();
-      results[r] = std::move(*result);
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return results;
-}
+using test_support::run_ranks;
+using test_support::small_options;
+using test_support::synthetic;
 
 // Two runs of the same job in one process can differ in the last bits (the kernels' float
 // summation order is not fixed from run to run here), so runs are compared to a tolerance

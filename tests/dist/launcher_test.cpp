@@ -212,3 +212,63 @@ TEST(Launcher, TwoWorkersOverTls) {
 
 }  // namespace
 }  // namespace fedcore::dist
+
+namespace fedcore::dist {
+namespace {
+
+// Parameter-server ASGD as three processes over TCP: one server, two workers.
+TEST(Launcher, ParameterServerWithThreeProcesses) {
+  testing::TempDir dir;
+  const std::string report = dir.path("ps.json");
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "3", "--"},
+                 with(kSmallJob, {"--async", "ps", "--max-staleness", "4", "--staleness-lr",
+                                  "inverse", "--lr", "0.1", "--report", report}))),
+      120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["mode"], "ps-asgd");
+  EXPECT_EQ(j["world"], 3);
+  // 1024 samples, 2 workers x batch 16: 32 global batches, 64 updates of 16 samples.
+  EXPECT_EQ(j["steps"], 64);
+  const auto& ps = j["parameter_server"];
+  EXPECT_EQ(ps["workers"], 2);
+  EXPECT_EQ(ps["updates"], 64);
+  EXPECT_LE(ps["max_staleness"].get<int>(), 4);
+  EXPECT_EQ(ps["max_staleness_allowed"], 4);
+  EXPECT_EQ(ps["gradients_received"].get<int>(),
+            64 + ps["discarded_stale"].get<int>() + ps["unused_at_stop"].get<int>());
+  EXPECT_EQ(j["params_identical_on_all_ranks"], true);
+  EXPECT_GT(j["samples_per_second"].get<double>(), 0.0);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.3);  // ten classes: chance is 0.1
+}
+
+TEST(Launcher, ParameterServerRefusesOneRank) {
+  const int code = wait_exit(
+      start(with({"launch", "--nproc", "1", "--"}, with(kSmallJob, {"--async", "ps"}))), 60s);
+  EXPECT_EQ(code, 2);
+}
+
+// A worker process dies after its third gradient: the server (and the other worker)
+// exit with 3, well within the 20 s operation deadline.
+TEST(Launcher, ParameterServerFailsWhenAWorkerDies) {
+  const std::string port = std::to_string(pick_free_port("127.0.0.1"));
+  const auto job =
+      with(kSmallJob, {"--async", "ps", "--op-timeout-ms", "20000", "--test-crash-rank", "2",
+                       "--test-crash-after-step", "3", "--no-eval"});
+  const auto start_time = SteadyClock::now();
+  std::vector<Process> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(start(with({"worker", "--rank", std::to_string(r), "--world", "3",
+                                "--rendezvous", "127.0.0.1:" + port},
+                               job)));
+  }
+  EXPECT_EQ(wait_exit(ranks[2], 60s), 17);
+  EXPECT_EQ(wait_exit(ranks[0], 60s), 3);
+  EXPECT_EQ(wait_exit(ranks[1], 60s), 3);
+  EXPECT_LT(SteadyClock::now() - start_time, 20s);
+}
+
+}  // namespace
+}  // namespace fedcore::dist

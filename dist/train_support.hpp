@@ -1,0 +1,53 @@
+// Pieces shared by the two data-parallel trainers: synchronous SGD and EASGD
+// (data_parallel.cpp) and parameter-server asynchronous SGD (param_server.cpp).
+//
+// Thread safety: none; each object belongs to one rank's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collective/communicator.hpp"
+#include "data/dataset.hpp"
+#include "dist/data_parallel.hpp"
+#include "dist/layer_stack.hpp"
+
+namespace fedcore::dist {
+
+// This process's user + system CPU seconds so far, and its peak resident set in MB.
+double cpu_seconds_now();
+double peak_rss_mb();
+
+// Disjoint shards that change every epoch. Each epoch the training set is shuffled by an
+// Rng seeded from (seed, epoch) — the same order on every rank — and cut into global
+// batches of batch × slots samples; slot s takes the s-th run of `batch` samples of
+// every global batch. The last incomplete global batch of an epoch is dropped.
+class ShardedBatches {
+ public:
+  // REQUIRES: batch > 0, slots > 0, train.size() >= batch * slots.
+  ShardedBatches(const data::Dataset& train, int batch, int slots, std::uint64_t seed);
+
+  std::size_t steps_per_epoch() const noexcept { return steps_per_epoch_; }
+  std::size_t epoch_of(std::size_t step) const noexcept { return step / steps_per_epoch_; }
+
+  // Copies slot `slot`'s samples of global batch `step` (counted over all epochs) into
+  // the batch matrix and labels, which must have `batch` columns / entries.
+  void fill(std::size_t step, int slot, Matrix& batch, std::vector<std::int32_t>& labels);
+
+ private:
+  const data::Dataset& train_;
+  int batch_;
+  int slots_;
+  std::uint64_t seed_;
+  std::size_t steps_per_epoch_;
+  std::vector<std::size_t> order_;
+  std::size_t order_epoch_ = static_cast<std::size_t>(-1);
+};
+
+// Shares every rank's statistics (one allgather) and fills out.ranks, out.samples (sum),
+// out.wall_seconds (slowest rank) and out.samples_per_second. Errors: the allgather's.
+result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& mine,
+                               TrainResult& out);
+
+}  // namespace fedcore::dist

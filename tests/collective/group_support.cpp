@@ -12,8 +12,12 @@
 namespace fedcore::collective::testing {
 namespace {
 
+// The TLS contexts every rank of every TLS test in this process shares. They are built
+// once from a throwaway PKI and deliberately never destroyed (ranks' threads may still
+// hold them at exit). The PKI's folder goes as soon as they are built: the contexts hold
+// the certificates, keys and CRL in memory, and one folder per test process used to be
+// left behind in /tmp.
 struct TlsMaterial {
-  tls::testing::Federation federation{tls::testing::Federation::Ids{"rank-peer"}};
   std::optional<boost::asio::ssl::context> server;
   std::optional<boost::asio::ssl::context> client;
 };
@@ -21,9 +25,10 @@ struct TlsMaterial {
 TlsMaterial& tls_material() {
   static TlsMaterial* material = [] {
     auto* m = new TlsMaterial;
-    EXPECT_TRUE(m->federation.ok) << m->federation.log;
-    auto server = tls::make_server_context(m->federation.pki.server_config());
-    auto client = tls::make_client_context(m->federation.pki.client_config("rank-peer"));
+    tls::testing::Federation federation{tls::testing::Federation::Ids{"rank-peer"}};
+    EXPECT_TRUE(federation.ok) << federation.log;
+    auto server = tls::make_server_context(federation.pki.server_config());
+    auto client = tls::make_client_context(federation.pki.client_config("rank-peer"));
     EXPECT_TRUE(server.has_value() && client.has_value());
     if (server && client) {
       m->server.emplace(std::move(*server));

@@ -96,8 +96,7 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   double epoch_loss = 0;
   std::size_t epoch_steps = 0;
 
-  const double comm_before = comm.comm_seconds();
-  const double cpu_before = cpu_seconds_now();
+  const auto meters = RunMeters::now(comm);
   const auto wall_before = Clock::now();
   for (std::size_t step = *start; step < total_steps; ++step) {
     if (step == *start || step % steps_per_epoch == 0) {
@@ -152,22 +151,12 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   RankStats mine;
   mine.rank = rank;
   mine.wall_seconds = wall;
-  mine.cpu_seconds = cpu_seconds_now() - cpu_before;
-  mine.comm_seconds = comm.comm_seconds() - comm_before;
-  mine.peak_rss_mb = peak_rss_mb();
   mine.samples =
       static_cast<double>((total_steps > *start ? total_steps - *start : 0) * options.batch_size);
-  mine.param_crc32 = crc32(std::as_bytes(stack.params()));
-
-  if (auto ok = gather_rank_stats(comm, mine, out); !ok)
+  if (auto ok =
+          finish_run(comm, meters, stack, reference, loss, data.test, options.evaluate, mine, out);
+      !ok)
     return ok.error();
-  out.params.assign(stack.params().begin(), stack.params().end());
-  if (options.evaluate && rank == 0 && data.test.size() > 0) {
-    std::copy(stack.params().begin(), stack.params().end(), reference.params().begin());
-    const auto eval = model::evaluate(reference, loss, data.test);
-    out.test_accuracy = eval.accuracy;
-    out.test_loss = eval.loss;
-  }
   return out;
 }
 

@@ -341,8 +341,7 @@ result<TrainResult> train_parameter_server(collective::Communicator& comm,
   out.ps.workers = job.workers;
   RankStats mine;
   mine.rank = rank;
-  const double comm_before = comm.comm_seconds();
-  const double cpu_before = cpu_seconds_now();
+  const auto meters = RunMeters::now(comm);
   const auto wall_before = Clock::now();
   if (rank == 0) {
     auto served = serve(comm, job, reference.layout(), stack.params(), *optimizer);
@@ -358,19 +357,10 @@ result<TrainResult> train_parameter_server(collective::Communicator& comm,
     out.final_train_loss = worked->final_train_loss;
   }
   mine.wall_seconds = std::chrono::duration<double>(Clock::now() - wall_before).count();
-  mine.cpu_seconds = cpu_seconds_now() - cpu_before;
-  mine.comm_seconds = comm.comm_seconds() - comm_before;
-  mine.peak_rss_mb = peak_rss_mb();
-  mine.param_crc32 = crc32(std::as_bytes(stack.params()));
-  if (auto ok = gather_rank_stats(comm, mine, out); !ok)
+  if (auto ok =
+          finish_run(comm, meters, stack, reference, loss, data.test, options.evaluate, mine, out);
+      !ok)
     return ok.error();
-  out.params.assign(stack.params().begin(), stack.params().end());
-  if (options.evaluate && rank == 0 && data.test.size() > 0) {
-    std::copy(stack.params().begin(), stack.params().end(), reference.params().begin());
-    const auto eval = model::evaluate(reference, loss, data.test);
-    out.test_accuracy = eval.accuracy;
-    out.test_loss = eval.loss;
-  }
   return out;
 }
 

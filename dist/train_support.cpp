@@ -7,7 +7,9 @@
 #include <sys/resource.h>
 
 #include "collective/collectives.hpp"
+#include "model/trainer.hpp"
 #include "util/assert.hpp"
+#include "util/checksum.hpp"
 #include "util/rng.hpp"
 
 namespace fedcore::dist {
@@ -84,6 +86,30 @@ result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& 
     out.wall_seconds = std::max(out.wall_seconds, t[1]);
   }
   out.samples_per_second = out.wall_seconds > 0 ? out.samples / out.wall_seconds : 0;
+  return {};
+}
+
+RunMeters RunMeters::now(const collective::Communicator& comm) {
+  return {cpu_seconds_now(), comm.comm_seconds()};
+}
+
+result<void> finish_run(collective::Communicator& comm, const RunMeters& started,
+                        const LayerStack& stack, model::Model& reference, model::LossKind loss,
+                        const data::Dataset& test, bool evaluate, RankStats& mine,
+                        TrainResult& out) {
+  mine.cpu_seconds = cpu_seconds_now() - started.cpu_seconds;
+  mine.comm_seconds = comm.comm_seconds() - started.comm_seconds;
+  mine.peak_rss_mb = peak_rss_mb();
+  mine.param_crc32 = crc32(std::as_bytes(stack.params()));
+  if (auto ok = gather_rank_stats(comm, mine, out); !ok)
+    return ok.error();
+  out.params.assign(stack.params().begin(), stack.params().end());
+  if (evaluate && comm.rank() == 0 && test.size() > 0) {
+    std::copy(stack.params().begin(), stack.params().end(), reference.params().begin());
+    const auto eval = model::evaluate(reference, loss, test);
+    out.test_accuracy = eval.accuracy;
+    out.test_loss = eval.loss;
+  }
   return {};
 }
 

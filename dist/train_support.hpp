@@ -12,6 +12,8 @@
 #include "data/dataset.hpp"
 #include "dist/data_parallel.hpp"
 #include "dist/layer_stack.hpp"
+#include "model/loss.hpp"
+#include "model/model.hpp"
 
 namespace fedcore::dist {
 
@@ -49,5 +51,22 @@ class ShardedBatches {
 // out.wall_seconds (slowest rank) and out.samples_per_second. Errors: the allgather's.
 result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& mine,
                                TrainResult& out);
+
+// This rank's CPU and communication meters at the start of the training loop.
+struct RunMeters {
+  double cpu_seconds = 0;
+  double comm_seconds = 0;
+  static RunMeters now(const collective::Communicator& comm);
+};
+
+// The end of every data-parallel trainer: completes `mine` (CPU and communication time
+// since `started`, peak RSS, CRC-32 of the final parameters), gathers every rank's
+// statistics into `out` (gather_rank_stats), copies this rank's parameters into
+// out.params and, on rank 0 when `evaluate`, tests them through `reference` on `test`.
+// The caller has set mine.rank, mine.wall_seconds and mine.samples. Errors: the gather's.
+result<void> finish_run(collective::Communicator& comm, const RunMeters& started,
+                        const LayerStack& stack, model::Model& reference, model::LossKind loss,
+                        const data::Dataset& test, bool evaluate, RankStats& mine,
+                        TrainResult& out);
 
 }  // namespace fedcore::dist

@@ -10,6 +10,7 @@
 
 #include "collective/collectives.hpp"
 #include "util/assert.hpp"
+#include "util/byte_codec.hpp"
 #include "util/checksum.hpp"
 
 namespace fedcore::dist {
@@ -25,19 +26,6 @@ constexpr std::size_t kFixedHeader = 8 + 4 + 4;
 constexpr std::size_t kMaxSection =
     32 + model::kMaxParamHeaderBytes + model::kMaxParamCount * sizeof(float) + 4;
 constexpr std::size_t kMaxCheckpointBytes = kFixedHeader + 2 * (8 + kMaxSection) + 4;
-
-template <class T>
-void put(std::vector<std::byte>& out, const T& value) {
-  const auto* p = reinterpret_cast<const std::byte*>(&value);
-  out.insert(out.end(), p, p + sizeof(T));
-}
-
-template <class T>
-T get(const std::byte* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
 
 void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
   put(out, static_cast<std::uint64_t>(bytes.size()));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/assert.hpp"
+#include "util/byte_codec.hpp"
 #include "util/checksum.hpp"
 
 namespace fedcore::model {
@@ -22,19 +23,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kMagic[8] = {'F', 'C', 'P', 'A', 'R', 'A', 'M', 'S'};
 constexpr std::size_t kFixedHeader = 8 + 4 + 4 + 8 + 8;
-
-template <class T>
-void put(std::vector<std::byte>& out, const T& value) {
-  const auto* p = reinterpret_cast<const std::byte*>(&value);
-  out.insert(out.end(), p, p + sizeof(T));
-}
-
-template <class T>
-T get(const std::byte* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
 
 std::string os_error(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);

@@ -115,8 +115,8 @@ TEST(CrashResume, ServerKilledMidRunResumesFromTheLastCommittedRound) {
            << R"("tls":{"ca":")" << pki.ca() << R"(","cert":")" << pki.server_cert()
            << R"(","key":")" << pki.server_key() << R"(","crl":")" << pki.crl() << R"("}})";
     std::ofstream run(dir.path("run.json"));
-    run << R"({"name":"crash","model":{"type":"mlp","hidden":[64]},"rounds":10,"clients_per_round":3,
-      "min_clients":3,"local_epochs":8,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.05},"round_timeout_s":30,
+    run << R"({"name":"crash","model":{"type":"mlp","hidden":[64]},"rounds":30,"clients_per_round":3,
+      "min_clients":3,"local_epochs":24,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.05},"round_timeout_s":30,
       "wait_for_clients_s":30,"seed":5})";
   }
   const std::vector<std::string> first_start{"--config", dir.path("server.json"), "--run",
@@ -149,21 +149,30 @@ TEST(CrashResume, ServerKilledMidRunResumesFromTheLastCommittedRound) {
   }
 
   std::int64_t high_water = 0;
-  // Kill points: right after rounds 2, 5 and 7 commit, at different offsets into the
-  // next round (0, 15 and 40 ms: before, during and after the clients' training).
+  // Kill points: once rounds 2, 5 and 7 have committed, at different offsets into the
+  // next round (0, 15 and 40 ms: before, during and after the clients' training). Rounds
+  // take milliseconds, so each kill also waits for a round that the *current* server
+  // committed (one past what the previous server left): otherwise, when this thread
+  // lags, a kill could land on a server still starting up, or after the run ended. The
+  // run has 30 rounds so that it is still going at the third kill.
   const std::pair<std::int64_t, int> kills[] = {{2, 0}, {5, 15}, {7, 40}};
+  std::int64_t left_by_previous = 0;
   for (const auto& [after_round, delay_ms] : kills) {
+    const auto target = std::max(after_round, left_by_previous + 1);
     const auto seen = watch_rounds(
-        db, high_water, [&](std::int64_t r) { return r >= after_round; }, std::chrono::seconds(90));
-    ASSERT_GE(seen, after_round) << "the run stalled before round " << after_round;
+        db, high_water, [&](std::int64_t r) { return r >= target; }, std::chrono::seconds(90));
+    ASSERT_GE(seen, target) << "the run stalled before round " << target;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(delay_ms));  // the kill's offset into the round
     server->kill_now();
+    left_by_previous = watch_rounds(
+        db, high_water, [](std::int64_t) { return true; }, std::chrono::seconds(10));
+    ASSERT_LT(left_by_previous, 30) << "the run ended before the kill";
     server = std::make_unique<ServerProcess>(restart, log);
   }
   const auto final_round = watch_rounds(
-      db, high_water, [](std::int64_t r) { return r >= 10; }, std::chrono::seconds(120));
-  EXPECT_EQ(final_round, 10);
+      db, high_water, [](std::int64_t r) { return r >= 30; }, std::chrono::seconds(120));
+  EXPECT_EQ(final_round, 30);
   // A clean stop: SIGTERM ends the process within its bound, with status 0.
   EXPECT_EQ(server->terminate(std::chrono::seconds(15)), 0);
   for (auto& d : daemons) {
@@ -187,12 +196,12 @@ TEST(CrashResume, ServerKilledMidRunResumesFromTheLastCommittedRound) {
       committed.push_back(r.round);
     }
   }
-  std::vector<std::int64_t> expected(10);
+  std::vector<std::int64_t> expected(30);
   std::iota(expected.begin(), expected.end(), 1);
   EXPECT_EQ(committed, expected) << "every round committed exactly once, in order";
   auto checkpoints = history->list_checkpoints(1);
   ASSERT_TRUE(checkpoints);
-  ASSERT_EQ(checkpoints->size(), 10u);
+  ASSERT_EQ(checkpoints->size(), 30u);
   for (const auto& c : *checkpoints) {
     std::ifstream in(c.ref.path, std::ios::binary);
     ASSERT_TRUE(in) << c.ref.path;

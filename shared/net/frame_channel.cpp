@@ -128,7 +128,8 @@ template <class Stream>
 FrameChannel<Stream>& FrameChannel<Stream>::operator=(FrameChannel&&) noexcept = default;
 
 template <class Stream>
-asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame() {
+asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
+    std::vector<std::byte> spare) {
   Impl& s = *impl_;
   FEDCORE_ASSERT(!s.reading, "FrameChannel: two reads in flight");
   s.reading = true;
@@ -194,6 +195,9 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame() {
   protocol::Frame frame;
   frame.type = header->type;
   frame.metadata.resize(header->metadata_length);
+  if (spare.capacity() >= header->payload_length) {
+    frame.payload = std::move(spare);  // shrinking or growing within capacity: no new pages
+  }
   frame.payload.resize(header->payload_length);
   const std::array<asio::mutable_buffer, 2> body{
       asio::buffer(frame.metadata.data(), frame.metadata.size()),

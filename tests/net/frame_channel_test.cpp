@@ -105,6 +105,45 @@ TEST(FrameChannel, RoundTripsFramesAndALargePayloadWithoutLoss) {
   EXPECT_EQ(sent_bytes, 3 * protocol::kFrameHeaderSize + 15 + 11 + 2 + params.size() * 4);
 }
 
+// A spare buffer that is large enough receives the payload (no fresh pages); one that is
+// too small is left alone. Either way the payload is exactly what was sent.
+TEST(FrameChannel, ReceivesIntoTheCallersSpareBufferWhenItIsLargeEnough) {
+  std::vector<std::byte> first(4096, std::byte{1}), second(1000, std::byte{2}),
+      third(8192, std::byte{3});
+  std::vector<protocol::Frame> received;
+  const std::byte* spare_data = nullptr;
+  bool first_in_spare = false, second_in_spare = false, third_in_spare = true;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s), {});
+        std::vector<std::byte> spare(6000, std::byte{9});
+        for (bool* reused : {&first_in_spare, &second_in_spare, &third_in_spare}) {
+          spare_data = spare.data();
+          auto frame = co_await channel.read_frame(std::move(spare));
+          EXPECT_TRUE(frame) << frame.error().to_string();
+          if (!frame) {
+            co_return;
+          }
+          *reused = frame->payload.data() == spare_data;
+          received.push_back(*frame);
+          spare = std::move(frame->payload);
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s), {});
+        for (const auto* payload : {&first, &second, &third}) {
+          EXPECT_TRUE(co_await channel.write_frame(MessageType::update, "{}", *payload));
+        }
+      });
+  ASSERT_EQ(received.size(), 3u);
+  EXPECT_TRUE(first_in_spare);
+  EXPECT_TRUE(second_in_spare);  // the first frame's payload, 6000 bytes of capacity
+  EXPECT_FALSE(third_in_spare);  // 8192 bytes do not fit
+  EXPECT_EQ(received[0].payload, first);
+  EXPECT_EQ(received[1].payload, second);
+  EXPECT_EQ(received[2].payload, third);
+}
+
 TEST(FrameChannel, SilentPeerHitsTheIdleDeadline) {
   std::optional<error> failure;
   Clock::duration waited{};

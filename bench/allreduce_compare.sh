@@ -2,7 +2,9 @@
 # Allreduce bus bandwidth, side by side in one run: fedcore's ring over TCP and TLS,
 # OpenMPI's MPI_Allreduce over the TCP BTL, gloo's ring allreduce over TCP; 2 and 4
 # ranks on 127.0.0.1, 4 KiB .. 64 MiB. Prints the raw lines and a markdown table.
-#   bench/allreduce_compare.sh [BUILD_DIR] [RANKS...]
+#   [REPEATS=3] bench/allreduce_compare.sh [BUILD_DIR] [RANKS...]
+# Each implementation runs REPEATS times, interleaved with the others, and the table shows
+# the median per size: single runs on a shared 2-core VM move by ±30% from one to the next.
 # OpenMPI and gloo are skipped with a note when not installed (scripts/setup.sh --bench).
 set -euo pipefail
 build=${1:-build/release}
@@ -16,29 +18,35 @@ trap 'rm -rf "$work"' EXIT
 "$here/../certs/fedcore-pki" --dir "$work/pki" server fedcore-server >/dev/null
 "$here/../certs/fedcore-pki" --dir "$work/pki" client rank-peer >/dev/null
 out="$work/results.txt"
-for n in "${ranks[@]}"; do
-  "$build/bench/allreduce_bench" --ranks "$n" --transport tcp | tee -a "$out"
-  "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" | tee -a "$out"
-  if [[ -x $build/bench/allreduce_mpi_bench ]] && command -v mpirun >/dev/null; then
-    mpirun --allow-run-as-root --oversubscribe -n "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
-      "$build/bench/allreduce_mpi_bench" | tee -a "$out"
-  else
-    echo "allreduce_compare: OpenMPI not built/installed, skipping" >&2
-  fi
-  if [[ -x $build/bench/allreduce_gloo_bench ]]; then
-    "$build/bench/allreduce_gloo_bench" --ranks "$n" | tee -a "$out"
-  else
-    echo "allreduce_compare: gloo not built/installed, skipping" >&2
-  fi
+repeats=${REPEATS:-3}
+for ((repeat = 1; repeat <= repeats; repeat++)); do
+  for n in "${ranks[@]}"; do
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tcp | tee -a "$out"
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" | tee -a "$out"
+    if [[ -x $build/bench/allreduce_mpi_bench ]] && command -v mpirun >/dev/null; then
+      mpirun --allow-run-as-root --oversubscribe -n "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
+        "$build/bench/allreduce_mpi_bench" | tee -a "$out"
+    else
+      echo "allreduce_compare: OpenMPI not built/installed, skipping" >&2
+    fi
+    if [[ -x $build/bench/allreduce_gloo_bench ]]; then
+      "$build/bench/allreduce_gloo_bench" --ranks "$n" | tee -a "$out"
+    else
+      echo "allreduce_compare: gloo not built/installed, skipping" >&2
+    fi
+  done
 done
 python3 - "$out" <<'PY'
-import re, sys
+import re, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     m = re.match(r"allreduce (\S+) ranks=(\d+) bytes=(\d+) seconds=\S+ busbw_gbps=(\S+)", line)
     if m:
-        rows.setdefault((int(m[2]), int(m[3])), {})[m[1]] = float(m[4])
+        rows.setdefault((int(m[2]), int(m[3])), {}).setdefault(m[1], []).append(float(m[4]))
+runs = max(len(x) for v in rows.values() for x in v.values())
+rows = {k: {i: statistics.median(x) for i, x in v.items()} for k, v in rows.items()}
 impls = ["fedcore-tcp", "fedcore-tls", "openmpi-tcp", "gloo-ring-tcp"]
+print(f"\nmedian of {runs} runs per implementation and size")
 print("\n| ranks | size | " + " | ".join(f"{i} GB/s" for i in impls) + " | tcp/mpi | tcp/gloo | tls/mpi | tls/gloo |")
 print("|---|---|" + "---|" * (len(impls) + 4))
 def ratio(a, b):

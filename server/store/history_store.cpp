@@ -346,6 +346,42 @@ result<void> require_run(Database& db, std::int64_t run_id, const std::string& w
   return {};
 }
 
+// The rows `sql` selects for run `run_id` (bound as ?1), each read by `read`. An empty
+// answer is fine for a run that exists and not_found for one that does not.
+template <class T, class Read>
+result<std::vector<T>> rows_of_run(Database& db, std::int64_t run_id, const std::string& what,
+                                   Sql sql, Read read) {
+  auto s = db.prepare(sql);
+  if (!s) {
+    return in(what, s.error());
+  }
+  s->bind_int64(1, run_id);
+  auto rows = read_all<T>(*s, read);
+  if (!rows) {
+    return in(what, rows.error());
+  }
+  if (rows->empty()) {
+    if (auto known = require_run(db, run_id, what); !known) {
+      return known.error();
+    }
+  }
+  return rows;
+}
+
+// The first of those rows, if any (for queries that select at most one).
+template <class T, class Read>
+result<std::optional<T>> first_row_of_run(Database& db, std::int64_t run_id,
+                                          const std::string& what, Sql sql, Read read) {
+  auto rows = rows_of_run<T>(db, run_id, what, sql, read);
+  if (!rows) {
+    return rows.error();
+  }
+  if (rows->empty()) {
+    return std::optional<T>();
+  }
+  return std::optional<T>(std::move(rows->front()));
+}
+
 }  // namespace
 
 // ---- Opening
@@ -767,49 +803,20 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
 }
 
 result<std::optional<RoundRecord>> HistoryStore::last_committed_round(std::int64_t run_id) {
-  const std::string what = cat("cannot read the last round of run ", run_id);
-  auto s = db_.prepare("SELECT " FEDCORE_ROUND_COLUMNS
-                       "FROM rounds AS d JOIN runs AS u ON u.id = d.run_id "
-                       "WHERE d.run_id = ?1 AND d.round = u.last_round AND d.state = 'committed'");
-  if (!s) {
-    return in(what, s.error());
-  }
-  s->bind_int64(1, run_id);
-  auto stepped = s->step();
-  if (!stepped) {
-    return in(what, stepped.error());
-  }
-  if (*stepped == StepResult::row) {
-    auto round = read_round(*s);
-    if (!round) {
-      return in(what, round.error());
-    }
-    return std::optional<RoundRecord>(std::move(*round));
-  }
-  if (auto known = require_run(db_, run_id, what); !known) {
-    return known.error();
-  }
-  return std::optional<RoundRecord>();
+  return first_row_of_run<RoundRecord>(
+      db_, run_id, cat("cannot read the last round of run ", run_id),
+      "SELECT " FEDCORE_ROUND_COLUMNS
+      "FROM rounds AS d JOIN runs AS u ON u.id = d.run_id "
+      "WHERE d.run_id = ?1 AND d.round = u.last_round AND d.state = 'committed'",
+      read_round);
 }
 
 result<std::vector<RoundRecord>> HistoryStore::list_rounds(std::int64_t run_id) {
-  const std::string what = cat("cannot list the rounds of run ", run_id);
-  auto s = db_.prepare("SELECT " FEDCORE_ROUND_COLUMNS
-                       "FROM rounds AS d WHERE d.run_id = ?1 ORDER BY d.round, d.attempt");
-  if (!s) {
-    return in(what, s.error());
-  }
-  s->bind_int64(1, run_id);
-  auto rows = read_all<RoundRecord>(*s, read_round);
-  if (!rows) {
-    return in(what, rows.error());
-  }
-  if (rows->empty()) {
-    if (auto known = require_run(db_, run_id, what); !known) {
-      return known.error();
-    }
-  }
-  return rows;
+  return rows_of_run<RoundRecord>(
+      db_, run_id, cat("cannot list the rounds of run ", run_id),
+      "SELECT " FEDCORE_ROUND_COLUMNS
+      "FROM rounds AS d WHERE d.run_id = ?1 ORDER BY d.round, d.attempt",
+      read_round);
 }
 
 result<std::vector<ClientResult>> HistoryStore::list_client_results(
@@ -863,44 +870,18 @@ result<std::vector<ClientResult>> HistoryStore::list_client_results(
 // ---- Checkpoints
 
 result<std::optional<CheckpointRecord>> HistoryStore::latest_checkpoint(std::int64_t run_id) {
-  const std::string what = cat("cannot read the latest checkpoint of run ", run_id);
-  auto s = db_.prepare("SELECT " FEDCORE_CHECKPOINT_COLUMNS
-                       "FROM checkpoints WHERE run_id = ?1 ORDER BY round DESC LIMIT 1");
-  if (!s) {
-    return in(what, s.error());
-  }
-  s->bind_int64(1, run_id);
-  auto stepped = s->step();
-  if (!stepped) {
-    return in(what, stepped.error());
-  }
-  if (*stepped == StepResult::row) {
-    return std::optional<CheckpointRecord>(read_checkpoint(*s));
-  }
-  if (auto known = require_run(db_, run_id, what); !known) {
-    return known.error();
-  }
-  return std::optional<CheckpointRecord>();
+  return first_row_of_run<CheckpointRecord>(
+      db_, run_id, cat("cannot read the latest checkpoint of run ", run_id),
+      "SELECT " FEDCORE_CHECKPOINT_COLUMNS
+      "FROM checkpoints WHERE run_id = ?1 ORDER BY round DESC LIMIT 1",
+      read_checkpoint);
 }
 
 result<std::vector<CheckpointRecord>> HistoryStore::list_checkpoints(std::int64_t run_id) {
-  const std::string what = cat("cannot list the checkpoints of run ", run_id);
-  auto s = db_.prepare("SELECT " FEDCORE_CHECKPOINT_COLUMNS
-                       "FROM checkpoints WHERE run_id = ?1 ORDER BY round");
-  if (!s) {
-    return in(what, s.error());
-  }
-  s->bind_int64(1, run_id);
-  auto rows = read_all<CheckpointRecord>(*s, read_checkpoint);
-  if (!rows) {
-    return in(what, rows.error());
-  }
-  if (rows->empty()) {
-    if (auto known = require_run(db_, run_id, what); !known) {
-      return known.error();
-    }
-  }
-  return rows;
+  return rows_of_run<CheckpointRecord>(
+      db_, run_id, cat("cannot list the checkpoints of run ", run_id),
+      "SELECT " FEDCORE_CHECKPOINT_COLUMNS "FROM checkpoints WHERE run_id = ?1 ORDER BY round",
+      read_checkpoint);
 }
 
 result<std::vector<std::string>> HistoryStore::referenced_checkpoint_paths() {

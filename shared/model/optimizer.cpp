@@ -69,10 +69,26 @@ void import_buffer(const OptimizerState::Buffer& buffer, AlignedVector<float>& v
   std::copy(buffer.values.begin(), buffer.values.end(), values.begin());
 }
 
-class Sgd final : public Optimizer {
+// What both optimizers share: their configuration, whose learning rate a schedule may
+// change between steps.
+class ConfiguredOptimizer : public Optimizer {
+ public:
+  explicit ConfiguredOptimizer(const OptimizerConfig& config) : config_(config) {}
+
+  float learning_rate() const noexcept final { return config_.learning_rate; }
+  void set_learning_rate(float lr) final {
+    FEDCORE_ASSERT(lr > 0 && std::isfinite(lr), "learning rate must be positive");
+    config_.learning_rate = lr;
+  }
+
+ protected:
+  OptimizerConfig config_;
+};
+
+class Sgd final : public ConfiguredOptimizer {
  public:
   Sgd(const OptimizerConfig& config, std::size_t n)
-      : config_(config), size_(n), velocity_(config.momentum > 0 ? n : 0) {}
+      : ConfiguredOptimizer(config), size_(n), velocity_(config.momentum > 0 ? n : 0) {}
 
   void step(std::span<float> params, std::span<const float> grads) override {
     FEDCORE_ASSERT(params.size() == grads.size(), "Sgd::step: size mismatch");
@@ -129,28 +145,20 @@ class Sgd final : public Optimizer {
     return {};
   }
 
-  float learning_rate() const noexcept override {
-    return config_.learning_rate;
-  }
-  void set_learning_rate(float lr) override {
-    FEDCORE_ASSERT(lr > 0 && std::isfinite(lr), "learning rate must be positive");
-    config_.learning_rate = lr;
-  }
-
  private:
   bool has_velocity() const noexcept {
     return config_.momentum > 0;
   }
 
-  OptimizerConfig config_;
   std::size_t size_;
   AlignedVector<float> velocity_;
   std::int64_t steps_ = 0;
 };
 
-class Adam final : public Optimizer {
+class Adam final : public ConfiguredOptimizer {
  public:
-  Adam(const OptimizerConfig& config, std::size_t n) : config_(config), m_(n, 0.0f), s_(n, 0.0f) {}
+  Adam(const OptimizerConfig& config, std::size_t n)
+      : ConfiguredOptimizer(config), m_(n, 0.0f), s_(n, 0.0f) {}
 
   void step(std::span<float> params, std::span<const float> grads) override {
     FEDCORE_ASSERT(params.size() == grads.size() && params.size() == m_.size(),
@@ -198,16 +206,7 @@ class Adam final : public Optimizer {
     return {};
   }
 
-  float learning_rate() const noexcept override {
-    return config_.learning_rate;
-  }
-  void set_learning_rate(float lr) override {
-    FEDCORE_ASSERT(lr > 0 && std::isfinite(lr), "learning rate must be positive");
-    config_.learning_rate = lr;
-  }
-
  private:
-  OptimizerConfig config_;
   AlignedVector<float> m_;
   AlignedVector<float> s_;
   std::int64_t t_ = 0;

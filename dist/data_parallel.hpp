@@ -86,6 +86,7 @@ struct RankStats {
   double peak_rss_mb = 0;         // this process's peak resident set
   double samples = 0;             // samples this rank trained on
   std::uint32_t param_crc32 = 0;  // of the final parameters
+  std::uint64_t cpu_mask = 0;     // CPUs 0..51 this process may run on (bit i = CPU i)
 };
 
 // Parameter-server statistics, kept by the server (rank 0).

@@ -1,7 +1,9 @@
 #include "dist/launcher.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -22,7 +24,17 @@ int exit_code(int status) {
   return 1;
 }
 
-pid_t spawn(const std::string& exe, const std::vector<std::string>& args) {
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string text;
+  for (int cpu : cpus)
+    text += (text.empty() ? "" : ",") + std::to_string(cpu);
+  return text;
+}
+
+// Forks and execs a worker, bound to `cpus` unless that is empty. The mask is set before
+// exec so that every thread the worker ever starts (OpenMP, OpenBLAS) inherits it.
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
+            const std::vector<int>& cpus) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0)
@@ -31,6 +43,14 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent)
     _exit(126);
+  if (!cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : cpus)
+      CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+      std::perror("fedcore-dist launch: sched_setaffinity (worker left unbound)");
+  }
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const auto& a : args)
@@ -70,13 +90,21 @@ int attempt(const LaunchOptions& o) {
     return 1;
   }
   const std::string rendezvous = o.host + ":" + std::to_string(port);
+  const auto blocks = cpu_blocks(o.nproc, o.binding, allowed_cpus());
+  if (o.nproc > 1 && !blocks.front().empty()) {
+    std::string placement;
+    for (const auto& block : blocks)
+      placement += (placement.empty() ? "" : " | ") + cpu_list(block);
+    std::fprintf(stderr, "fedcore-dist launch: ranks bound to CPUs %s (--bind none to unbind)\n",
+                 placement.c_str());
+  }
   std::vector<pid_t> running;
   for (int rank = 0; rank < o.nproc; ++rank) {
     std::vector<std::string> args{
         "worker",       "--rank",  std::to_string(rank), "--world", std::to_string(o.nproc),
         "--rendezvous", rendezvous};
     args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
-    const pid_t pid = spawn(o.executable, args);
+    const pid_t pid = spawn(o.executable, args, blocks[static_cast<std::size_t>(rank)]);
     if (pid < 0) {
       std::perror("fedcore-dist launch: fork");
       stop_all(running, o.stop_grace);
@@ -105,6 +133,33 @@ int attempt(const LaunchOptions& o) {
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> cpu_blocks(int nproc, CpuBinding binding,
+                                         const std::vector<int>& allowed) {
+  std::vector<std::vector<int>> blocks(static_cast<std::size_t>(std::max(nproc, 0)));
+  const auto cpus = static_cast<int>(allowed.size());
+  if (binding == CpuBinding::none || nproc <= 0 || nproc > cpus)
+    return blocks;
+  const int per_rank = cpus / nproc;
+  for (int rank = 0; rank < nproc; ++rank) {
+    const auto first = allowed.begin() + rank * per_rank;
+    blocks[static_cast<std::size_t>(rank)].assign(first, first + per_rank);
+  }
+  return blocks;
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set))
+      cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 int pick_free_port(const std::string& host) {
   boost::asio::io_context io;

@@ -16,8 +16,17 @@
 
 namespace fedcore::dist {
 
+// How the launcher places workers on CPUs. `automatic` (the default) gives each rank its
+// own equal block of the CPUs the launcher may use, when there are at least as many CPUs
+// as ranks (OpenMPI binds the same way by default): lockstep ranks then keep their caches
+// and never queue behind each other on one core. Every thread a worker starts inherits
+// its block, so --threads above the block size share it. With more ranks than CPUs, or
+// `none`, workers float wherever the kernel puts them.
+enum class CpuBinding { automatic, none };
+
 struct LaunchOptions {
   int nproc = 1;
+  CpuBinding binding = CpuBinding::automatic;
   int max_restarts = 0;
   std::string executable;                // this program (/proc/self/exe)
   std::vector<std::string> worker_args;  // job options passed to every worker
@@ -28,6 +37,14 @@ struct LaunchOptions {
 // Returns the process exit status: 0 success; otherwise the failing worker's code (or
 // 128 + signal), after the last allowed attempt.
 int launch(const LaunchOptions& options);
+
+// The CPUs each of `nproc` ranks is bound to under `binding`, drawn from `allowed` (the
+// launcher's own affinity, in order); an empty list means "not bound".
+std::vector<std::vector<int>> cpu_blocks(int nproc, CpuBinding binding,
+                                         const std::vector<int>& allowed);
+
+// The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus();
 
 // A free TCP port on `host` (bound and released; another process may take it first).
 int pick_free_port(const std::string& host);

@@ -1,9 +1,9 @@
 // fedcore-dist: in-datacenter synchronous (and asynchronous) training (docs/dist.md).
 //
-//   fedcore-dist launch --nproc N [--max-restarts K] -- <job options>
+//   fedcore-dist launch --nproc N [--max-restarts K] [--bind auto|none] -- <job options>
 //   fedcore-dist worker --rank R --world N --rendezvous HOST:PORT <job options>
 //   mpirun -n N fedcore-dist worker --backend mpi <job options>
-//   fedcore-dist scale --nprocs 1,2 --out DIR -- <job options>
+//   fedcore-dist scale --nprocs 1,2 --out DIR [--bind auto|none] -- <job options>
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -185,6 +185,14 @@ int main(int argc, char** argv) {
   auto* launch = app.add_subcommand("launch", "start N local workers -- <job options>");
   launch->add_option("--nproc", launch_options.nproc)->required()->check(CLI::Range(1, 1024));
   launch->add_option("--max-restarts", launch_options.max_restarts);
+  std::string binding = "auto";
+  const auto add_binding = [&binding](CLI::App& command) {
+    command
+        .add_option("--bind", binding,
+                    "auto: each worker on its own block of CPUs when there are enough; none")
+        ->check(CLI::IsMember({"auto", "none"}));
+  };
+  add_binding(*launch);
 
   std::string nprocs = "1,2";
   std::string out_dir = ".";
@@ -192,6 +200,7 @@ int main(int argc, char** argv) {
       "scale", "run the job on several world sizes and compare -- <job options>");
   scale->add_option("--nprocs", nprocs, "comma-separated world sizes");
   scale->add_option("--out", out_dir, "folder for run-N.json, scaling.json, scaling.svg");
+  add_binding(*scale);
 
   try {
     app.parse(args);
@@ -233,6 +242,7 @@ int main(int argc, char** argv) {
     }
     return run_worker(flags.worker);
   }
+  launch_options.binding = binding == "none" ? CpuBinding::none : CpuBinding::automatic;
   launch_options.executable = "/proc/self/exe";
   launch_options.worker_args = job_args;
   if (launch->parsed())

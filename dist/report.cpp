@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <span>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "dist/train_support.hpp"
 #include "model/param_io.hpp"
 
 namespace fedcore::dist {
@@ -16,6 +18,11 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport,
   bool identical = true;
   for (const auto& s : r.ranks) {
     identical = identical && s.param_crc32 == r.ranks.front().param_crc32;
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < kMaskedCpus; ++cpu) {
+      if ((s.cpu_mask >> cpu) & 1)
+        cpus.push_back(cpu);
+    }
     ranks.push_back({{"rank", s.rank},
                      {"wall_seconds", s.wall_seconds},
                      {"cpu_seconds", s.cpu_seconds},
@@ -23,7 +30,8 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport,
                      {"comm_share", s.wall_seconds > 0 ? s.comm_seconds / s.wall_seconds : 0.0},
                      {"peak_rss_mb", s.peak_rss_mb},
                      {"samples", s.samples},
-                     {"param_crc32", s.param_crc32}});
+                     {"param_crc32", s.param_crc32},
+                     {"cpus", cpus}});
   }
   const char* mode = r.async == AsyncMode::parameter_server ? "ps-asgd"
                      : o.easgd_alpha > 0                    ? "easgd"

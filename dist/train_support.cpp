@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <sched.h>
 #include <span>
 #include <sys/resource.h>
 
@@ -19,6 +20,19 @@ double cpu_seconds_now() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
          usage.ru_stime.tv_usec * 1e-6;
+}
+
+std::uint64_t cpu_mask() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return 0;
+  std::uint64_t mask = 0;
+  for (int cpu = 0; cpu < kMaskedCpus; ++cpu) {
+    if (CPU_ISSET(cpu, &set))
+      mask |= std::uint64_t{1} << cpu;
+  }
+  return mask;
 }
 
 double peak_rss_mb() {
@@ -62,12 +76,12 @@ void ShardedBatches::fill(std::size_t step, int slot, Matrix& batch,
 
 result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& mine,
                                TrainResult& out) {
-  // Everyone's statistics, as doubles (the CRC fits exactly).
-  constexpr std::size_t kFields = 7;
+  // Everyone's statistics, as doubles (the CRC and a 52-bit CPU mask fit exactly).
+  constexpr std::size_t kFields = 8;
   const int world = comm.size();
-  std::array<double, kFields> row{double(mine.rank),       mine.wall_seconds, mine.cpu_seconds,
-                                  mine.comm_seconds,       mine.peak_rss_mb,  mine.samples,
-                                  double(mine.param_crc32)};
+  std::array<double, kFields> row{double(mine.rank),        mine.wall_seconds,    mine.cpu_seconds,
+                                  mine.comm_seconds,        mine.peak_rss_mb,     mine.samples,
+                                  double(mine.param_crc32), double(mine.cpu_mask)};
   std::vector<double> table(kFields * world);
   if (auto ok =
           collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
@@ -80,8 +94,8 @@ result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& 
   out.wall_seconds = 0;
   for (int r = 0; r < world; ++r) {
     const double* t = table.data() + r * kFields;
-    out.ranks.push_back(
-        {static_cast<int>(t[0]), t[1], t[2], t[3], t[4], t[5], static_cast<std::uint32_t>(t[6])});
+    out.ranks.push_back({static_cast<int>(t[0]), t[1], t[2], t[3], t[4], t[5],
+                         static_cast<std::uint32_t>(t[6]), static_cast<std::uint64_t>(t[7])});
     out.samples += t[5];
     out.wall_seconds = std::max(out.wall_seconds, t[1]);
   }
@@ -100,6 +114,7 @@ result<void> finish_run(collective::Communicator& comm, const RunMeters& started
   mine.cpu_seconds = cpu_seconds_now() - started.cpu_seconds;
   mine.comm_seconds = comm.comm_seconds() - started.comm_seconds;
   mine.peak_rss_mb = peak_rss_mb();
+  mine.cpu_mask = cpu_mask();
   mine.param_crc32 = crc32(std::as_bytes(stack.params()));
   if (auto ok = gather_rank_stats(comm, mine, out); !ok)
     return ok.error();

@@ -20,6 +20,10 @@ namespace fedcore::dist {
 // This process's user + system CPU seconds so far, and its peak resident set in MB.
 double cpu_seconds_now();
 double peak_rss_mb();
+// The CPUs among 0..kMaskedCpus-1 this process may run on, bit i for CPU i (a double
+// holds the mask exactly, so it travels with the other statistics).
+inline constexpr int kMaskedCpus = 52;
+std::uint64_t cpu_mask();
 
 // Disjoint shards that change every epoch. Each epoch the training set is shuffled by an
 // Rng seeded from (seed, epoch) — the same order on every rank — and cut into global

@@ -3,6 +3,7 @@
 // 127.0.0.1 and a slice of Fashion-MNIST.
 #include "dist/launcher.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "dist/train_support.hpp"
 #include "temp_dir.hpp"
 
 namespace fedcore::dist {
@@ -95,6 +97,42 @@ TEST(Launcher, TwoWorkersTrainAndReportIdenticalParameters) {
   EXPECT_GT(j["ranks"][1]["cpu_seconds"].get<double>(), 0.0);
   EXPECT_GT(j["ranks"][1]["peak_rss_mb"].get<double>(), 1.0);
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.3);  // ten classes: chance is 0.1
+  // Bound by default: with at least two CPUs, each rank has its own, none shared.
+  const auto allowed = allowed_cpus();
+  const auto cpus0 = j["ranks"][0]["cpus"].get<std::vector<int>>();
+  const auto cpus1 = j["ranks"][1]["cpus"].get<std::vector<int>>();
+  if (allowed.size() >= 2 && allowed.back() < kMaskedCpus) {
+    EXPECT_EQ(cpus0.size(), allowed.size() / 2);
+    EXPECT_EQ(cpus1.size(), allowed.size() / 2);
+    for (int cpu : cpus0)
+      EXPECT_EQ(std::count(cpus1.begin(), cpus1.end(), cpu), 0) << "CPU " << cpu << " shared";
+  }
+}
+
+TEST(Launcher, BindNoneLeavesEveryWorkerOnEveryCpu) {
+  testing::TempDir dir;
+  const std::string report = dir.path("run.json");
+  const int code = wait_exit(start(with({"launch", "--nproc", "2", "--bind", "none", "--"},
+                                        with(kSmallJob, {"--max-steps", "2", "--report", report}))),
+                             120s);
+  ASSERT_EQ(code, 0);
+  const auto j = read_json(report);
+  ASSERT_FALSE(j.is_discarded());
+  const auto allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  if (allowed.back() < kMaskedCpus) {
+    EXPECT_EQ(j["ranks"][0]["cpus"].get<std::vector<int>>(), allowed);
+    EXPECT_EQ(j["ranks"][1]["cpus"].get<std::vector<int>>(), allowed);
+  }
+}
+
+TEST(CpuBlocks, OneEqualBlockPerRankWhenThereAreEnoughCpus) {
+  using Blocks = std::vector<std::vector<int>>;
+  EXPECT_EQ(cpu_blocks(2, CpuBinding::automatic, {0, 1}), (Blocks{{0}, {1}}));
+  EXPECT_EQ(cpu_blocks(2, CpuBinding::automatic, {0, 1, 2, 3, 4}), (Blocks{{0, 1}, {2, 3}}));
+  EXPECT_EQ(cpu_blocks(1, CpuBinding::automatic, {3, 5}), (Blocks{{3, 5}}));
+  EXPECT_EQ(cpu_blocks(3, CpuBinding::automatic, {0, 1}), (Blocks{{}, {}, {}}));  // too few
+  EXPECT_EQ(cpu_blocks(2, CpuBinding::none, {0, 1}), (Blocks{{}, {}}));
 }
 
 // Rank 1 dies after step 3; rank 0 must notice through its collectives and exit with 3

@@ -334,6 +334,15 @@ class NetTransport final : public Transport {
   asio::awaitable<void> write_loop(int peer) {
     Link& link = *links_[peer];
     while (!link.outbox.empty()) {
+      if (!link.channel->is_open()) {
+        // Closed (aborted, or the transport is being destroyed): the posted buffers may
+        // belong to a caller that has already returned, so they are not touched again.
+        if (!link.failed)
+          link.failed = fail(errc::aborted, "link closed with sends pending");
+        pending_sends_ -= link.outbox.size();
+        link.outbox.clear();
+        break;
+      }
       const Outgoing& out = link.outbox.front();
       auto written =
           co_await link.channel->write_frame(MessageType::update, out.metadata, out.payload);

@@ -120,8 +120,10 @@ result<ParamBundle> decode_params(std::span<const std::byte> bytes, std::string_
   ParamBundle bundle;
   bundle.layout = std::move(*layout);
   bundle.params.resize(count);
-  std::memcpy(bundle.params.data(), bytes.data() + kFixedHeader + header_len,
-              count * sizeof(float));
+  if (count > 0) {  // an empty section (an optimizer without state) has no data pointer
+    std::memcpy(bundle.params.data(), bytes.data() + kFixedHeader + header_len,
+                count * sizeof(float));
+  }
   if (header.contains("metadata") && header["metadata"].is_object()) {
     bundle.metadata_json = header["metadata"].dump();
   }

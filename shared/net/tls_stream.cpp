@@ -244,6 +244,12 @@ asio::awaitable<TlsStream::IoResult> TlsStream::write_some(Core& c, Gather buffe
     const auto* data = static_cast<const unsigned char*>(buffers[i].data());
     std::size_t left = buffers[i].size();
     while (left > 0 && total < kWriteBudget) {
+      // A flush that finished just before the socket was closed resumes us without an
+      // error; the caller may already have given up on the operation and freed the
+      // buffer, so nothing more is read from it once the socket is gone.
+      if (!c.socket.is_open()) {
+        co_return IoResult{asio::error::operation_aborted, 0};
+      }
       ERR_clear_error();
       // After WANT_WRITE, OpenSSL wants the same bytes again: `data`, `left` and `total`
       // are unchanged, so `want` is too.

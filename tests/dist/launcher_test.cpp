@@ -106,6 +106,9 @@ TEST(Launcher, TwoWorkersTrainAndReportIdenticalParameters) {
     EXPECT_EQ(cpus1.size(), allowed.size() / 2);
     for (int cpu : cpus0)
       EXPECT_EQ(std::count(cpus1.begin(), cpus1.end(), cpu), 0) << "CPU " << cpu << " shared";
+    // --overlap auto: a communication thread only when it has a CPU besides the one
+    // compute thread.
+    EXPECT_EQ(j["overlap"], allowed.size() / 2 > 1);
   }
 }
 
@@ -124,6 +127,7 @@ TEST(Launcher, BindNoneLeavesEveryWorkerOnEveryCpu) {
     EXPECT_EQ(j["ranks"][0]["cpus"].get<std::vector<int>>(), allowed);
     EXPECT_EQ(j["ranks"][1]["cpus"].get<std::vector<int>>(), allowed);
   }
+  EXPECT_EQ(j["overlap"], allowed.size() > 1);
 }
 
 TEST(CpuBlocks, OneEqualBlockPerRankWhenThereAreEnoughCpus) {

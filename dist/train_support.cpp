@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
-#include <sched.h>
 #include <span>
 #include <sys/resource.h>
 
 #include "collective/collectives.hpp"
+#include "dist/launcher.hpp"
 #include "model/trainer.hpp"
 #include "util/assert.hpp"
 #include "util/checksum.hpp"
@@ -23,13 +23,9 @@ double cpu_seconds_now() {
 }
 
 std::uint64_t cpu_mask() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0)
-    return 0;
   std::uint64_t mask = 0;
-  for (int cpu = 0; cpu < kMaskedCpus; ++cpu) {
-    if (CPU_ISSET(cpu, &set))
+  for (int cpu : allowed_cpus()) {
+    if (cpu < kMaskedCpus)
       mask |= std::uint64_t{1} << cpu;
   }
   return mask;

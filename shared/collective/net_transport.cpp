@@ -19,6 +19,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
+#include "collective/shm_ring.hpp"
 #include "net/frame_channel.hpp"
 #include "tls/context.hpp"
 #include "util/assert.hpp"
@@ -34,19 +35,38 @@ constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 // are enforced by recv and wait_sends, not by the channel's idle timer.
 constexpr std::chrono::milliseconds kReaderIdle = std::chrono::hours(24 * 365);
 
-std::string encode_envelope(const Envelope& e) {
+// Payloads smaller than this always travel inline: for them the socket's copy costs
+// less than the placement's extra metadata.
+constexpr std::size_t kRingMinPayload = 1024;
+// A peer's ring offer larger than this is refused (it would be mapped here).
+constexpr std::size_t kRingMaxBytes = std::size_t{1} << 30;
+
+// The frame metadata of a message: its envelope, plus the payload's placement in the
+// shared-memory ring when the payload travels there instead of in the frame.
+std::string encode_envelope(const Envelope& e,
+                            const std::optional<ShmRing::Placement>& placement = {}) {
   nlohmann::json j = {{"job", e.job},      {"seq", e.seq},     {"op", static_cast<int>(e.op)},
                       {"tag", e.tag},      {"bytes", e.bytes}, {"segment", e.segment},
                       {"length", e.length}};
+  if (placement) {
+    j["ring_offset"] = placement->offset;
+    j["ring_end"] = placement->end;
+  }
   return j.dump();
 }
 
-result<Envelope> decode_envelope(const std::string& metadata) {
+struct DecodedMetadata {
+  Envelope envelope;
+  std::optional<ShmRing::Placement> placement;
+};
+
+result<DecodedMetadata> decode_envelope(const std::string& metadata) {
   auto j = nlohmann::json::parse(metadata, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return fail(errc::data_loss, "collective metadata is not JSON");
   try {
-    Envelope e;
+    DecodedMetadata d;
+    Envelope& e = d.envelope;
     e.job = j.at("job").get<std::string>();
     e.seq = j.at("seq").get<std::uint64_t>();
     e.op = static_cast<OpType>(j.at("op").get<int>());
@@ -54,10 +74,50 @@ result<Envelope> decode_envelope(const std::string& metadata) {
     e.bytes = j.at("bytes").get<std::uint64_t>();
     e.segment = j.at("segment").get<std::uint32_t>();
     e.length = j.at("length").get<std::uint64_t>();
-    return e;
+    if (j.contains("ring_offset")) {
+      d.placement = ShmRing::Placement{j.at("ring_offset").get<std::uint64_t>(),
+                                       j.at("ring_end").get<std::uint64_t>()};
+    }
+    return d;
   } catch (const nlohmann::json::exception& ex) {
     return fail(errc::data_loss, std::string("collective metadata: ") + ex.what());
   }
+}
+
+// {"name", "cookie", "capacity"} of a ring offered to a peer, or null.
+nlohmann::json ring_offer(const std::optional<ShmRing>& ring) {
+  if (!ring)
+    return nullptr;
+  return {{"name", ring->name()}, {"cookie", ring->cookie()}, {"capacity", ring->capacity()}};
+}
+
+// Opens the ring a peer offered in handshake metadata `j` (key "ring"), when shared
+// memory is on here. Any failure (another host, a malformed offer) means no ring.
+std::optional<ShmRing> open_offered_ring(const nlohmann::json& j, const NetOptions& options) {
+  if (options.shared_memory_bytes == 0 || !j.is_object() || !j.contains("ring") ||
+      !j["ring"].is_object()) {
+    return std::nullopt;
+  }
+  try {
+    const auto& offer = j["ring"];
+    const auto capacity = offer.at("capacity").get<std::uint64_t>();
+    if (capacity > kRingMaxBytes)
+      return std::nullopt;
+    auto ring = ShmRing::open(offer.at("name").get<std::string>(),
+                              offer.at("cookie").get<std::uint64_t>(), capacity);
+    if (!ring)
+      return std::nullopt;
+    return std::move(*ring);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Whether handshake metadata says the peer opened the ring this rank offered.
+bool peer_opened_ring(const std::string& metadata) {
+  auto j = nlohmann::json::parse(metadata, nullptr, false);
+  return j.is_object() && j.contains("ring_opened") && j["ring_opened"].is_boolean() &&
+         j["ring_opened"].get<bool>();
 }
 
 std::string refusal_metadata(const std::string& message) {
@@ -128,7 +188,15 @@ class NetTransport final : public Transport {
         send_error_ = peer_error(peer, *link.failed);
       return;
     }
-    link.outbox.push_back({encode_envelope(envelope), payload});
+    std::optional<ShmRing::Placement> placed;
+    if (link.out_ring && payload.size() >= kRingMinPayload)
+      placed = link.out_ring->try_write(payload);
+    if (placed) {
+      link.outbox.push_back({encode_envelope(envelope, placed), {}, payload.size()});
+      ring_sent_ += payload.size();
+    } else {
+      link.outbox.push_back({encode_envelope(envelope), payload, 0});
+    }
     ++pending_sends_;
     if (!link.writing) {
       link.writing = true;
@@ -163,12 +231,16 @@ class NetTransport final : public Transport {
     if (auto f = aborted())
       return *f;
     if (!link.inbox.empty()) {
-      link.spare = std::move(link.current.payload);
+      // The previous message's bytes are no longer the caller's.
+      if (link.current.ring_end > 0)
+        link.in_ring->release(link.current.ring_end);
+      if (link.current.payload.capacity() > 0)
+        link.spare = std::move(link.current.payload);
       link.current = std::move(link.inbox.front());
       link.inbox.pop_front();
       if (auto ok = check_envelope(expected, link.current.envelope, peer); !ok)
         return ok.error();
-      return std::span<const std::byte>(link.current.payload);
+      return link.current.bytes();
     }
     if (link.failed)
       return peer_error(peer, *link.failed);
@@ -228,19 +300,29 @@ class NetTransport final : public Transport {
 
   std::uint64_t bytes_sent() const noexcept override { return sent_; }
   std::uint64_t bytes_received() const noexcept override { return received_; }
+  std::uint64_t bytes_sent_shared_memory() const noexcept override { return ring_sent_; }
 
  private:
   struct Incoming {
     Envelope envelope;
-    std::vector<std::byte> payload;
-    std::uint64_t arrival = 0;  // frames read so far on all links, for wait_any
+    std::vector<std::byte> payload;         // inline payload, or empty
+    std::span<const std::byte> ring_bytes;  // or the payload in the link's ring,
+    std::uint64_t ring_end = 0;             // up to this ring position (0: inline)
+    std::uint64_t arrival = 0;              // frames read so far on all links, for wait_any
+
+    std::span<const std::byte> bytes() const {
+      return ring_end > 0 ? ring_bytes : std::span<const std::byte>(payload);
+    }
   };
   struct Outgoing {
     std::string metadata;
-    std::span<const std::byte> payload;
+    std::span<const std::byte> payload;  // inline bytes (the caller's), or empty
+    std::uint64_t ring_bytes = 0;        // payload bytes already copied into the ring
   };
   struct Link {
     std::optional<net::FrameChannel<Stream>> channel;
+    std::optional<ShmRing> out_ring;  // payloads to this peer, when it shares our memory
+    std::optional<ShmRing> in_ring;   // payloads from this peer
     std::deque<Incoming> inbox;
     std::deque<Outgoing> outbox;
     bool writing = false;
@@ -317,17 +399,33 @@ class NetTransport final : public Transport {
         link.failed = frame.error();
         co_return;
       }
-      auto envelope = decode_envelope(frame->metadata);
-      if (envelope && envelope->length != frame->payload.size()) {
-        envelope = fail(errc::data_loss, "payload length differs from the envelope's");
+      auto decoded = decode_envelope(frame->metadata);
+      Incoming in;
+      if (decoded && decoded->placement) {
+        if (!link.in_ring || !frame->payload.empty()) {
+          decoded = fail(errc::data_loss, link.in_ring
+                                              ? "payload both inline and in shared memory"
+                                              : "shared-memory placement on a link without a ring");
+        } else if (auto view = link.in_ring->view(*decoded->placement, decoded->envelope.length);
+                   !view) {
+          decoded = view.error();
+        } else {
+          in.ring_bytes = *view;
+          in.ring_end = decoded->placement->end;
+        }
+      } else if (decoded && decoded->envelope.length != frame->payload.size()) {
+        decoded = fail(errc::data_loss, "payload length differs from the envelope's");
       }
-      if (!envelope) {
-        link.failed = envelope.error();
+      if (!decoded) {
+        link.failed = decoded.error();
         link.channel->close();
         co_return;
       }
-      received_ += frame->payload.size() + protocol::kFrameHeaderSize + frame->metadata.size();
-      link.inbox.push_back({std::move(*envelope), std::move(frame->payload), ++arrivals_});
+      received_ += decoded->envelope.length + protocol::kFrameHeaderSize + frame->metadata.size();
+      in.envelope = std::move(decoded->envelope);
+      in.payload = std::move(frame->payload);
+      in.arrival = ++arrivals_;
+      link.inbox.push_back(std::move(in));
     }
   }
 
@@ -354,16 +452,33 @@ class NetTransport final : public Transport {
         link.outbox.clear();
         break;
       }
-      sent_ += out.payload.size() + protocol::kFrameHeaderSize + out.metadata.size();
+      sent_ +=
+          out.payload.size() + out.ring_bytes + protocol::kFrameHeaderSize + out.metadata.size();
       link.outbox.pop_front();
       --pending_sends_;
     }
     link.writing = false;
   }
 
-  std::string hello() const {
-    return nlohmann::json{{"job", options_.job}, {"rank", options_.rank}, {"size", options_.size}}
-        .dump();
+  // A ring for payloads to one peer, when shared memory is on and /dev/shm works here.
+  std::optional<ShmRing> make_ring() const {
+    if (options_.shared_memory_bytes == 0)
+      return std::nullopt;
+    auto ring = ShmRing::create(options_.shared_memory_bytes);
+    if (!ring)
+      return std::nullopt;  // e.g. no /dev/shm: the socket carries everything
+    return std::move(*ring);
+  }
+
+  // Keeps `offered` as the link's outgoing ring if the peer opened it. Either way its
+  // name is no longer needed.
+  static std::optional<ShmRing> settle_ring(std::optional<ShmRing> offered, bool opened) {
+    if (!offered)
+      return std::nullopt;
+    offered->unlink();
+    if (!opened)
+      return std::nullopt;
+    return offered;
   }
 
   asio::awaitable<void> dial(int peer, tcp::endpoint endpoint) {
@@ -390,7 +505,14 @@ class NetTransport final : public Transport {
       }
     }
     net::FrameChannel<Stream> channel(std::move(stream), channel_options());
-    if (auto w = co_await channel.write_frame(MessageType::hello, hello()); !w) {
+    std::optional<ShmRing> out_ring = make_ring();
+    const std::string hello = nlohmann::json{
+        {"job", options_.job},
+        {"rank", options_.rank},
+        {"size", options_.size},
+        {"ring",
+         ring_offer(out_ring)}}.dump();
+    if (auto w = co_await channel.write_frame(MessageType::hello, hello); !w) {
       setup_error_ = peer_error(peer, w.error());
       co_return;
     }
@@ -404,7 +526,20 @@ class NetTransport final : public Transport {
                                                        " refused this rank: " + answer->metadata);
       co_return;
     }
-    links_[peer]->channel.emplace(std::move(channel));
+    // The welcome says whether the acceptor opened our ring and offers its own; our
+    // answer says whether we opened that one.
+    out_ring = settle_ring(std::move(out_ring), peer_opened_ring(answer->metadata));
+    std::optional<ShmRing> in_ring =
+        open_offered_ring(nlohmann::json::parse(answer->metadata, nullptr, false), options_);
+    const std::string opened = nlohmann::json{{"ring_opened", in_ring.has_value()}}.dump();
+    if (auto w = co_await channel.write_frame(MessageType::welcome, opened); !w) {
+      setup_error_ = peer_error(peer, w.error());
+      co_return;
+    }
+    Link& link = *links_[peer];
+    link.out_ring = std::move(out_ring);
+    link.in_ring = std::move(in_ring);
+    link.channel.emplace(std::move(channel));
     --links_missing_;
   }
 
@@ -442,9 +577,20 @@ class NetTransport final : public Transport {
       (void)co_await channel.write_frame(MessageType::error, answer);
       co_return;
     }
-    if (auto w = co_await channel.write_frame(MessageType::welcome, std::string_view("{}")); !w)
+    std::optional<ShmRing> in_ring =
+        open_offered_ring(nlohmann::json::parse(frame->metadata, nullptr, false), options_);
+    std::optional<ShmRing> out_ring = make_ring();
+    const std::string welcome =
+        nlohmann::json{{"ring_opened", in_ring.has_value()}, {"ring", ring_offer(out_ring)}}.dump();
+    if (auto w = co_await channel.write_frame(MessageType::welcome, welcome); !w)
       co_return;
-    links_[peer]->channel.emplace(std::move(channel));
+    auto opened = co_await channel.read_frame();
+    if (!opened || opened->type != MessageType::welcome)
+      co_return;  // the dialer gave up; it reports its own error
+    Link& link = *links_[peer];
+    link.out_ring = settle_ring(std::move(out_ring), peer_opened_ring(opened->metadata));
+    link.in_ring = std::move(in_ring);
+    link.channel.emplace(std::move(channel));
     --links_missing_;
   }
 
@@ -471,6 +617,7 @@ class NetTransport final : public Transport {
   std::optional<error> failure_;  // guarded by failure_mutex_
   std::uint64_t sent_ = 0;
   std::uint64_t received_ = 0;
+  std::uint64_t ring_sent_ = 0;
   std::uint64_t arrivals_ = 0;
 };
 

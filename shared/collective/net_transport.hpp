@@ -17,6 +17,13 @@
 // Progress. The transport has no thread of its own: its io_context runs on the calling
 // thread inside wait_sends and recv, which therefore also move other links' data.
 //
+// Shared memory. With NetOptions::shared_memory_bytes, each pair on one host also gets
+// a ring per direction (shm_ring.hpp), set up in the handshake: hello offers the dialer's
+// ring, welcome says whether the acceptor opened it and offers the acceptor's, and a
+// second welcome from the dialer says whether it opened that one. A payload that fits
+// into the ring is copied there and its frame carries the placement instead of the
+// bytes; everything else about the message (order, envelope, deadlines) is as before.
+//
 // Deadlines. recv and wait_sends wait until their deadline; a single frame's transfer is
 // bounded by `transfer_timeout` (FrameChannel). A peer that closes or breaks its link
 // makes receives from it fail with errc::unavailable once its queued messages are read.
@@ -44,6 +51,10 @@ struct NetOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds transfer_timeout{std::chrono::seconds(60)};
   protocol::FrameLimits limits;
+  // Payload lane for peers on the same host: a shared-memory ring of this many bytes per
+  // direction and pair (shm_ring.hpp); 0 = every payload goes through the socket. A pair
+  // that cannot share memory (other hosts, other /dev/shm) uses the socket without fuss.
+  std::size_t shared_memory_bytes = 0;
 };
 
 struct TlsContexts {

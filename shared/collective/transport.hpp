@@ -108,6 +108,8 @@ class Transport {
   // Bytes this rank has sent and received, payload and headers included.
   virtual std::uint64_t bytes_sent() const noexcept = 0;
   virtual std::uint64_t bytes_received() const noexcept = 0;
+  // Of bytes_sent, the payload bytes that went through shared memory instead of a socket.
+  virtual std::uint64_t bytes_sent_shared_memory() const noexcept { return 0; }
 };
 
 }  // namespace fedcore::collective

@@ -1,6 +1,7 @@
 // Every collective on world sizes {1,2,3,4,7} × element counts {0,1,odd,large} × the
-// in-process, TCP and TLS transports, checked against a reference computed locally.
-// Values are small integers so every sum is exact and results can be compared with ==.
+// in-process, TCP and TLS transports (each also with shared-memory rings), checked against a
+// reference computed locally. Values are small integers so every sum is exact and results can be
+// compared with ==.
 #include "collective/collectives.hpp"
 
 #include <cstring>
@@ -68,6 +69,12 @@ TEST_P(Grid, AllreduceSumAndAverageEqualReferenceOnEveryRank) {
     for (std::size_t i = 0; i < noisy.size(); ++i)
       noisy[i] = 0.1f * (comm.rank() + 1) + 1e-3f * i;
     ASSERT_TRUE(allreduce(comm, {.data = noisy, .op = ReduceOp::average, .max_segment_bytes = 64}));
+    // The rings carried the large operations' payloads, and only with shared memory on.
+    const bool rings = kind == Kind::tcp_shm || kind == Kind::tls_shm;
+    if (rings && size > 1)
+      EXPECT_GT(comm.transport().bytes_sent_shared_memory(), 0u);
+    else
+      EXPECT_EQ(comm.transport().bytes_sent_shared_memory(), 0u);
     std::lock_guard lock(m);
     checksums[comm.rank()] = crc32(std::as_bytes(std::span<const float>(noisy)));
   });
@@ -156,7 +163,8 @@ std::string grid_name(const ::testing::TestParamInfo<std::tuple<Kind, int>>& inf
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Grid,
-                         ::testing::Combine(::testing::Values(Kind::inproc, Kind::tcp, Kind::tls),
+                         ::testing::Combine(::testing::Values(Kind::inproc, Kind::tcp, Kind::tls,
+                                                              Kind::tcp_shm, Kind::tls_shm),
                                             ::testing::Values(1, 2, 3, 4, 7)),
                          grid_name);
 

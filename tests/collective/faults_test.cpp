@@ -2,6 +2,7 @@
 // the operation deadline — never hang and never return wrong data.
 #include <atomic>
 #include <latch>
+#include <mutex>
 
 #include <gtest/gtest.h>
 
@@ -120,7 +121,8 @@ TEST_P(Faults, SkippedOperationIsASequenceDesync) {
   EXPECT_EQ(failed.load(), 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values(Kind::inproc, Kind::tcp, Kind::tls),
+INSTANTIATE_TEST_SUITE_P(Transports, Faults,
+                         ::testing::Values(Kind::inproc, Kind::tcp, Kind::tls, Kind::tcp_shm),
                          [](const auto& info) {
                            return std::string(testing::kind_name(info.param));
                          });
@@ -136,6 +138,32 @@ TEST(NetSetup, PeerOfAnotherJobIsRefused) {
   EXPECT_NE(results[1].error().message.find("wrong job"), std::string::npos);
   ASSERT_FALSE(results[0]);
   EXPECT_EQ(results[0].error().code, errc::deadline_exceeded);
+}
+
+// Shared memory is per pair and per direction: a rank that has it off (as a rank on
+// another host could not open the rings) leaves its links on the sockets, while the
+// ranks that have it on use rings between themselves. Sums are right either way.
+TEST(NetSetup, RanksWithoutSharedMemoryTalkOverTheirSocketsAndTheOthersUseRings) {
+  testing::GroupOptions options;
+  options.ring_bytes = {1u << 20, 0, 1u << 20};
+  std::vector<std::uint64_t> ring_bytes(3);
+  std::mutex m;
+  testing::run_group(
+      Kind::tcp, 3,
+      [&](Communicator& comm) {
+        std::vector<float> data(100'000, static_cast<float>(comm.rank() + 1));
+        auto ok = allreduce(comm, {.data = data, .max_segment_bytes = 16 * 1024});
+        ASSERT_TRUE(ok) << ok.error().to_string();
+        EXPECT_EQ(data.front(), 6.0f);
+        EXPECT_EQ(data.back(), 6.0f);
+        std::lock_guard lock(m);
+        ring_bytes[comm.rank()] = comm.transport().bytes_sent_shared_memory();
+      },
+      options);
+  // The ring sends to the right: 0 -> 1 and 1 -> 2 touch rank 1, 2 -> 0 does not.
+  EXPECT_EQ(ring_bytes[0], 0u);
+  EXPECT_EQ(ring_bytes[1], 0u);
+  EXPECT_GT(ring_bytes[2], 0u);
 }
 
 }  // namespace

@@ -39,18 +39,24 @@ TlsMaterial& tls_material() {
   return *material;
 }
 
+constexpr std::size_t kTestRingBytes = 256 * 1024;
+
 result<std::unique_ptr<Transport>> make_transport(Kind kind, int rank, int size,
                                                   const std::string& job, Rendezvous& rendezvous,
                                                   InProcessGroup& group,
-                                                  std::chrono::milliseconds connect_timeout) {
+                                                  const GroupOptions& options) {
   if (kind == Kind::inproc)
     return group.transport(rank);
   NetOptions net;
   net.rank = rank;
   net.size = size;
   net.job = job;
-  net.connect_timeout = connect_timeout;
-  if (kind == Kind::tcp)
+  net.connect_timeout = options.connect_timeout;
+  if (kind == Kind::tcp_shm || kind == Kind::tls_shm)
+    net.shared_memory_bytes = kTestRingBytes;
+  if (!options.ring_bytes.empty())
+    net.shared_memory_bytes = options.ring_bytes[rank];
+  if (!uses_tls(kind))
     return connect_tcp(net, rendezvous);
   TlsMaterial& m = tls_material();
   TlsContexts contexts{&*m.server, &*m.client, "localhost"};
@@ -67,12 +73,16 @@ const char* kind_name(Kind kind) {
       return "tcp";
     case Kind::tls:
       return "tls";
+    case Kind::tcp_shm:
+      return "tcp_shm";
+    case Kind::tls_shm:
+      return "tls_shm";
   }
   return "?";
 }
 
 void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& options) {
-  if (kind == Kind::tls)
+  if (uses_tls(kind))
     tls_material();  // made before the threads start
   MemoryRendezvous rendezvous(size);
   InProcessGroup group(size);
@@ -82,8 +92,7 @@ void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& option
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       const std::string job = options.jobs.empty() ? options.job : options.jobs[rank];
-      auto transport =
-          make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
+      auto transport = make_transport(kind, rank, size, job, rendezvous, group, options);
       if (!transport) {
         std::lock_guard lock(failures_mutex);
         failures.push_back("rank " + std::to_string(rank) + ": " + transport.error().to_string());
@@ -100,7 +109,7 @@ void run_group(Kind kind, int size, const RankFn& fn, const GroupOptions& option
 }
 
 std::vector<result<void>> connect_only(Kind kind, int size, const GroupOptions& options) {
-  if (kind == Kind::tls)
+  if (uses_tls(kind))
     tls_material();
   MemoryRendezvous rendezvous(size);
   InProcessGroup group(size);
@@ -109,8 +118,7 @@ std::vector<result<void>> connect_only(Kind kind, int size, const GroupOptions& 
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       const std::string job = options.jobs.empty() ? options.job : options.jobs[rank];
-      auto transport =
-          make_transport(kind, rank, size, job, rendezvous, group, options.connect_timeout);
+      auto transport = make_transport(kind, rank, size, job, rendezvous, group, options);
       if (!transport) {
         results[rank] = transport.error();
         return;

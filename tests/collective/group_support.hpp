@@ -11,7 +11,12 @@
 
 namespace fedcore::collective::testing {
 
-enum class Kind { inproc, tcp, tls };
+// tcp_shm and tls_shm: as tcp and tls, with shared-memory payload rings between the
+// ranks (a small ring, so that large operations also take the socket when it is full).
+enum class Kind { inproc, tcp, tls, tcp_shm, tls_shm };
+inline bool uses_tls(Kind kind) {
+  return kind == Kind::tls || kind == Kind::tls_shm;
+}
 const char* kind_name(Kind kind);
 
 using RankFn = std::function<void(Communicator&)>;
@@ -22,6 +27,8 @@ struct GroupOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(20)};
   // Per-rank job ids (empty: every rank uses `job`).
   std::vector<std::string> jobs;
+  // Per-rank shared-memory ring sizes for tcp/tls kinds (empty: as the kind says).
+  std::vector<std::size_t> ring_bytes;
 };
 
 // Connects `size` ranks over `kind` and runs fn(comm) on each rank's thread; returns once

@@ -5,6 +5,8 @@
 //   allreduce_bench --ranks 4 --transport tls --pki DIR   (DIR made by certs/fedcore-pki:
 //                                                           init, server fedcore-server,
 //                                                           client rank-peer)
+//   allreduce_bench --ranks 4 --transport tcp --shm-mb 16  (payloads through shared-memory
+//                                                           rings; lines say fedcore-tcp+shm)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +37,7 @@ struct Args {
   std::string pki;
   std::size_t max_bytes = std::size_t{64} << 20;
   std::size_t segment_bytes = collective::kDefaultMaxSegmentBytes;
+  std::size_t shm_mb = 0;
 };
 
 int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
@@ -54,6 +57,7 @@ int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
   net.rank = rank;
   net.size = a.ranks;
   net.job = "bench";
+  net.shared_memory_bytes = a.shm_mb << 20;
   result<std::unique_ptr<collective::Transport>> transport = fail(errc::internal, "unset");
   std::optional<boost::asio::ssl::context> sctx, cctx;
   if (a.transport == "tls") {
@@ -77,7 +81,7 @@ int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
   }
   server.reset();
   collective::Communicator comm(std::move(*transport), "bench", std::chrono::seconds(120));
-  const std::string impl = "fedcore-" + a.transport;
+  const std::string impl = "fedcore-" + a.transport + (a.shm_mb > 0 ? "+shm" : "");
   for (std::size_t bytes : bench::allreduce_sizes(a.max_bytes)) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     const collective::AllreduceOptions op{.data = data, .max_segment_bytes = a.segment_bytes};
@@ -122,6 +126,8 @@ int main(int argc, char** argv) {
       a.max_bytes = std::stoull(v);
     else if (k == "--segment-bytes")
       a.segment_bytes = std::stoull(v);
+    else if (k == "--shm-mb")
+      a.shm_mb = std::stoull(v);
     else {
       std::fprintf(stderr, "allreduce_bench: unknown option %s\n", k.c_str());
       return 2;

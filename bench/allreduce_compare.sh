@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Allreduce bus bandwidth, side by side in one run: fedcore's ring over TCP and TLS,
 # OpenMPI's MPI_Allreduce over the TCP BTL, gloo's ring allreduce over TCP; 2 and 4
-# ranks on 127.0.0.1, 4 KiB .. 64 MiB. Prints the raw lines and a markdown table.
+# ranks on 127.0.0.1, 4 KiB .. 64 MiB. Then the same on one host's shared memory:
+# fedcore with its shared-memory rings (payloads skip the sockets, envelopes do not)
+# against OpenMPI's vader BTL. Prints the raw lines and two markdown tables.
 #   [REPEATS=3] bench/allreduce_compare.sh [BUILD_DIR] [RANKS...]
 # Each implementation runs REPEATS times, interleaved with the others, and the table shows
 # the median per size: single runs on a shared 2-core VM move by ±30% from one to the next.
@@ -23,9 +25,14 @@ for ((repeat = 1; repeat <= repeats; repeat++)); do
   for n in "${ranks[@]}"; do
     "$build/bench/allreduce_bench" --ranks "$n" --transport tcp | tee -a "$out"
     "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" | tee -a "$out"
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tcp --shm-mb 16 | tee -a "$out"
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" --shm-mb 16 |
+      tee -a "$out"
     if [[ -x $build/bench/allreduce_mpi_bench ]] && command -v mpirun >/dev/null; then
       mpirun --allow-run-as-root --oversubscribe -n "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
         "$build/bench/allreduce_mpi_bench" | tee -a "$out"
+      mpirun --allow-run-as-root --oversubscribe -n "$n" --mca btl vader,self \
+        "$build/bench/allreduce_mpi_bench" --name openmpi-shm | tee -a "$out"
     else
       echo "allreduce_compare: OpenMPI not built/installed, skipping" >&2
     fi
@@ -45,15 +52,20 @@ for line in open(sys.argv[1]):
         rows.setdefault((int(m[2]), int(m[3])), {}).setdefault(m[1], []).append(float(m[4]))
 runs = max(len(x) for v in rows.values() for x in v.values())
 rows = {k: {i: statistics.median(x) for i, x in v.items()} for k, v in rows.items()}
-impls = ["fedcore-tcp", "fedcore-tls", "openmpi-tcp", "gloo-ring-tcp"]
-print(f"\nmedian of {runs} runs per implementation and size")
-print("\n| ranks | size | " + " | ".join(f"{i} GB/s" for i in impls) + " | tcp/mpi | tcp/gloo | tls/mpi | tls/gloo |")
-print("|---|---|" + "---|" * (len(impls) + 4))
 def ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
-for (n, b), v in sorted(rows.items()):
-    size = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-    cells = [f"{v[i]:.3f}" if i in v else "-" for i in impls]
-    t, s, m, g = (v.get(i) for i in impls)
-    print(f"| {n} | {size} | " + " | ".join(cells) + f" | {ratio(t, m)} | {ratio(t, g)} | {ratio(s, m)} | {ratio(s, g)} |")
+def table(title, impls, pairs):
+    print(f"\n{title}: median of {runs} runs per implementation and size")
+    print("\n| ranks | size | " + " | ".join(f"{i} GB/s" for i in impls) + " | " +
+          " | ".join(f"{a}/{b}" for a, b in pairs) + " |")
+    print("|---|---|" + "---|" * (len(impls) + len(pairs)))
+    for (n, b), v in sorted(rows.items()):
+        size = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+        cells = [f"{v[i]:.3f}" if i in v else "-" for i in impls]
+        ratios = [ratio(v.get(f"fedcore-{a}"), v.get(b)) for a, b in pairs]
+        print(f"| {n} | {size} | " + " | ".join(cells + ratios) + " |")
+table("Over sockets", ["fedcore-tcp", "fedcore-tls", "openmpi-tcp", "gloo-ring-tcp"],
+      [("tcp", "openmpi-tcp"), ("tcp", "gloo-ring-tcp"), ("tls", "openmpi-tcp"), ("tls", "gloo-ring-tcp")])
+table("Shared memory on one host", ["fedcore-tcp+shm", "fedcore-tls+shm", "openmpi-shm", "gloo-ring-tcp"],
+      [("tcp+shm", "openmpi-shm"), ("tls+shm", "openmpi-shm"), ("tcp+shm", "gloo-ring-tcp")])
 PY

@@ -80,13 +80,14 @@ struct TrainOptions {
 
 struct RankStats {
   int rank = 0;
-  double wall_seconds = 0;        // training loop only
-  double cpu_seconds = 0;         // this process's user + system time during the loop
-  double comm_seconds = 0;        // time inside collectives (overlapped time included)
-  double peak_rss_mb = 0;         // this process's peak resident set
-  double samples = 0;             // samples this rank trained on
-  std::uint32_t param_crc32 = 0;  // of the final parameters
-  std::uint64_t cpu_mask = 0;     // CPUs 0..51 this process may run on (bit i = CPU i)
+  double wall_seconds = 0;         // training loop only
+  double cpu_seconds = 0;          // this process's user + system time during the loop
+  double comm_seconds = 0;         // time inside collectives (overlapped time included)
+  double peak_rss_mb = 0;          // this process's peak resident set
+  double samples = 0;              // samples this rank trained on
+  std::uint32_t param_crc32 = 0;   // of the final parameters
+  std::uint64_t cpu_mask = 0;      // CPUs 0..51 this process may run on (bit i = CPU i)
+  double shared_memory_bytes = 0;  // payload bytes sent through shared-memory rings
 };
 
 // Parameter-server statistics, kept by the server (rank 0).

@@ -39,6 +39,8 @@ struct JobFlags {
   long join_timeout_ms = 60000;
   long op_timeout_ms = 60000;
   std::size_t bucket_kb = 4096;
+  std::string shm = "auto";
+  long shm_mb = 16;
   bool no_overlap = false;
   std::string overlap = "auto";
   std::string mode = "ddp";
@@ -64,6 +66,12 @@ void add_job_options(CLI::App& app, JobFlags& f) {
   app.add_option("--tls-client-cert", w.tls.client_cert);
   app.add_option("--tls-client-key", w.tls.client_key);
   app.add_option("--tls-server-name", w.tls.server_name);
+  app.add_option("--shm", f.shm,
+                 "payloads between workers on one host through shared memory instead of their "
+                 "sockets: on, off, or auto (on for tcp, off for tls)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--shm-mb", f.shm_mb, "shared-memory ring per worker pair and direction")
+      ->check(CLI::Range(1L, 1024L));
   app.add_option("--bind-host", w.bind_host, "address this worker listens on for its peers");
   app.add_option("--join-timeout-ms", f.join_timeout_ms);
   app.add_option("--op-timeout-ms", f.op_timeout_ms, "deadline of every collective");
@@ -120,6 +128,10 @@ int finish_job_flags(JobFlags& f) {
   w.transport = f.transport == "tls"   ? TransportKind::tls
                 : f.transport == "mpi" ? TransportKind::mpi
                                        : TransportKind::tcp;
+  // TLS is chosen to have every byte between workers encrypted; shared memory between
+  // processes of one user on one host is no wire, but that user must ask for it.
+  const bool shm = f.shm == "on" || (f.shm == "auto" && w.transport == TransportKind::tcp);
+  w.shared_memory_bytes = shm ? static_cast<std::size_t>(f.shm_mb) << 20 : 0;
   w.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
   w.op_timeout = std::chrono::milliseconds(f.op_timeout_ms);
   w.train.reducer.bucket_bytes = f.bucket_kb * 1024;

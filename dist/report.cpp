@@ -31,7 +31,8 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport,
                      {"peak_rss_mb", s.peak_rss_mb},
                      {"samples", s.samples},
                      {"param_crc32", s.param_crc32},
-                     {"cpus", cpus}});
+                     {"cpus", cpus},
+                     {"shared_memory_bytes_sent", s.shared_memory_bytes}});
   }
   const char* mode = r.async == AsyncMode::parameter_server ? "ps-asgd"
                      : o.easgd_alpha > 0                    ? "easgd"

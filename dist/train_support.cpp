@@ -73,11 +73,12 @@ void ShardedBatches::fill(std::size_t step, int slot, Matrix& batch,
 result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& mine,
                                TrainResult& out) {
   // Everyone's statistics, as doubles (the CRC and a 52-bit CPU mask fit exactly).
-  constexpr std::size_t kFields = 8;
+  constexpr std::size_t kFields = 9;
   const int world = comm.size();
-  std::array<double, kFields> row{double(mine.rank),        mine.wall_seconds,    mine.cpu_seconds,
-                                  mine.comm_seconds,        mine.peak_rss_mb,     mine.samples,
-                                  double(mine.param_crc32), double(mine.cpu_mask)};
+  std::array<double, kFields> row{
+      double(mine.rank),        mine.wall_seconds,     mine.cpu_seconds,
+      mine.comm_seconds,        mine.peak_rss_mb,      mine.samples,
+      double(mine.param_crc32), double(mine.cpu_mask), mine.shared_memory_bytes};
   std::vector<double> table(kFields * world);
   if (auto ok =
           collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
@@ -91,7 +92,7 @@ result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& 
   for (int r = 0; r < world; ++r) {
     const double* t = table.data() + r * kFields;
     out.ranks.push_back({static_cast<int>(t[0]), t[1], t[2], t[3], t[4], t[5],
-                         static_cast<std::uint32_t>(t[6]), static_cast<std::uint64_t>(t[7])});
+                         static_cast<std::uint32_t>(t[6]), static_cast<std::uint64_t>(t[7]), t[8]});
     out.samples += t[5];
     out.wall_seconds = std::max(out.wall_seconds, t[1]);
   }
@@ -111,6 +112,7 @@ result<void> finish_run(collective::Communicator& comm, const RunMeters& started
   mine.comm_seconds = comm.comm_seconds() - started.comm_seconds;
   mine.peak_rss_mb = peak_rss_mb();
   mine.cpu_mask = cpu_mask();
+  mine.shared_memory_bytes = static_cast<double>(comm.transport().bytes_sent_shared_memory());
   mine.param_crc32 = crc32(std::as_bytes(stack.params()));
   if (auto ok = gather_rank_stats(comm, mine, out); !ok)
     return ok.error();

@@ -162,6 +162,7 @@ int run_worker(const WorkerOptions& o) {
   net.bind_host = o.bind_host;
   net.connect_timeout = o.join_timeout;
   net.transfer_timeout = o.op_timeout;
+  net.shared_memory_bytes = o.shared_memory_bytes;
   result<std::unique_ptr<collective::Transport>> transport = fail(errc::internal, "unset");
   std::optional<boost::asio::ssl::context> server_ctx, client_ctx;
   if (o.transport == TransportKind::tcp) {
@@ -193,7 +194,10 @@ int run_worker(const WorkerOptions& o) {
                  transport.error().to_string().c_str());
     return kGroupFailed;
   }
-  const std::string transport_name = (*transport)->name();
+  // "+shm": payloads between ranks on one host may go through shared-memory rings.
+  const std::string transport_name =
+      std::string((*transport)->name()) +
+      (o.transport != TransportKind::mpi && o.shared_memory_bytes > 0 ? "+shm" : "");
   collective::Communicator comm(std::move(*transport), o.job, o.op_timeout);
   server.reset();  // the rendezvous is over once the mesh is up
 

@@ -88,7 +88,10 @@ TEST(Launcher, TwoWorkersTrainAndReportIdenticalParameters) {
   const auto j = read_json(report);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["world"], 2);
-  EXPECT_EQ(j["transport"], "tcp");
+  // Two workers on one host: the gradients' bytes went through shared memory.
+  EXPECT_EQ(j["transport"], "tcp+shm");
+  for (const auto& rank : j["ranks"])
+    EXPECT_GT(rank["shared_memory_bytes_sent"].get<double>(), 0.0);
   EXPECT_EQ(j["global_batch"], 32);
   EXPECT_EQ(j["steps"], 1024 / 32);
   EXPECT_EQ(j["params_identical_on_all_ranks"], true);
@@ -247,7 +250,10 @@ TEST(Launcher, TwoWorkersOverTls) {
   ASSERT_EQ(code, 0);
   const auto j = read_json(report);
   ASSERT_FALSE(j.is_discarded());
+  // TLS keeps every byte on the encrypted links unless --shm on asks otherwise.
   EXPECT_EQ(j["transport"], "tls");
+  for (const auto& rank : j["ranks"])
+    EXPECT_EQ(rank["shared_memory_bytes_sent"].get<double>(), 0.0);
   EXPECT_EQ(j["steps"], 8);
   EXPECT_EQ(j["params_identical_on_all_ranks"], true);
 }

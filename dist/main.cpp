@@ -70,7 +70,9 @@ void add_job_options(CLI::App& app, JobFlags& f) {
                  "payloads between workers on one host through shared memory instead of their "
                  "sockets: on, off, or auto (on for tcp, off for tls)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  app.add_option("--shm-mb", f.shm_mb, "shared-memory ring per worker pair and direction")
+  app.add_option("--shm-mb", f.shm_mb,
+                 "shared memory per worker for its payload rings, split among its peers "
+                 "(at least 1 MiB per peer)")
       ->check(CLI::Range(1L, 1024L));
   app.add_option("--bind-host", w.bind_host, "address this worker listens on for its peers");
   app.add_option("--join-timeout-ms", f.join_timeout_ms);

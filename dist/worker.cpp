@@ -1,5 +1,6 @@
 #include "dist/worker.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <optional>
@@ -162,7 +163,12 @@ int run_worker(const WorkerOptions& o) {
   net.bind_host = o.bind_host;
   net.connect_timeout = o.join_timeout;
   net.transfer_timeout = o.op_timeout;
-  net.shared_memory_bytes = o.shared_memory_bytes;
+  // A ring per peer, all reserved up front: the budget is split, so a job's total in
+  // /dev/shm is world x budget, not world^2 x ring.
+  if (o.shared_memory_bytes > 0 && o.world > 1) {
+    net.shared_memory_bytes =
+        std::max<std::size_t>(o.shared_memory_bytes / (o.world - 1), std::size_t{1} << 20);
+  }
   result<std::unique_ptr<collective::Transport>> transport = fail(errc::internal, "unset");
   std::optional<boost::asio::ssl::context> server_ctx, client_ctx;
   if (o.transport == TransportKind::tcp) {

@@ -34,8 +34,9 @@ struct WorkerOptions {
   // MPI_COMM_WORLD (the process has called MPI_Init; build with FEDCORE_MPI).
   TransportKind transport = TransportKind::tcp;
   TlsFiles tls;
-  // tcp/tls: shared-memory payload ring per pair and direction for ranks on one host
-  // (collective::NetOptions::shared_memory_bytes); 0 = every payload through the sockets.
+  // tcp/tls: shared memory this worker gives its outgoing payload rings to the peers on
+  // its host (collective::NetOptions::shared_memory_bytes), split evenly among its
+  // world - 1 peers, at least 1 MiB each; 0 = every payload through the sockets.
   std::size_t shared_memory_bytes = 0;
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};

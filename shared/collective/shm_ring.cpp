@@ -79,8 +79,13 @@ result<ShmRing> ShmRing::create(std::size_t capacity) {
     return os_error(std::string("shm_open ") + name);
   ring.name_ = name;
   ring.linked_ = true;  // from here on the destructor removes the name
-  if (ftruncate(fd, static_cast<off_t>(ring.mapping_size_)) != 0) {
-    auto e = os_error("ftruncate " + ring.name_);
+  // Reserve every page now: tmpfs hands out pages on first touch, and a full /dev/shm
+  // (64 MB in a default container) would then kill the writer with SIGBUS mid-job.
+  // Reserved, a full /dev/shm is an error here, and the pair uses its socket instead.
+  if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(ring.mapping_size_)); err != 0) {
+    errno = err;
+    auto e =
+        os_error("reserving " + std::to_string(ring.mapping_size_) + " bytes for " + ring.name_);
     close(fd);
     return e;
   }

@@ -48,8 +48,9 @@ class ShmRing {
     std::uint64_t end = 0;
   };
 
-  // A new ring of `capacity` bytes (rounded up to kAlignment), named and linked.
-  // Errors: invalid_argument (capacity 0), io_error (shm_open, ftruncate or mmap failed).
+  // A new ring of `capacity` bytes (rounded up to kAlignment), named and linked, its
+  // pages reserved in /dev/shm. Errors: invalid_argument (capacity 0), io_error
+  // (shm_open, mmap or the reservation failed, e.g. /dev/shm is too small).
   static result<ShmRing> create(std::size_t capacity);
   // The ring another rank created; removes its name. Errors: not_found (no such name:
   // another host), invalid_argument (size or cookie differ from what the creator said),

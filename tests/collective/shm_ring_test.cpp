@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <sys/statvfs.h>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -65,6 +66,21 @@ TEST(ShmRing, AWrongCookieOrSizeOrNameIsRefused) {
   auto wrong_size = ShmRing::open(sender->name(), sender->cookie(), 8192);
   ASSERT_FALSE(wrong_size);
   EXPECT_EQ(wrong_size.error().code, errc::invalid_argument) << wrong_size.error().to_string();
+}
+
+// A /dev/shm too small for a ring is an error when the ring is made (the pair then uses
+// its socket), not a SIGBUS when a page is first written. tmpfs refuses a reservation
+// larger than its whole size at once, without allocating anything first.
+TEST(ShmRing, ARingLargerThanDevShmIsRefusedWhenMade) {
+  struct statvfs fs {};
+  ASSERT_EQ(statvfs("/dev/shm", &fs), 0);
+  if (fs.f_blocks == 0)
+    GTEST_SKIP() << "/dev/shm has no size limit here";
+  const std::size_t too_big = static_cast<std::size_t>(fs.f_blocks) * fs.f_frsize + (1u << 20);
+  auto ring = ShmRing::create(too_big);
+  ASSERT_FALSE(ring);
+  EXPECT_EQ(ring.error().code, errc::io_error);
+  EXPECT_NE(ring.error().message.find("reserving"), std::string::npos) << ring.error().message;
 }
 
 TEST(ShmRing, AWrongCookieIsRefused) {

@@ -38,6 +38,7 @@ struct Args {
   std::size_t max_bytes = std::size_t{64} << 20;
   std::size_t segment_bytes = collective::kDefaultMaxSegmentBytes;
   std::size_t shm_mb = 0;
+  long spin_us = 0;
 };
 
 int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
@@ -58,6 +59,7 @@ int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
   net.size = a.ranks;
   net.job = "bench";
   net.shared_memory_bytes = a.shm_mb << 20;
+  net.spin = std::chrono::microseconds(a.spin_us);
   result<std::unique_ptr<collective::Transport>> transport = fail(errc::internal, "unset");
   std::optional<boost::asio::ssl::context> sctx, cctx;
   if (a.transport == "tls") {
@@ -128,6 +130,8 @@ int main(int argc, char** argv) {
       a.segment_bytes = std::stoull(v);
     else if (k == "--shm-mb")
       a.shm_mb = std::stoull(v);
+    else if (k == "--spin-us")
+      a.spin_us = std::stol(v);
     else {
       std::fprintf(stderr, "allreduce_bench: unknown option %s\n", k.c_str());
       return 2;

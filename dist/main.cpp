@@ -41,6 +41,7 @@ struct JobFlags {
   std::size_t bucket_kb = 4096;
   std::string shm = "auto";
   long shm_mb = 16;
+  long spin_us = 0;
   bool no_overlap = false;
   std::string overlap = "auto";
   std::string mode = "ddp";
@@ -74,6 +75,9 @@ void add_job_options(CLI::App& app, JobFlags& f) {
                  "shared memory per worker for its payload rings, split among its peers "
                  "(at least 1 MiB per peer)")
       ->check(CLI::Range(1L, 1024L));
+  app.add_option("--spin-us", f.spin_us,
+                 "tcp/tls: microseconds a waiting collective polls before it sleeps")
+      ->check(CLI::Range(0L, 1000000L));
   app.add_option("--bind-host", w.bind_host, "address this worker listens on for its peers");
   app.add_option("--join-timeout-ms", f.join_timeout_ms);
   app.add_option("--op-timeout-ms", f.op_timeout_ms, "deadline of every collective");
@@ -134,6 +138,7 @@ int finish_job_flags(JobFlags& f) {
   // processes of one user on one host is no wire, but that user must ask for it.
   const bool shm = f.shm == "on" || (f.shm == "auto" && w.transport == TransportKind::tcp);
   w.shared_memory_bytes = shm ? static_cast<std::size_t>(f.shm_mb) << 20 : 0;
+  w.spin = std::chrono::microseconds(f.spin_us);
   w.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
   w.op_timeout = std::chrono::milliseconds(f.op_timeout_ms);
   w.train.reducer.bucket_bytes = f.bucket_kb * 1024;

@@ -163,6 +163,7 @@ int run_worker(const WorkerOptions& o) {
   net.bind_host = o.bind_host;
   net.connect_timeout = o.join_timeout;
   net.transfer_timeout = o.op_timeout;
+  net.spin = o.spin;
   // A ring per peer, all reserved up front: the budget is split, so a job's total in
   // /dev/shm is world x budget, not world^2 x ring.
   if (o.shared_memory_bytes > 0 && o.world > 1) {

@@ -38,6 +38,9 @@ struct WorkerOptions {
   // its host (collective::NetOptions::shared_memory_bytes), split evenly among its
   // world - 1 peers, at least 1 MiB each; 0 = every payload through the sockets.
   std::size_t shared_memory_bytes = 0;
+  // tcp/tls: how long a waiting collective polls before it sleeps
+  // (collective::NetOptions::spin).
+  std::chrono::microseconds spin{0};
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};
   std::string data_dir;           // Fashion-MNIST IDX folder

@@ -15,7 +15,9 @@
 // full socket buffers) and a writer that sends posted messages in order.
 //
 // Progress. The transport has no thread of its own: its io_context runs on the calling
-// thread inside wait_sends and recv, which therefore also move other links' data.
+// thread inside wait_sends and recv, which therefore also move other links' data. They
+// sleep in the reactor when nothing is ready, or with NetOptions::spin first poll it for
+// that long.
 //
 // Shared memory. With NetOptions::shared_memory_bytes, each pair on one host also gets
 // a ring per direction (shm_ring.hpp), set up in the handshake: hello offers the dialer's
@@ -55,6 +57,9 @@ struct NetOptions {
   // direction and pair (shm_ring.hpp); 0 = every payload goes through the socket. A pair
   // that cannot share memory (other hosts, other /dev/shm) uses the socket without fuss.
   std::size_t shared_memory_bytes = 0;
+  // How long recv and wait_sends poll for progress before they sleep. Polling saves the
+  // wake-up per message but keeps the core busy: only for ranks with a core of their own.
+  std::chrono::microseconds spin{0};
 };
 
 struct TlsContexts {

@@ -52,8 +52,10 @@ result<std::unique_ptr<Transport>> make_transport(Kind kind, int rank, int size,
   net.size = size;
   net.job = job;
   net.connect_timeout = options.connect_timeout;
-  if (kind == Kind::tcp_shm || kind == Kind::tls_shm)
+  if (kind == Kind::tcp_shm || kind == Kind::tls_shm) {
     net.shared_memory_bytes = kTestRingBytes;
+    net.spin = std::chrono::microseconds(20);  // the polling wait, exercised here
+  }
   if (!options.ring_bytes.empty())
     net.shared_memory_bytes = options.ring_bytes[rank];
   if (!uses_tls(kind))

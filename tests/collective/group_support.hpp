@@ -12,7 +12,8 @@
 namespace fedcore::collective::testing {
 
 // tcp_shm and tls_shm: as tcp and tls, with shared-memory payload rings between the
-// ranks (a small ring, so that large operations also take the socket when it is full).
+// ranks (a small ring, so that large operations also take the socket when it is full)
+// and waits that poll for a while before they sleep (NetOptions::spin).
 enum class Kind { inproc, tcp, tls, tcp_shm, tls_shm };
 inline bool uses_tls(Kind kind) {
   return kind == Kind::tls || kind == Kind::tls_shm;

@@ -113,9 +113,8 @@ std::optional<ShmRing> open_offered_ring(const nlohmann::json& j, const NetOptio
   }
 }
 
-// Whether handshake metadata says the peer opened the ring this rank offered.
-bool peer_opened_ring(const std::string& metadata) {
-  auto j = nlohmann::json::parse(metadata, nullptr, false);
+// Whether handshake metadata `j` says the peer opened the ring this rank offered.
+bool peer_opened_ring(const nlohmann::json& j) {
   return j.is_object() && j.contains("ring_opened") && j["ring_opened"].is_boolean() &&
          j["ring_opened"].get<bool>();
 }
@@ -365,11 +364,8 @@ class NetTransport final : public Transport {
         return false;
       if (Clock::now() >= deadline)
         return false;
-      if (io_.stopped())
-        io_.restart();
-      if (options_.spin.count() > 0 && spin_until(done)) {
+      if (options_.spin.count() > 0 && spin_until(done))
         return true;
-      }
       if (io_.stopped())
         io_.restart();
       if (io_.run_one_until(deadline) == 0 && io_.stopped() && Clock::now() < deadline) {
@@ -386,14 +382,14 @@ class NetTransport final : public Transport {
   bool spin_until(Pred& done) {
     const auto until = Clock::now() + options_.spin;
     do {
+      if (io_.stopped())
+        io_.restart();
       while (io_.poll_one() > 0) {
         if (done())
           return true;
       }
       if (aborted())
         return false;
-      if (io_.stopped())
-        io_.restart();
     } while (Clock::now() < until);
     return done();
   }
@@ -552,9 +548,9 @@ class NetTransport final : public Transport {
     }
     // The welcome says whether the acceptor opened our ring and offers its own; our
     // answer says whether we opened that one.
-    out_ring = settle_ring(std::move(out_ring), peer_opened_ring(answer->metadata));
-    std::optional<ShmRing> in_ring =
-        open_offered_ring(nlohmann::json::parse(answer->metadata, nullptr, false), options_);
+    const auto welcome = nlohmann::json::parse(answer->metadata, nullptr, false);
+    out_ring = settle_ring(std::move(out_ring), peer_opened_ring(welcome));
+    std::optional<ShmRing> in_ring = open_offered_ring(welcome, options_);
     const std::string opened = nlohmann::json{{"ring_opened", in_ring.has_value()}}.dump();
     if (auto w = co_await channel.write_frame(MessageType::welcome, opened); !w) {
       setup_error_ = peer_error(peer, w.error());
@@ -612,7 +608,9 @@ class NetTransport final : public Transport {
     if (!opened || opened->type != MessageType::welcome)
       co_return;  // the dialer gave up; it reports its own error
     Link& link = *links_[peer];
-    link.out_ring = settle_ring(std::move(out_ring), peer_opened_ring(opened->metadata));
+    link.out_ring =
+        settle_ring(std::move(out_ring),
+                    peer_opened_ring(nlohmann::json::parse(opened->metadata, nullptr, false)));
     link.in_ring = std::move(in_ring);
     link.channel.emplace(std::move(channel));
     --links_missing_;

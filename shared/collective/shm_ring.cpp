@@ -140,21 +140,24 @@ result<ShmRing> ShmRing::open(const std::string& name, std::uint64_t cookie, std
   return ring;
 }
 
-ShmRing::ShmRing(ShmRing&& other) noexcept
-    : name_(std::move(other.name_)),
-      linked_(std::exchange(other.linked_, false)),
-      cookie_(other.cookie_),
-      capacity_(other.capacity_),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_size_(other.mapping_size_),
-      produced_(other.produced_),
-      viewed_end_(other.viewed_end_) {}
+void ShmRing::swap(ShmRing& other) noexcept {
+  std::swap(name_, other.name_);
+  std::swap(linked_, other.linked_);
+  std::swap(cookie_, other.cookie_);
+  std::swap(capacity_, other.capacity_);
+  std::swap(mapping_, other.mapping_);
+  std::swap(mapping_size_, other.mapping_size_);
+  std::swap(produced_, other.produced_);
+  std::swap(viewed_end_, other.viewed_end_);
+}
+
+ShmRing::ShmRing(ShmRing&& other) noexcept {
+  swap(other);
+}
 
 ShmRing& ShmRing::operator=(ShmRing&& other) noexcept {
-  if (this != &other) {
-    this->~ShmRing();
-    new (this) ShmRing(std::move(other));
-  }
+  ShmRing old(std::move(other));  // leaves `other` empty; `old` unmaps what we had
+  swap(old);
   return *this;
 }
 

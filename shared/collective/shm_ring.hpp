@@ -82,6 +82,7 @@ class ShmRing {
  private:
   struct Header;
   ShmRing() = default;
+  void swap(ShmRing& other) noexcept;
   Header* header() const noexcept;
   std::byte* data() const noexcept;
 

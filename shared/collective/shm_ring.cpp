@@ -47,6 +47,16 @@ result<std::uint64_t> random_word() {
   return word;
 }
 
+// Maps `size` bytes of the shared-memory object open as `fd`, then closes `fd` (the
+// mapping keeps the object alive).
+result<void*> map_and_close(int fd, std::size_t size, const std::string& name) {
+  void* mapping = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (mapping == MAP_FAILED)
+    return os_error("mmap " + name);
+  return mapping;
+}
+
 }  // namespace
 
 ShmRing::Header* ShmRing::header() const noexcept {
@@ -89,13 +99,12 @@ result<ShmRing> ShmRing::create(std::size_t capacity) {
     close(fd);
     return e;
   }
-  void* mapping = mmap(nullptr, ring.mapping_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (mapping == MAP_FAILED)
-    return os_error("mmap " + ring.name_);
-  ring.mapping_ = mapping;
+  auto mapping = map_and_close(fd, ring.mapping_size_, ring.name_);
+  if (!mapping)
+    return mapping.error();
+  ring.mapping_ = *mapping;
   ring.cookie_ = *cookie;
-  Header* h = new (mapping) Header{kMagic, *cookie, ring.capacity_, {}};
+  Header* h = new (*mapping) Header{kMagic, *cookie, ring.capacity_, {}};
   h->consumed.store(0, std::memory_order_release);
   return ring;
 }
@@ -128,11 +137,10 @@ result<ShmRing> ShmRing::open(const std::string& name, std::uint64_t cookie, std
                                             std::to_string(st.st_size) + " bytes, expected " +
                                             std::to_string(ring.mapping_size_));
   }
-  void* mapping = mmap(nullptr, ring.mapping_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (mapping == MAP_FAILED)
-    return os_error("mmap " + name);
-  ring.mapping_ = mapping;
+  auto mapping = map_and_close(fd, ring.mapping_size_, name);
+  if (!mapping)
+    return mapping.error();
+  ring.mapping_ = *mapping;
   const Header* h = ring.header();
   if (h->magic != kMagic || h->cookie != cookie || h->capacity != capacity)
     return fail(errc::invalid_argument, "shared-memory ring " + name + " is not the one offered");

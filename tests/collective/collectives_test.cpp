@@ -70,8 +70,7 @@ TEST_P(Grid, AllreduceSumAndAverageEqualReferenceOnEveryRank) {
       noisy[i] = 0.1f * (comm.rank() + 1) + 1e-3f * i;
     ASSERT_TRUE(allreduce(comm, {.data = noisy, .op = ReduceOp::average, .max_segment_bytes = 64}));
     // The rings carried the large operations' payloads, and only with shared memory on.
-    const bool rings = kind == Kind::tcp_shm || kind == Kind::tls_shm;
-    if (rings && size > 1)
+    if (testing::uses_rings(kind) && size > 1)
       EXPECT_GT(comm.transport().bytes_sent_shared_memory(), 0u);
     else
       EXPECT_EQ(comm.transport().bytes_sent_shared_memory(), 0u);

@@ -52,7 +52,7 @@ result<std::unique_ptr<Transport>> make_transport(Kind kind, int rank, int size,
   net.size = size;
   net.job = job;
   net.connect_timeout = options.connect_timeout;
-  if (kind == Kind::tcp_shm || kind == Kind::tls_shm) {
+  if (uses_rings(kind)) {
     net.shared_memory_bytes = kTestRingBytes;
     net.spin = std::chrono::microseconds(20);  // the polling wait, exercised here
   }

@@ -18,6 +18,9 @@ enum class Kind { inproc, tcp, tls, tcp_shm, tls_shm };
 inline bool uses_tls(Kind kind) {
   return kind == Kind::tls || kind == Kind::tls_shm;
 }
+inline bool uses_rings(Kind kind) {
+  return kind == Kind::tcp_shm || kind == Kind::tls_shm;
+}
 const char* kind_name(Kind kind);
 
 using RankFn = std::function<void(Communicator&)>;

@@ -1,9 +1,12 @@
 # The two commands of the README. Each one installs what is missing, configures, builds, runs.
+# PRESET=release (default) builds for this machine's CPU and never fails on a warning;
+# PRESET=dev is the same with warnings as errors (developers, CI); PRESET=portable builds
+# binaries for any x86-64-v2 CPU. See "CPU targets" in the README.
 PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test build setup bench format clean
+.PHONY: demo test build setup bench format clean check-arch
 
 setup:
 	@scripts/setup.sh
@@ -36,6 +39,11 @@ bench:
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS) --target bench_train_step
 	bench/compare_torch.sh build/release
+
+# Compile the Eigen-using code at the x86-64-v2 baseline and with AVX-512 (x86-64-v4), with
+# warnings as errors, whatever this machine's CPU is (CI runs it after the dev build).
+check-arch: setup
+	scripts/compile_check.sh --reference $(BUILD) x86-64-v2 x86-64-v4
 
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

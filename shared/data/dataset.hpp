@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <Eigen/Core>
+#include "util/eigen.hpp"
 
 namespace fedcore::data {
 

@@ -10,7 +10,7 @@
 
 #include <span>
 
-#include <Eigen/Core>
+#include "util/eigen.hpp"
 
 #include "data/dataset.hpp"
 

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include <Eigen/Core>
+#include "util/eigen.hpp"
 
 #include "model/layout.hpp"
 #include "util/rng.hpp"

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <omp.h>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "model/update_kernels.hpp"
 #include "util/aligned_vector.hpp"
 #include "util/assert.hpp"
 
@@ -14,6 +16,25 @@ namespace fedcore::model {
 namespace {
 
 constexpr std::size_t kParallelMin = std::size_t{1} << 16;
+
+// Runs update(begin, end) over [0, n) in one contiguous chunk per compute thread. Updates
+// are element-wise, so the split changes no result; below kParallelMin elements the fork
+// costs more than it saves.
+template <class Update>
+void for_each_chunk(std::size_t n, Update&& update) {
+  if (n <= kParallelMin) {
+    update(std::size_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const auto threads = static_cast<std::size_t>(omp_get_num_threads());
+    const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t chunk = (n + threads - 1) / threads;
+    const std::size_t begin = std::min(n, thread * chunk);
+    update(begin, std::min(n, begin + chunk));
+  }
+}
 
 // Checks a state against the one an optimizer of `kind` with buffers `names` of `size`
 // values each would export, before anything is changed.
@@ -98,13 +119,9 @@ class Sgd final : public ConfiguredOptimizer {
     const std::size_t n = params.size();
     float* p = params.data();
     const float* g = grads.data();
-    // Updates are element-wise, so splitting them across the compute threads changes no
-    // result; below kParallelMin elements the fork costs more than it saves.
     if (mu == 0.0f) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-      for (std::size_t i = 0; i < n; ++i) {
-        p[i] -= lr * (g[i] + wd * p[i]);
-      }
+      for_each_chunk(
+          n, [&](std::size_t begin, std::size_t end) { kernels::sgd(p, g, begin, end, lr, wd); });
       ++steps_;
       return;
     }
@@ -113,12 +130,9 @@ class Sgd final : public ConfiguredOptimizer {
     // PyTorch starts the momentum buffer at the first gradient, not at zero.
     const float dampening_first = steps_ == 0 ? 0.0f : 1.0f;
     const bool nesterov = config_.nesterov;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (std::size_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * p[i];
-      v[i] = dampening_first * mu * v[i] + d;
-      p[i] -= lr * (nesterov ? d + mu * v[i] : v[i]);
-    }
+    for_each_chunk(n, [&](std::size_t begin, std::size_t end) {
+      kernels::sgd_momentum(p, g, v, begin, end, lr, wd, mu, dampening_first, nesterov);
+    });
     ++steps_;
   }
 
@@ -146,9 +160,7 @@ class Sgd final : public ConfiguredOptimizer {
   }
 
  private:
-  bool has_velocity() const noexcept {
-    return config_.momentum > 0;
-  }
+  bool has_velocity() const noexcept { return config_.momentum > 0; }
 
   std::size_t size_;
   AlignedVector<float> velocity_;
@@ -176,13 +188,9 @@ class Adam final : public ConfiguredOptimizer {
     float* m = m_.data();
     float* s = s_.data();
     const std::size_t n = params.size();
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (std::size_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * p[i];
-      m[i] = b1 * m[i] + (1.0f - b1) * d;
-      s[i] = b2 * s[i] + (1.0f - b2) * d * d;
-      p[i] -= step_size * m[i] / (std::sqrt(s[i]) / bias2_sqrt + eps);
-    }
+    for_each_chunk(n, [&](std::size_t begin, std::size_t end) {
+      kernels::adam(p, g, m, s, begin, end, step_size, wd, b1, b2, bias2_sqrt, eps);
+    });
   }
 
   void reset() override {

@@ -6,7 +6,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test build setup bench format clean check-arch
+.PHONY: demo test build setup bench format format-check clean check-arch
 
 setup:
 	@scripts/setup.sh
@@ -47,6 +47,10 @@ check-arch: setup
 
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
+
+# Fails, naming the files, when any C++ file differs from what `make format` would write.
+format-check:
+	git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run -Werror
 
 clean:
 	rm -rf build

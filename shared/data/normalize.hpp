@@ -10,9 +10,8 @@
 
 #include <span>
 
-#include "util/eigen.hpp"
-
 #include "data/dataset.hpp"
+#include "util/eigen.hpp"
 
 namespace fedcore::data {
 

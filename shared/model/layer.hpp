@@ -27,9 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "util/eigen.hpp"
-
 #include "model/layout.hpp"
+#include "util/eigen.hpp"
 #include "util/rng.hpp"
 
 namespace fedcore::model {

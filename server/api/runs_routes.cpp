@@ -1,5 +1,5 @@
 // Runs, their rounds and per-client results: reads from the store, control through
-// FederationServer (start_run, stop_run, advance_round).
+// FederationServer (start_run, stop_run, pause_run, resume_run, advance_round).
 #include "api/handlers.hpp"
 #include "federation/run_config.hpp"
 
@@ -147,6 +147,25 @@ void add_run_routes(Router& router, ApiContext& ctx) {
                return run ? json_reply(200, run_json(*run)) : run_error(run.error(), *id);
              },
              {.needs_token = true, .body_limit = kMaxJsonBody});
+
+  // Pause and resume: the same shape as stop (the run as it now is, or the refusal).
+  for (const auto& [verb, control] :
+       {std::pair{std::string("pause"), &server::FederationServer::pause_run},
+        std::pair{std::string("resume"), &server::FederationServer::resume_run}}) {
+    router.add("POST", "/api/v1/runs/{id}/" + verb,
+               [&ctx, control](const Request& req, const PathParams& params) {
+                 auto id = control_target(req, params);
+                 if (!id) {
+                   return error_response(id.error());
+                 }
+                 if (auto done = (ctx.federation.*control)(*id); !done) {
+                   return run_error(done.error(), *id);
+                 }
+                 auto run = ctx.store.get_run(*id);
+                 return run ? json_reply(200, run_json(*run)) : run_error(run.error(), *id);
+               },
+               {.needs_token = true, .body_limit = kMaxJsonBody});
+  }
 
   router.add("POST", "/api/v1/runs/{id}/rounds",
              [&ctx](const Request& req, const PathParams& params) {

@@ -1,4 +1,13 @@
-// FederationServer: the federation listener, the client registry and the run loop.
+// FederationServer: the federation listener and the sessions, around the run controller.
+//
+// The parts, each in its own file:
+//   federation_server   accepts connections, runs one coroutine per session (HELLO,
+//                       heartbeats, updates, errors) and wakes the controller on a timer;
+//   SessionRegistry     who is connected: one live session per client id
+//                       (session_registry.hpp);
+//   RunController       runs and rounds, driven by events and the clock, no I/O
+//                       (run_controller.hpp), with the round's stages in round_stage.hpp
+//                       and the per-update judgement in round.hpp.
 //
 // Clients connect over mutual TLS 1.3 (tls/context.hpp); a client's identity is the CN
 // of its certificate, never a field of a message. After the handshake a client has
@@ -7,10 +16,10 @@
 // first (logged). Every connection's failure (handshake refused, bad frame, deadline)
 // ends that connection only.
 //
-// One run is active at a time. Its loop, per round: wait for enough clients, sample
-// them with an Rng seeded by (seed, round, attempt), send each a TRAIN frame with the
-// global model and a fresh nonce, fold valid updates into the strategy as they arrive
-// (federation/round.hpp), and close at quorum or deadline. A successful round writes
+// One run is active at a time (run_controller.hpp). Per round: wait for enough clients,
+// sample them with an Rng seeded by (seed, round, attempt), send each a TRAIN frame with
+// the global model and a fresh nonce, fold valid updates into the strategy as they
+// arrive (federation/round.hpp), and close at quorum or deadline. A successful round writes
 // its checkpoint file atomically and then commits round row, client results and
 // checkpoint reference in one SQLite transaction; a failed round is recorded and the run
 // retries or pauses (run_config.hpp). A server killed at any moment resumes with
@@ -33,6 +42,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "federation/run_config.hpp"
+#include "federation/server_hooks.hpp"
 #include "net/frame_channel.hpp"
 #include "store/history_store.hpp"
 #include "tls/context.hpp"
@@ -82,14 +92,6 @@ struct TrafficCounters {
   std::uint64_t bytes_out = 0;
 };
 
-// Notifications for tests and the admin plane (called on the io_context thread).
-struct ServerHooks {
-  std::function<void(std::int64_t run_id, const store::RoundRecord&)> round_committed;
-  std::function<void(std::int64_t run_id, const store::RoundRecord&)> round_failed;
-  std::function<void(std::int64_t run_id, store::RunState)> run_ended;
-  std::function<void(const std::string& client_id, bool online)> client_changed;
-};
-
 class FederationServer {
  public:
   // Builds the TLS context (its errors are returned) and binds nothing yet. `store`
@@ -115,6 +117,10 @@ class FederationServer {
   // Errors: not_found (no such run); failed_precondition (already finished, failed or
   // stopped).
   result<void> stop_run(std::int64_t run_id);
+  // Pauses the active run (its round in flight is abandoned, nothing of it is stored) and
+  // resumes a paused one after its last committed round. See RunController.
+  result<void> pause_run(std::int64_t run_id);
+  result<void> resume_run(std::int64_t run_id);
   // Manual runs (RunConfig::manual) wait before every round until an admin asks for it.
   // Returns the number of the round that will start. Errors: not_found;
   // failed_precondition when the run is not the active run, is not manual, or a round

@@ -58,7 +58,7 @@ class Sql {
 
 // The fedcore code for an SQLite (extended) result code; `system_errno` refines
 // SQLITE_CANTOPEN. The full table is at the top of this file.
-errc errc_from_sqlite(int extended_code, int system_errno = 0) noexcept;
+[[nodiscard]] errc errc_from_sqlite(int extended_code, int system_errno = 0) noexcept;
 
 enum class OpenMode {
   read_only,          // SQLITE_OPEN_READONLY: every write fails with permission_denied

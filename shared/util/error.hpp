@@ -59,9 +59,17 @@ struct error {
   std::string to_string() const;
 };
 
-// Result of an operation that can fail in an expected way.
+// Result of an operation that can fail in an expected way. [[nodiscard]]: dropping one
+// unread is a compile warning (an error in the dev and CI builds); a caller that really
+// means to ignore a failure says so with `(void)` and a comment (Abseil TotW #76).
 template <class T>
-using result = boost::system::result<T, error>;
+class [[nodiscard]] result : public boost::system::result<T, error> {
+ public:
+  using base = boost::system::result<T, error>;
+  using base::base;
+  result() = default;
+  result(base other) : base(std::move(other)) {}  // NOLINT: implicit, like the base's
+};
 
 // Shorthand used in `return fail(errc::not_found, "...")`.
 inline error fail(errc code, std::string message) {

@@ -41,7 +41,11 @@ TEST_F(ApiRun, TheEventStreamCarriesARunFromStartToEnd) {
   auto client = fixture_.client();
   std::int64_t run_id = 0;
   auto stream = client.stream_events(
-      [](const std::string& body) { return body.find("event: run_ended") != std::string::npos; },
+      // Until the whole run_ended frame is in: it may arrive in more than one read.
+      [](const std::string& body) {
+        const auto at = body.find("event: run_ended");
+        return at != std::string::npos && body.find("\n\n", at) != std::string::npos;
+      },
       std::chrono::seconds(120),
       [&] {
         auto created = fixture_.client().post_json("/api/v1/runs", kTwoRounds);

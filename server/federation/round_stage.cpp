@@ -1,0 +1,92 @@
+#include "federation/round_stage.hpp"
+
+#include <array>
+
+namespace fedcore::server {
+namespace {
+
+struct Transition {
+  RoundStage from;
+  RoundEvent event;
+  RoundStage to;
+};
+
+// The whole round protocol in one table (the picture is in round_stage.hpp). `abandoned`
+// is allowed from every stage that is not final and is handled before the table.
+constexpr std::array kTransitions{
+    Transition{RoundStage::selecting, RoundEvent::clients_selected, RoundStage::training},
+    Transition{RoundStage::selecting, RoundEvent::not_enough_clients, RoundStage::failed},
+    Transition{RoundStage::training, RoundEvent::requests_sent, RoundStage::collecting},
+    Transition{RoundStage::collecting, RoundEvent::all_answered, RoundStage::aggregating},
+    Transition{RoundStage::collecting, RoundEvent::deadline_passed, RoundStage::aggregating},
+    Transition{RoundStage::aggregating, RoundEvent::aggregated, RoundStage::committing},
+    Transition{RoundStage::aggregating, RoundEvent::quorum_missed, RoundStage::failed},
+    Transition{RoundStage::committing, RoundEvent::committed, RoundStage::done},
+    Transition{RoundStage::committing, RoundEvent::commit_failed, RoundStage::failed},
+};
+
+}  // namespace
+
+bool is_final(RoundStage stage) noexcept {
+  return stage == RoundStage::done || stage == RoundStage::failed;
+}
+
+std::optional<RoundStage> next_stage(RoundStage stage, RoundEvent event) noexcept {
+  if (event == RoundEvent::abandoned) {
+    return is_final(stage) ? std::nullopt : std::optional(RoundStage::failed);
+  }
+  for (const auto& t : kTransitions) {
+    if (t.from == stage && t.event == event) {
+      return t.to;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string_view round_stage_name(RoundStage stage) noexcept {
+  switch (stage) {
+    case RoundStage::selecting:
+      return "selecting";
+    case RoundStage::training:
+      return "training";
+    case RoundStage::collecting:
+      return "collecting";
+    case RoundStage::aggregating:
+      return "aggregating";
+    case RoundStage::committing:
+      return "committing";
+    case RoundStage::done:
+      return "done";
+    case RoundStage::failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+std::string_view round_event_name(RoundEvent event) noexcept {
+  switch (event) {
+    case RoundEvent::clients_selected:
+      return "clients_selected";
+    case RoundEvent::not_enough_clients:
+      return "not_enough_clients";
+    case RoundEvent::requests_sent:
+      return "requests_sent";
+    case RoundEvent::all_answered:
+      return "all_answered";
+    case RoundEvent::deadline_passed:
+      return "deadline_passed";
+    case RoundEvent::aggregated:
+      return "aggregated";
+    case RoundEvent::quorum_missed:
+      return "quorum_missed";
+    case RoundEvent::committed:
+      return "committed";
+    case RoundEvent::commit_failed:
+      return "commit_failed";
+    case RoundEvent::abandoned:
+      return "abandoned";
+  }
+  return "unknown";
+}
+
+}  // namespace fedcore::server

@@ -1,0 +1,63 @@
+// The stages of one federated round and the one function that moves between them.
+//
+//   selecting ──clients_selected──▶ training ──requests_sent──▶ collecting
+//       │                                                          │  all_answered
+//       └─not_enough_clients──▶ failed                             │  deadline_passed
+//                                                                  ▼
+//                       failed ◀──quorum_missed── aggregating ──aggregated──▶ committing
+//                                                                               │
+//                                 failed ◀──commit_failed───────────────────────┤
+//                                                              done ◀─committed─┘
+//   any stage before done/failed ──abandoned──▶ failed (shutdown or stop: nothing kept)
+//
+// selecting   the eligible clients are sampled and each gets a fresh nonce;
+// training    every selected client is sent the global model (TRAIN);
+// collecting  updates, errors and lost sessions arrive until everyone answered or the
+//             deadline passed (federation/round.hpp judges each update);
+// aggregating quorum is decided and the strategy produces the next global model;
+// committing  the checkpoint is written and the round commits in one transaction.
+//
+// New stages (secure aggregation's advertise-keys, share-keys, masked-input and unmask
+// stages go between collecting and aggregating) are new enumerators plus rows in the
+// transition table of round_stage.cpp; nothing else changes shape.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace fedcore::server {
+
+enum class RoundStage {
+  selecting,
+  training,
+  collecting,
+  aggregating,
+  committing,
+  done,
+  failed,
+};
+
+enum class RoundEvent {
+  clients_selected,
+  not_enough_clients,
+  requests_sent,
+  all_answered,
+  deadline_passed,
+  aggregated,
+  quorum_missed,
+  committed,
+  commit_failed,
+  abandoned,
+};
+
+// The stage `event` leads to from `stage`, or nullopt when the event cannot happen there
+// (a bug in the caller: the run controller asserts on it).
+std::optional<RoundStage> next_stage(RoundStage stage, RoundEvent event) noexcept;
+
+// done and failed.
+bool is_final(RoundStage stage) noexcept;
+
+std::string_view round_stage_name(RoundStage stage) noexcept;
+std::string_view round_event_name(RoundEvent event) noexcept;
+
+}  // namespace fedcore::server

@@ -1,0 +1,183 @@
+// RunController: the active run and its rounds, without sockets, timers or threads.
+//
+// The controller owns what an admin starts and stops (runs: start, resume after a
+// restart, stop, manual round requests) and drives each round through the stages of
+// federation/round_stage.hpp. It never waits: everything that can change its mind is a
+// call — an admin request, a client coming online, an update, a client's error, a lost
+// session — and `poll()` then moves the run as far as it can go at the clock's current
+// time. `next_wakeup()` says when time alone will change something (a round's deadline,
+// the end of the wait for clients); the host (FederationServer) arms a timer for it and
+// calls `poll()` when it fires. Tests do the same with a ManualClock and fake sessions,
+// so quorum at the deadline, late updates and lost sessions run in microseconds.
+//
+// A run, between rounds:
+//   learning_schema      the model spec lacks its input shape or classes: wait for one
+//                        eligible client's HELLO (up to RunConfig::wait_for_clients_s)
+//   waiting_for_admin    manual runs, until advance_round()
+//   waiting_for_clients  until min_clients eligible clients are online (same bound)
+//   in_round             a round is between selecting and done/failed
+// A committed round goes back to waiting (or finishes the run after the last round); a
+// failed round is recorded and retried or pauses the run (RunConfig::on_failed_round).
+// Not enough clients when a wait ends pauses the run with the reason.
+//
+// Durability (RELIABILITY.md R2): a round's checkpoint file is complete and synced before
+// the one SQLite transaction that commits the round row, its client results and the
+// checkpoint reference; nothing of an abandoned round (stop, shutdown) is stored, and a
+// restarted server resumes every running run from its last committed round.
+//
+// Failures are never silent: every way a run ends is recorded in the store (state and
+// reason), logged, sent as a `run_ended` event and passed to ServerHooks::run_ended. An
+// unexpected exception while driving a run ends it as failed with the exception's text
+// (`fail_active_run`, called by the host).
+//
+// Thread safety: none. The host calls everything from one thread (its io_context).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "federation/round_stage.hpp"
+#include "federation/run_config.hpp"
+#include "federation/server_hooks.hpp"
+#include "protocol/messages.hpp"
+#include "store/history_store.hpp"
+#include "util/clock.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::server {
+
+// A connected client as the controller sees it: its id and the data schema of its HELLO.
+struct Candidate {
+  std::string client_id;
+  std::vector<std::int64_t> input_shape;
+  std::int32_t num_classes = 0;
+};
+
+// What the controller needs of the connected clients (SessionRegistry in the server,
+// a fake in tests).
+class SessionDirectory {
+ public:
+  virtual ~SessionDirectory() = default;
+  // Every client with a live session, in any order.
+  virtual std::vector<Candidate> online() const = 0;
+  // Queues a TRAIN frame for the client's session; a client that has gone is skipped
+  // (its loss reaches the controller through on_session_lost).
+  virtual void send_train(const std::string& client_id, std::string metadata,
+                          std::shared_ptr<const std::vector<float>> global) = 0;
+};
+
+// Unpredictable values: the per-client nonce that binds an update to its round.
+class Entropy {
+ public:
+  virtual ~Entropy() = default;
+  // 32 hex characters from a CSPRNG in production.
+  virtual std::string nonce() = 0;
+};
+
+// Receives every event the controller records (the store row is written by the sink).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void record(std::string_view kind, std::optional<std::int64_t> run,
+                      std::optional<std::int64_t> round, std::string_view client_id,
+                      std::string detail_json) = 0;
+};
+
+struct RunEnvironment {
+  store::HistoryStore& store;
+  SessionDirectory& sessions;
+  const Clock& clock;
+  Entropy& entropy;
+  EventSink& events;
+  ServerHooks hooks;
+  std::string checkpoint_dir;
+};
+
+enum class RunPhase { idle, learning_schema, waiting_for_admin, waiting_for_clients, in_round };
+std::string_view run_phase_name(RunPhase phase) noexcept;
+
+class RunController {
+ public:
+  explicit RunController(RunEnvironment environment);
+  ~RunController();
+  RunController(const RunController&) = delete;
+  RunController& operator=(const RunController&) = delete;
+
+  // Records the run (state running) and makes it active. Errors: failed_precondition
+  // while another run is active or after shutdown(); the store's errors.
+  [[nodiscard]] result<std::int64_t> start_run(const RunConfig& config);
+  // Makes the store's running run active again (after a crash or a restart): at most
+  // one; others are marked paused with a reason, unreadable configs failed.
+  [[nodiscard]] result<void> resume_runs();
+  // Stops a run: the active one abandons its round in flight (nothing of it is stored);
+  // a pending or paused run is marked stopped. Errors: not_found; failed_precondition
+  // when it has already ended.
+  [[nodiscard]] result<void> stop_run(std::int64_t run_id);
+  // Pauses the active run: its round in flight is abandoned (nothing of it is stored)
+  // and the run is recorded as paused with the reason "paused by an admin". Errors:
+  // not_found; failed_precondition when it is not the active run.
+  [[nodiscard]] result<void> pause_run(std::int64_t run_id);
+  // Makes a paused run active again; it continues after its last committed round.
+  // Errors: not_found; failed_precondition when it is not paused or another run is active.
+  [[nodiscard]] result<void> resume_run(std::int64_t run_id);
+  // Manual runs wait before every round until this is called. Returns the number of the
+  // round that will start. Errors: not_found; failed_precondition when the run is not
+  // the active run, is not manual, or a round is in flight or already requested.
+  [[nodiscard]] result<std::int64_t> advance_round(std::int64_t run_id);
+  // Abandons the round in flight (redone after a restart) and refuses new runs. The
+  // active run stays `running` in the store so that a restart resumes it.
+  void shutdown();
+  // Ends the active run as failed with `why` (the host's last resort for an exception).
+  void fail_active_run(const std::string& why);
+
+  // Inputs from the sessions. Each may move the run; call poll() after them.
+  void on_update(const std::string& client_id, const protocol::UpdateReport& report,
+                 std::span<const float> params, std::uint64_t bytes);
+  void on_client_error(const std::string& client_id, const std::string& message);
+  void on_session_lost(const std::string& client_id, const std::string& reason);
+
+  // Moves the active run as far as it can go now (see the class comment).
+  void poll();
+  // When poll() must next be called if nothing else happens; nullopt: only an input can
+  // move the run.
+  std::optional<Clock::steady_time> next_wakeup() const;
+
+  bool run_active() const noexcept;
+  std::int64_t active_run_id() const noexcept;  // 0 when none
+  RunPhase phase() const noexcept;
+  // The round in flight (0 when none) and its stage.
+  std::int64_t active_round() const noexcept;
+  std::optional<RoundStage> round_stage() const noexcept;
+  // Selected in the round in flight and not yet answered.
+  bool is_training(const std::string& client_id) const;
+
+ private:
+  struct ActiveRun;
+  void activate(const store::RunRecord& record, RunConfig config);
+  bool step();
+  bool step_round();
+  bool prepare();
+  void begin_waiting_for_clients();
+  void begin_round();
+  void close_round();
+  void commit_round();
+  void finish_round_attempt(bool committed);
+  void end_run(store::RunState state, const std::string& why);
+  void event(std::string_view kind, std::optional<std::int64_t> run,
+             std::optional<std::int64_t> round, std::string_view client_id,
+             std::string detail_json = "{}");
+  std::vector<Candidate> eligible(bool check_schema) const;
+
+  RunEnvironment env_;
+  std::unique_ptr<ActiveRun> active_;
+  std::uint64_t generation_ = 0;  // counts activations: tells a hook's new run from the old
+  bool stopping_ = false;
+  bool polling_ = false;
+};
+
+}  // namespace fedcore::server

@@ -1,0 +1,119 @@
+#include "federation/run_model.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "data/csv.hpp"
+#include "data/fashion_mnist.hpp"
+#include "model/param_io.hpp"
+#include "util/checksum.hpp"
+
+namespace fedcore::server {
+namespace {
+
+// A CSV file, or "fashion-mnist[:DIR]" for that data set's test split.
+result<data::Dataset> load_server_test_set(const RunConfig& config) {
+  const std::string& name = config.server_test_set;
+  constexpr std::string_view kFashion = "fashion-mnist";
+  if (name == kFashion || name.starts_with(std::string(kFashion) + ":")) {
+    const auto dir = name.size() > kFashion.size() ? name.substr(kFashion.size() + 1)
+                                                   : data::default_fashion_mnist_dir();
+    auto loaded = data::load_fashion_mnist(dir);
+    if (!loaded) {
+      return loaded.error();
+    }
+    return std::move(loaded->test);
+  }
+  return data::load_csv(name, {.label_column = config.label_column});
+}
+
+}  // namespace
+
+result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
+                                   const std::vector<std::int64_t>* schema_shape,
+                                   std::int32_t schema_classes, store::HistoryStore& store,
+                                   const std::string& checkpoint_dir) {
+  RunModel out;
+  out.spec = config.model;
+  if (!out.spec.complete()) {
+    if (schema_shape == nullptr) {
+      return fail(errc::internal, "the model spec is incomplete and no client schema is known");
+    }
+    auto completed = model::complete_spec(out.spec, *schema_shape, schema_classes);
+    if (!completed) {
+      return completed.error();
+    }
+    out.spec = std::move(*completed);
+  }
+  auto built = model::build_model(out.spec);
+  if (!built) {
+    return built.error();
+  }
+  out.eval_model.emplace(std::move(*built));
+  out.eval_model->initialize(config.seed);
+  out.layout = out.eval_model->layout();
+  out.global = std::make_shared<const std::vector<float>>(out.eval_model->params().begin(),
+                                                          out.eval_model->params().end());
+  // Resume: the last committed round's checkpoint is the global model.
+  auto latest = store.latest_checkpoint(run_id);
+  if (!latest) {
+    return latest.error();
+  }
+  if (*latest) {
+    const auto& path = (*latest)->ref.path;
+    auto bundle = model::load_params(path);
+    if (!bundle || bundle->layout.fingerprint() != out.layout.fingerprint()) {
+      return fail(errc::failed_precondition,
+                  "cannot resume from checkpoint " + path + ": " +
+                      (bundle ? "layout differs from the run's model" : bundle.error().message));
+    }
+    out.global = std::make_shared<const std::vector<float>>(std::move(bundle->params));
+    spdlog::info("run {}: resuming after round {} from {}", run_id, (*latest)->round, path);
+  }
+  auto strategy = make_strategy(config.strategy, out.layout.total());
+  if (!strategy) {
+    return strategy.error();
+  }
+  out.strategy = std::move(*strategy);
+  if (!config.server_test_set.empty()) {
+    auto loaded = load_server_test_set(config);
+    if (!loaded) {
+      return fail(loaded.error().code, "server test set: " + loaded.error().message);
+    }
+    out.server_test = std::move(*loaded);
+  } else {
+    out.eval_model.reset();
+  }
+  out.spec_json = nlohmann::json(out.spec).dump();
+  out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
+  std::error_code ec;
+  std::filesystem::create_directories(out.run_dir, ec);
+  if (ec) {
+    return fail(errc::io_error, "cannot create checkpoint directory '" + out.run_dir.string() +
+                                    "': " + ec.message());
+  }
+  return out;
+}
+
+std::optional<model::EvalReport> RunModel::evaluate_global() {
+  if (!server_test || !eval_model) {
+    return std::nullopt;
+  }
+  std::copy(global->begin(), global->end(), eval_model->params().begin());
+  return model::evaluate(*eval_model, model::loss_for(spec), *server_test);
+}
+
+result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id,
+                                                        std::int64_t round) const {
+  const auto path = (run_dir / ("round-" + std::to_string(round) + ".fcp")).string();
+  const auto bytes = model::encode_params(
+      layout, *global,
+      nlohmann::json{{"run", run_id}, {"round", round}, {"spec", nlohmann::json(spec)}}.dump());
+  if (auto written = model::write_file_atomically(path, bytes); !written) {
+    return written.error();
+  }
+  return store::CheckpointRef{path, static_cast<std::int64_t>(bytes.size()), crc32(bytes),
+                              layout.fingerprint_hex()};
+}
+
+}  // namespace fedcore::server

@@ -1,0 +1,55 @@
+// RunModel: the model side of one active run — its spec, layout, current global
+// parameters, aggregation strategy, optional server-side test set and its checkpoints.
+//
+// The global model is one shared, immutable buffer: every TRAIN frame of a round sends it
+// as it is, and each committed round replaces it with the strategy's output (moved, not
+// copied). A Model object is kept only when the server evaluates.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "federation/aggregate.hpp"
+#include "federation/run_config.hpp"
+#include "model/model.hpp"
+#include "model/trainer.hpp"
+#include "store/history_store.hpp"
+#include "util/error.hpp"
+
+namespace fedcore::server {
+
+struct RunModel {
+  model::ModelSpec spec;  // complete
+  std::string spec_json;
+  model::ParamLayout layout;
+  std::shared_ptr<const std::vector<float>> global;
+  std::unique_ptr<Strategy> strategy;
+  std::optional<model::Model> eval_model;  // only with a server test set
+  std::optional<data::Dataset> server_test;
+  std::filesystem::path run_dir;  // checkpoints of this run
+
+  // Server-side evaluation of the current global model, when the run names a test set.
+  std::optional<model::EvalReport> evaluate_global();
+  // Writes the current global model as round `round`'s checkpoint, atomically and
+  // durably (model/param_io.hpp). Errors: io_error.
+  [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,
+                                                              std::int64_t round) const;
+};
+
+// Completes the spec from one client's data schema when it lacks input shape or classes
+// (`schema_shape` null when the spec is complete), builds and initialises the model with
+// the run's seed, resumes from the run's last committed checkpoint, makes the strategy and
+// loads the server test set. Errors name what failed: the spec, a checkpoint whose layout
+// differs, the strategy name, the test set, the checkpoint directory.
+[[nodiscard]] result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
+                                                 const std::vector<std::int64_t>* schema_shape,
+                                                 std::int32_t schema_classes,
+                                                 store::HistoryStore& store,
+                                                 const std::string& checkpoint_dir);
+
+}  // namespace fedcore::server

@@ -1,0 +1,38 @@
+#include "federation/session_registry.hpp"
+
+namespace fedcore::server {
+
+std::shared_ptr<Session> SessionRegistry::add(std::shared_ptr<Session> session) {
+  auto& slot = sessions_[session->client_id];
+  auto replaced = std::move(slot);
+  slot = std::move(session);
+  return replaced;
+}
+
+bool SessionRegistry::remove(const Session& session) {
+  const auto it = sessions_.find(session.client_id);
+  if (it == sessions_.end() || it->second.get() != &session) {
+    return false;
+  }
+  sessions_.erase(it);
+  return true;
+}
+
+std::vector<Candidate> SessionRegistry::online() const {
+  std::vector<Candidate> out;
+  out.reserve(sessions_.size());
+  for (const auto& [id, session] : sessions_) {
+    out.push_back({id, session->hello.input_shape, session->hello.num_classes});
+  }
+  return out;
+}
+
+void SessionRegistry::send_train(const std::string& client_id, std::string metadata,
+                                 std::shared_ptr<const std::vector<float>> global) {
+  const auto it = sessions_.find(client_id);
+  if (it != sessions_.end()) {
+    it->second->link->send(protocol::MessageType::train, std::move(metadata), std::move(global));
+  }
+}
+
+}  // namespace fedcore::server

@@ -1,0 +1,479 @@
+#include "federation/run_controller.hpp"
+
+#include <gtest/gtest.h>
+
+#include "../temp_dir.hpp"
+#include "model/param_io.hpp"
+
+// The run controller driven by hand: a ManualClock, fake sessions that record the TRAIN
+// frames they were asked to send, a counting nonce source, and a real SQLite history in a
+// temporary folder. No sockets, no threads, no sleeps.
+namespace fedcore::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+class FakeSessions final : public SessionDirectory {
+ public:
+  struct Sent {
+    std::string client_id;
+    protocol::TrainRequest request;
+    std::shared_ptr<const std::vector<float>> global;
+  };
+
+  std::vector<Candidate> online() const override { return clients; }
+  void send_train(const std::string& client_id, std::string metadata,
+                  std::shared_ptr<const std::vector<float>> global) override {
+    auto request = protocol::parse_train_request(metadata);
+    ASSERT_TRUE(request) << request.error().message;
+    sent.push_back({client_id, *request, std::move(global)});
+  }
+  void connect(const std::string& id) { clients.push_back({id, {4}, 2}); }
+  void disconnect(const std::string& id) {
+    std::erase_if(clients, [&](const Candidate& c) { return c.client_id == id; });
+  }
+  // The request sent to `id` in the latest round it was selected for.
+  const Sent* last_sent_to(const std::string& id) const {
+    for (auto it = sent.rbegin(); it != sent.rend(); ++it) {
+      if (it->client_id == id) {
+        return &*it;
+      }
+    }
+    return nullptr;
+  }
+
+  std::vector<Candidate> clients;
+  std::vector<Sent> sent;
+};
+
+class CountingEntropy final : public Entropy {
+ public:
+  std::string nonce() override {
+    auto digits = std::to_string(++count_);
+    return std::string(32 - digits.size(), '0') + digits;
+  }
+
+ private:
+  std::uint64_t count_ = 0;
+};
+
+class RecordedEvents final : public EventSink {
+ public:
+  void record(std::string_view kind, std::optional<std::int64_t>, std::optional<std::int64_t>,
+              std::string_view client_id, std::string detail_json) override {
+    events.push_back({std::string(kind), std::string(client_id), std::move(detail_json)});
+  }
+  std::size_t count(std::string_view kind) const {
+    return std::count_if(events.begin(), events.end(),
+                         [&](const auto& e) { return e.kind == kind; });
+  }
+  struct Event {
+    std::string kind;
+    std::string client_id;
+    std::string detail_json;
+  };
+  std::vector<Event> events;
+};
+
+constexpr auto kRoundTimeout = 10s;
+constexpr auto kWaitForClients = 5s;
+
+RunConfig config(std::string_view extra = "") {
+  const std::string text =
+      R"({"name":"t","model":{"type":"logreg","input_shape":[4],"num_classes":2},)"
+      R"("rounds":2,"clients_per_round":3,"min_clients":2,"round_timeout_s":10,)"
+      R"("wait_for_clients_s":5)" +
+      std::string(extra) + "}";
+  auto parsed = parse_run_config(text);
+  EXPECT_TRUE(parsed) << parsed.error().message;
+  return *parsed;
+}
+
+class RunControllerTest : public ::testing::Test {
+ protected:
+  RunControllerTest() : store_(open_store()) { make_controller(); }
+
+  store::HistoryStore open_store() {
+    auto store = store::HistoryStore::open(dir_.path("history.db"));
+    EXPECT_TRUE(store) << store.error().message;
+    return std::move(*store);
+  }
+  void make_controller() {
+    ServerHooks hooks;
+    hooks.round_committed = [this](std::int64_t, const store::RoundRecord& r) {
+      committed_.push_back(r);
+    };
+    hooks.round_failed = [this](std::int64_t, const store::RoundRecord& r) {
+      failed_.push_back(r);
+    };
+    hooks.run_ended = [this](std::int64_t, store::RunState state) { ended_.push_back(state); };
+    controller_ = std::make_unique<RunController>(
+        RunEnvironment{store_, sessions_, clock_, entropy_, events_, hooks, dir_.path("ckpt")});
+  }
+
+  // An update from `id` for the round it was last asked to train: the global model it
+  // got, shifted by `delta`.
+  void answer(const std::string& id, float delta, std::uint64_t samples = 10) {
+    const auto* sent = sessions_.last_sent_to(id);
+    ASSERT_NE(sent, nullptr) << id << " was never asked to train";
+    answer_to(*sent, delta, samples);
+  }
+  void answer_to(const FakeSessions::Sent& sent_request, float delta, std::uint64_t samples = 10) {
+    const auto* sent = &sent_request;
+    const auto& id = sent->client_id;
+    protocol::UpdateReport report;
+    report.run_id = sent->request.run_id;
+    report.round = sent->request.round;
+    report.nonce = sent->request.nonce;
+    report.layout_fingerprint = sent->request.layout_fingerprint;
+    report.samples = samples;
+    report.loss = 0.5;
+    report.accuracy = 0.75;
+    std::vector<float> params(*sent->global);
+    for (auto& p : params) {
+      p += delta;
+    }
+    controller_->on_update(id, report, params, 100);
+    controller_->poll();
+  }
+
+  store::RunRecord run(std::int64_t id) {
+    auto r = store_.get_run(id);
+    EXPECT_TRUE(r) << r.error().message;
+    return *r;
+  }
+
+  // A client with a live session, known to the history as the server's HELLO makes it.
+  void connect(const std::string& id) {
+    sessions_.connect(id);
+    store::ClientRecord record;
+    record.id = id;
+    record.online = true;
+    ASSERT_TRUE(store_.upsert_client(record));
+  }
+
+  std::int64_t start(const RunConfig& c) {
+    auto id = controller_->start_run(c);
+    EXPECT_TRUE(id) << id.error().message;
+    controller_->poll();
+    return *id;
+  }
+
+  testing::TempDir dir_;
+  store::HistoryStore store_;
+  ManualClock clock_;
+  FakeSessions sessions_;
+  CountingEntropy entropy_;
+  RecordedEvents events_;
+  std::unique_ptr<RunController> controller_;
+  std::vector<store::RoundRecord> committed_;
+  std::vector<store::RoundRecord> failed_;
+  std::vector<store::RunState> ended_;
+};
+
+TEST(RoundStage, TheTableAllowsOnlyTheProtocolsMoves) {
+  using enum RoundStage;
+  using enum RoundEvent;
+  EXPECT_EQ(next_stage(selecting, clients_selected), training);
+  EXPECT_EQ(next_stage(training, requests_sent), collecting);
+  EXPECT_EQ(next_stage(collecting, all_answered), aggregating);
+  EXPECT_EQ(next_stage(collecting, deadline_passed), aggregating);
+  EXPECT_EQ(next_stage(aggregating, aggregated), committing);
+  EXPECT_EQ(next_stage(aggregating, quorum_missed), failed);
+  EXPECT_EQ(next_stage(committing, committed), done);
+  EXPECT_EQ(next_stage(committing, commit_failed), failed);
+  EXPECT_EQ(next_stage(collecting, abandoned), failed);
+  EXPECT_EQ(next_stage(selecting, all_answered), std::nullopt);
+  EXPECT_EQ(next_stage(collecting, committed), std::nullopt);
+  EXPECT_EQ(next_stage(done, abandoned), std::nullopt);
+  EXPECT_EQ(next_stage(failed, abandoned), std::nullopt);
+  EXPECT_TRUE(is_final(done));
+  EXPECT_FALSE(is_final(collecting));
+  EXPECT_EQ(round_stage_name(aggregating), "aggregating");
+}
+
+TEST_F(RunControllerTest, AFullRoundCommitsTheWeightedMeanAndItsCheckpoint) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  const auto id = start(config());
+  ASSERT_EQ(controller_->round_stage(), RoundStage::collecting);
+  ASSERT_EQ(sessions_.sent.size(), 3u);
+  const auto global = *sessions_.sent[0].global;
+  answer("a", 1.0f, 10);
+  answer("b", 2.0f, 30);
+  EXPECT_EQ(controller_->round_stage(), RoundStage::collecting);
+  EXPECT_TRUE(controller_->is_training("c"));
+  answer("c", 4.0f, 60);
+  ASSERT_EQ(committed_.size(), 1u);
+  EXPECT_EQ(committed_[0].accepted, 3);
+  EXPECT_EQ(run(id).last_round, 1);
+  // Round 2 started at once with the new global: global + (10*1 + 30*2 + 60*4) / 100.
+  ASSERT_EQ(sessions_.sent.size(), 6u);
+  const auto& next = *sessions_.sent[3].global;
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    EXPECT_NEAR(next[i], global[i] + 3.1f, 1e-5f);
+  }
+  auto checkpoint = store_.latest_checkpoint(id);
+  ASSERT_TRUE(checkpoint && *checkpoint);
+  auto bundle = model::load_params((*checkpoint)->ref.path);
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  EXPECT_EQ(bundle->params, next);
+  // Every selected client got its own nonce.
+  EXPECT_NE(sessions_.sent[3].request.nonce, sessions_.sent[4].request.nonce);
+  for (auto c : {"a", "b", "c"}) {
+    answer(c, 0.0f);
+  }
+  EXPECT_EQ(run(id).state, store::RunState::finished);
+  EXPECT_EQ(ended_, std::vector{store::RunState::finished});
+  EXPECT_FALSE(controller_->run_active());
+}
+
+TEST_F(RunControllerTest, QuorumAtTheDeadlineCommitsAndTheSilentClientTimesOut) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  const auto id = start(config());
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  ASSERT_EQ(controller_->next_wakeup(), clock_.steady() + kRoundTimeout);
+  clock_.advance(kRoundTimeout - 1ms);
+  controller_->poll();
+  EXPECT_EQ(controller_->round_stage(), RoundStage::collecting);
+  EXPECT_TRUE(committed_.empty());
+  clock_.advance(1ms);
+  controller_->poll();
+  ASSERT_EQ(committed_.size(), 1u);
+  EXPECT_EQ(committed_[0].accepted, 2);
+  EXPECT_EQ(committed_[0].timed_out, 1);
+  auto results = store_.list_client_results(id, 1);
+  ASSERT_TRUE(results);
+  ASSERT_EQ(results->size(), 3u);
+  EXPECT_EQ((*results)[2].client_id, "c");
+  EXPECT_EQ((*results)[2].status, store::ResultStatus::timeout);
+}
+
+TEST_F(RunControllerTest, ALateUpdateIsStaleAndChangesNothing) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  const auto id =
+      start(config(","
+                   R"("manual":true)"));
+  ASSERT_EQ(controller_->phase(), RunPhase::waiting_for_admin);
+  ASSERT_TRUE(controller_->advance_round(id));
+  controller_->poll();
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  clock_.advance(kRoundTimeout);
+  controller_->poll();
+  ASSERT_EQ(committed_.size(), 1u);
+  ASSERT_EQ(controller_->phase(), RunPhase::waiting_for_admin);
+  const auto round1_request = *sessions_.last_sent_to("c");
+  answer("c", 100.0f);  // round 1 is over: nothing to fold it into
+  EXPECT_EQ(events_.count("update_stale"), 1u);
+  EXPECT_EQ(run(id).last_round, 1);
+  ASSERT_TRUE(controller_->advance_round(id));
+  controller_->poll();
+  ASSERT_EQ(controller_->active_round(), 2);
+  answer_to(round1_request, 100.0f);  // names round 1 while round 2 is collecting
+  EXPECT_EQ(events_.count("update_stale"), 2u);
+  // The late update answered nothing: c is still expected in round 2.
+  EXPECT_TRUE(controller_->is_training("c"));
+  EXPECT_EQ(events_.count("update_accepted"), 2u);
+}
+
+TEST_F(RunControllerTest, ASessionLostMidUploadAnswersTheRoundAsDropped) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  const auto id = start(config());
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  sessions_.disconnect("c");
+  controller_->on_session_lost("c", "read deadline passed");
+  controller_->poll();
+  // Everyone answered: the round closes without waiting for its deadline.
+  ASSERT_EQ(committed_.size(), 1u);
+  EXPECT_EQ(committed_[0].dropped, 1);
+  auto results = store_.list_client_results(id, 1);
+  ASSERT_TRUE(results);
+  EXPECT_EQ((*results)[2].status, store::ResultStatus::dropped);
+  EXPECT_EQ((*results)[2].reason, "connection lost: read deadline passed");
+}
+
+TEST_F(RunControllerTest, NoQuorumRecordsAFailedRoundAndPausesTheRunWithTheReason) {
+  connect("a");
+  connect("b");
+  const auto id = start(config());
+  answer("a", 1.0f);
+  clock_.advance(kRoundTimeout);
+  controller_->poll();
+  ASSERT_EQ(failed_.size(), 1u);
+  EXPECT_FALSE(controller_->run_active());
+  const auto stored = run(id);
+  EXPECT_EQ(stored.state, store::RunState::paused);
+  EXPECT_NE(stored.error.find("round 1 failed"), std::string::npos) << stored.error;
+  EXPECT_EQ(stored.last_round, 0);
+}
+
+TEST_F(RunControllerTest, TheFailedRoundHookRunsBeforeTheRunEndsAndMayStopIt) {
+  connect("a");
+  connect("b");
+  const auto id =
+      start(config(","
+                   R"("on_failed_round":"retry","max_retries":3)"));
+  std::vector<std::string> order;
+  ServerHooks hooks;
+  hooks.round_failed = [&](std::int64_t run_id, const store::RoundRecord&) {
+    order.push_back("round_failed");
+    ASSERT_TRUE(controller_->stop_run(run_id));  // from inside the hook
+  };
+  hooks.run_ended = [&](std::int64_t, store::RunState) { order.push_back("run_ended"); };
+  // A controller over the same store resumes the run with these hooks.
+  controller_->shutdown();
+  controller_ = std::make_unique<RunController>(
+      RunEnvironment{store_, sessions_, clock_, entropy_, events_, hooks, dir_.path("ckpt")});
+  ASSERT_TRUE(controller_->resume_runs());
+  controller_->poll();
+  clock_.advance(kRoundTimeout);
+  controller_->poll();
+  EXPECT_EQ(order, (std::vector<std::string>{"round_failed", "run_ended"}));
+  EXPECT_FALSE(controller_->run_active());
+  EXPECT_EQ(run(id).state, store::RunState::stopped);
+}
+
+TEST_F(RunControllerTest, RetryPolicyRunsTheRoundAgainWithAFreshSample) {
+  connect("a");
+  connect("b");
+  const auto id =
+      start(config(","
+                   R"("on_failed_round":"retry","max_retries":1)"));
+  clock_.advance(kRoundTimeout);
+  controller_->poll();
+  ASSERT_EQ(failed_.size(), 1u);
+  ASSERT_EQ(controller_->round_stage(), RoundStage::collecting);  // attempt 2 of round 1
+  EXPECT_EQ(controller_->active_round(), 1);
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  ASSERT_EQ(committed_.size(), 1u);
+  EXPECT_EQ(run(id).last_round, 1);
+}
+
+TEST_F(RunControllerTest, TooFewClientsPauseTheRunWhenTheWaitEnds) {
+  connect("a");
+  const auto id = start(config());
+  EXPECT_EQ(controller_->phase(), RunPhase::waiting_for_clients);
+  EXPECT_EQ(controller_->next_wakeup(), clock_.steady() + kWaitForClients);
+  clock_.advance(kWaitForClients);
+  controller_->poll();
+  EXPECT_EQ(run(id).state, store::RunState::paused);
+  EXPECT_NE(run(id).error.find("fewer than 2 clients"), std::string::npos) << run(id).error;
+}
+
+TEST_F(RunControllerTest, AClientComingOnlineStartsTheWaitingRound) {
+  connect("a");
+  start(config());
+  connect("b");
+  controller_->poll();
+  EXPECT_EQ(controller_->round_stage(), RoundStage::collecting);
+  EXPECT_EQ(sessions_.sent.size(), 2u);
+}
+
+TEST_F(RunControllerTest, PauseDuringARoundStoresNothingOfItAndResumeRedoesIt) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  const auto id = start(config());
+  answer("a", 1.0f);
+  ASSERT_TRUE(controller_->pause_run(id));
+  EXPECT_FALSE(controller_->run_active());
+  EXPECT_EQ(run(id).state, store::RunState::paused);
+  EXPECT_EQ(run(id).error, "paused by an admin");
+  auto rounds = store_.list_rounds(id);
+  ASSERT_TRUE(rounds);
+  EXPECT_TRUE(rounds->empty());
+  answer("b", 1.0f);  // the abandoned round's update is stale
+  EXPECT_EQ(events_.count("update_stale"), 1u);
+
+  ASSERT_TRUE(controller_->resume_run(id));
+  controller_->poll();
+  EXPECT_EQ(controller_->active_round(), 1);
+  for (auto c : {"a", "b", "c"}) {
+    answer(c, 1.0f);
+  }
+  EXPECT_EQ(run(id).last_round, 1);
+  auto again = controller_->resume_run(id);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, errc::failed_precondition);
+}
+
+TEST_F(RunControllerTest, StopAbandonsTheRoundAndANewRunCanStartAtOnce) {
+  for (auto id : {"a", "b"}) {
+    connect(id);
+  }
+  const auto first = start(config());
+  ASSERT_TRUE(controller_->stop_run(first));
+  EXPECT_EQ(run(first).state, store::RunState::stopped);
+  auto rounds = store_.list_rounds(first);
+  ASSERT_TRUE(rounds);
+  EXPECT_TRUE(rounds->empty());
+  const auto second = start(config());
+  EXPECT_EQ(controller_->active_run_id(), second);
+  auto again = controller_->stop_run(first);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, errc::failed_precondition);
+}
+
+TEST_F(RunControllerTest, RestartFromTheStoreResumesAfterTheLastCommittedRound) {
+  for (auto id : {"a", "b"}) {
+    connect(id);
+  }
+  const auto id = start(config());
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  ASSERT_EQ(committed_.size(), 1u);
+  const auto round2_global = *sessions_.sent.back().global;
+  // The server dies in round 2; a new controller over the same store takes over.
+  controller_->shutdown();
+  EXPECT_EQ(run(id).state, store::RunState::running);
+  sessions_.sent.clear();
+  make_controller();
+  ASSERT_TRUE(controller_->resume_runs());
+  controller_->poll();
+  EXPECT_EQ(controller_->active_round(), 2);
+  ASSERT_EQ(sessions_.sent.size(), 2u);
+  EXPECT_EQ(*sessions_.sent[0].global, round2_global);  // from the round-1 checkpoint
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  EXPECT_EQ(run(id).state, store::RunState::finished);
+  EXPECT_EQ(run(id).last_round, 2);
+}
+
+TEST_F(RunControllerTest, ARunThatCannotPrepareFailsWithItsReasonInStoreEventAndHook) {
+  connect("a");
+  connect("b");
+  const auto id =
+      start(config(","
+                   R"("server_test_set":"/nonexistent/test.csv")"));
+  EXPECT_FALSE(controller_->run_active());
+  const auto stored = run(id);
+  EXPECT_EQ(stored.state, store::RunState::failed);
+  EXPECT_NE(stored.error.find("server test set"), std::string::npos) << stored.error;
+  EXPECT_EQ(ended_, std::vector{store::RunState::failed});
+  ASSERT_EQ(events_.count("run_ended"), 1u);
+  EXPECT_NE(events_.events.back().detail_json.find("server test set"), std::string::npos);
+}
+
+TEST_F(RunControllerTest, FailActiveRunRecordsTheInternalError) {
+  connect("a");
+  connect("b");
+  const auto id = start(config());
+  controller_->fail_active_run("internal error while driving the run: boom");
+  EXPECT_EQ(run(id).state, store::RunState::failed);
+  EXPECT_EQ(run(id).error, "internal error while driving the run: boom");
+  EXPECT_FALSE(controller_->run_active());
+}
+
+}  // namespace
+}  // namespace fedcore::server

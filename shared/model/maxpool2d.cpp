@@ -1,6 +1,7 @@
 #include <limits>
 
 #include "model/layers.hpp"
+#include "model/update_kernels.hpp"
 #include "util/assert.hpp"
 
 namespace fedcore::model {
@@ -36,33 +37,11 @@ void MaxPool2d::forward(const Matrix& input, Matrix& output, Phase) {
   const auto out_rows = static_cast<Eigen::Index>(output_size());
   output.resize(out_rows, batch);
   argmax_.resize(static_cast<std::size_t>(out_rows * batch));
+  const kernels::PoolGeometry geometry{in_w_, out_h_, out_w_, c_, kernel_, stride_};
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < batch; ++b) {
-    const float* in = input.col(b).data();
-    float* out = output.col(b).data();
-    std::int32_t* arg = argmax_.data() + b * out_rows;
-    for (std::int64_t oy = 0; oy < out_h_; ++oy) {
-      for (std::int64_t ox = 0; ox < out_w_; ++ox) {
-        float* best = out + (oy * out_w_ + ox) * c_;
-        std::int32_t* best_at = arg + (oy * out_w_ + ox) * c_;
-        for (std::int64_t c = 0; c < c_; ++c) {
-          best[c] = -std::numeric_limits<float>::infinity();
-          best_at[c] = -1;
-        }
-        for (std::int64_t ky = 0; ky < kernel_; ++ky) {
-          for (std::int64_t kx = 0; kx < kernel_; ++kx) {
-            const std::int64_t at = ((oy * stride_ + ky) * in_w_ + ox * stride_ + kx) * c_;
-            for (std::int64_t c = 0; c < c_; ++c) {
-              // `!(<=)` so that a NaN input propagates instead of being skipped.
-              if (!(in[at + c] <= best[c]) || best_at[c] < 0) {
-                best[c] = in[at + c];
-                best_at[c] = static_cast<std::int32_t>(at + c);
-              }
-            }
-          }
-        }
-      }
-    }
+    kernels::max_pool_sample(input.col(b).data(), output.col(b).data(),
+                             argmax_.data() + b * out_rows, geometry);
   }
 }
 

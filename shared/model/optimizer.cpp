@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/parallel_chunks.hpp"
 #include "model/update_kernels.hpp"
 #include "util/aligned_vector.hpp"
 #include "util/assert.hpp"
@@ -16,25 +17,6 @@ namespace fedcore::model {
 namespace {
 
 constexpr std::size_t kParallelMin = std::size_t{1} << 16;
-
-// Runs update(begin, end) over [0, n) in one contiguous chunk per compute thread. Updates
-// are element-wise, so the split changes no result; below kParallelMin elements the fork
-// costs more than it saves.
-template <class Update>
-void for_each_chunk(std::size_t n, Update&& update) {
-  if (n <= kParallelMin) {
-    update(std::size_t{0}, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    const auto threads = static_cast<std::size_t>(omp_get_num_threads());
-    const auto thread = static_cast<std::size_t>(omp_get_thread_num());
-    const std::size_t chunk = (n + threads - 1) / threads;
-    const std::size_t begin = std::min(n, thread * chunk);
-    update(begin, std::min(n, begin + chunk));
-  }
-}
 
 // Checks a state against the one an optimizer of `kind` with buffers `names` of `size`
 // values each would export, before anything is changed.
@@ -120,8 +102,9 @@ class Sgd final : public ConfiguredOptimizer {
     float* p = params.data();
     const float* g = grads.data();
     if (mu == 0.0f) {
-      for_each_chunk(
-          n, [&](std::size_t begin, std::size_t end) { kernels::sgd(p, g, begin, end, lr, wd); });
+      for_each_chunk(n, kParallelMin, [&](std::size_t begin, std::size_t end) {
+        kernels::sgd(p, g, begin, end, lr, wd);
+      });
       ++steps_;
       return;
     }
@@ -130,7 +113,7 @@ class Sgd final : public ConfiguredOptimizer {
     // PyTorch starts the momentum buffer at the first gradient, not at zero.
     const float dampening_first = steps_ == 0 ? 0.0f : 1.0f;
     const bool nesterov = config_.nesterov;
-    for_each_chunk(n, [&](std::size_t begin, std::size_t end) {
+    for_each_chunk(n, kParallelMin, [&](std::size_t begin, std::size_t end) {
       kernels::sgd_momentum(p, g, v, begin, end, lr, wd, mu, dampening_first, nesterov);
     });
     ++steps_;
@@ -188,7 +171,7 @@ class Adam final : public ConfiguredOptimizer {
     float* m = m_.data();
     float* s = s_.data();
     const std::size_t n = params.size();
-    for_each_chunk(n, [&](std::size_t begin, std::size_t end) {
+    for_each_chunk(n, kParallelMin, [&](std::size_t begin, std::size_t end) {
       kernels::adam(p, g, m, s, begin, end, step_size, wd, b1, b2, bias2_sqrt, eps);
     });
   }

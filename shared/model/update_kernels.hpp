@@ -1,12 +1,13 @@
-// The element-wise parameter updates of the optimizers (optimizer.cpp), as plain loops
-// over [begin, end) so the caller can split them across compute threads.
+// The loops of our own code whose speed follows the instruction set: the element-wise
+// parameter updates of the optimizers (optimizer.cpp), ReLU's backward pass and max
+// pooling's forward pass (layers), as plain loops the caller can split across threads.
 //
 // Run-time dispatch: in a portable build (FEDCORE_ARCH x86-64, -v2 or -v3, with GCC on
 // x86-64) each kernel is compiled several times — for the build's baseline, for AVX2+FMA
 // (x86-64-v3) and for AVX-512 (x86-64-v4) — and the loader picks the best one the CPU
-// running the program has (GCC target_clones, an ifunc). The optimizer step was the one
-// compiled kernel whose speed followed the instruction set (docs/results.md, "CPU
-// targets"); the large matrix products go to OpenBLAS, which dispatches by itself.
+// running the program has (GCC target_clones, an ifunc). docs/results.md ("CPU targets")
+// has the profiles that picked these loops; the large matrix products go to OpenBLAS,
+// which dispatches by itself.
 //
 // Every clone computes bit for bit the same values, so a run's numbers do not depend on
 // the CPU it lands on: the loops are element-wise (no reductions to reorder) and the file
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace fedcore::model::kernels {
 
@@ -28,6 +30,23 @@ void sgd_momentum(float* p, const float* g, float* v, std::size_t begin, std::si
 // p -= step_size * m / (sqrt(s) / bias2_sqrt + eps)
 void adam(float* p, const float* g, float* m, float* s, std::size_t begin, std::size_t end,
           float step_size, float wd, float b1, float b2, float bias2_sqrt, float eps);
+
+// dx = y > 0 ? dy : 0 over [begin, end) (ReLU's derivative at 0 is taken as 0).
+void relu_backward(const float* y, const float* dy, float* dx, std::size_t begin, std::size_t end);
+
+// The shape of one max-pooling pass over an HWC image (no padding).
+struct PoolGeometry {
+  std::int64_t in_w = 0;
+  std::int64_t out_h = 0;
+  std::int64_t out_w = 0;
+  std::int64_t channels = 0;
+  std::int64_t kernel = 0;
+  std::int64_t stride = 0;
+};
+
+// One sample: out[oy, ox, c] = max over the window, argmax[...] = the input index of the
+// first maximum (a NaN wins and propagates).
+void max_pool_sample(const float* in, float* out, std::int32_t* argmax, const PoolGeometry& g);
 
 // Which instruction set the dispatched kernels run with on this CPU: "x86-64-v4",
 // "x86-64-v3" or "baseline" (also when the build has no dispatch).

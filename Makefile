@@ -6,7 +6,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test build setup bench format format-check clean check-arch
+.PHONY: demo test build setup bench format format-check layout-check clean check-arch
 
 setup:
 	@scripts/setup.sh
@@ -51,6 +51,10 @@ format:
 # Fails, naming the files, when any C++ file differs from what `make format` would write.
 format-check:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format --dry-run -Werror
+
+# Includes from the repository root, libraries depending downwards, namespaces = folders.
+layout-check:
+	python3 scripts/check_layout.py
 
 clean:
 	rm -rf build

@@ -19,12 +19,12 @@
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "allreduce_bench_common.hpp"
-#include "collective/collectives.hpp"
-#include "collective/net_transport.hpp"
-#include "dist/launcher.hpp"
-#include "dist/rendezvous.hpp"
-#include "tls/context.hpp"
+#include "bench/allreduce_bench_common.hpp"
+#include "distributed/launcher.hpp"
+#include "distributed/rendezvous.hpp"
+#include "shared/collective/collectives.hpp"
+#include "shared/collective/net_transport.hpp"
+#include "shared/tls/context.hpp"
 
 namespace {
 
@@ -42,18 +42,18 @@ struct Args {
 };
 
 int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
-  std::unique_ptr<dist::RendezvousServer> server;
+  std::unique_ptr<distributed::RendezvousServer> server;
   const int port = std::stoi(rendezvous_address.substr(rendezvous_address.rfind(':') + 1));
   if (rank == 0) {
-    auto s = dist::RendezvousServer::start("127.0.0.1", port, "bench", a.ranks,
-                                           std::chrono::seconds(30));
+    auto s = distributed::RendezvousServer::start("127.0.0.1", port, "bench", a.ranks,
+                                                  std::chrono::seconds(30));
     if (!s) {
       std::fprintf(stderr, "rendezvous: %s\n", s.error().to_string().c_str());
       return 1;
     }
     server = std::move(*s);
   }
-  dist::TcpRendezvous rendezvous(rendezvous_address, "bench");
+  distributed::TcpRendezvous rendezvous(rendezvous_address, "bench");
   collective::NetOptions net;
   net.rank = rank;
   net.size = a.ranks;
@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "allreduce_bench: --transport tcp, or tls with --pki DIR\n");
     return 2;
   }
-  const std::string address = "127.0.0.1:" + std::to_string(dist::pick_free_port("127.0.0.1"));
+  const std::string address =
+      "127.0.0.1:" + std::to_string(distributed::pick_free_port("127.0.0.1"));
   std::vector<pid_t> children;
   for (int r = 0; r < a.ranks; ++r) {
     const pid_t pid = fork();

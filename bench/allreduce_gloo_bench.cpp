@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "allreduce_bench_common.hpp"
+#include "bench/allreduce_bench_common.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "allreduce_bench_common.hpp"
+#include "bench/allreduce_bench_common.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

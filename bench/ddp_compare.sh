@@ -20,7 +20,7 @@ repeats=${REPEATS:-1}
 for ((repeat = 1; repeat <= repeats; repeat++)); do
   run_out=$out
   ((repeats > 1)) && run_out=$out/repeat-$repeat && mkdir -p "$run_out"
-  "$build/dist/fedcore-dist" scale --nprocs 1,2 --out "$run_out" -- \
+  "$build/distributed/fedcore-dist" scale --nprocs 1,2 --out "$run_out" -- \
     --model '{"type":"cnn"}' --batch "$batch" --threads 1 --max-steps "$steps" \
     --train-samples "$samples" --test-samples 2000 --lr 0.05
   echo "fedcore-dist reports: $run_out/scaling.json $run_out/scaling.svg"
@@ -43,7 +43,7 @@ fi
 # job alone is the best speedup any data-parallel implementation could show here.
 mkdir -p "$out/alone" "$out/pair-a" "$out/pair-b"
 one_worker() {
-  "$build/dist/fedcore-dist" scale --nprocs 1 --out "$1" -- \
+  "$build/distributed/fedcore-dist" scale --nprocs 1 --out "$1" -- \
     --model '{"type":"cnn"}' --batch "$batch" --threads 1 --max-steps "$steps" \
     --train-samples "$samples" --test-samples 2000 --lr 0.05 >/dev/null
 }

@@ -35,10 +35,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include "net/frame_channel.hpp"
-#include "protocol/messages.hpp"
-#include "store/history_store.hpp"
-#include "tls/context.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/net/frame_channel.hpp"
+#include "shared/protocol/messages.hpp"
+#include "shared/tls/context.hpp"
 
 extern char** environ;
 

@@ -15,7 +15,7 @@ echo "| schedule | micro-batches | samples/s | max comm share |"
 echo "|---|---|---|---|"
 for schedule in 1f1b gpipe; do
   for m in 1 2 4 8; do
-    "$build/dist/fedcore-dist" launch --nproc 2 -- --mode pipeline --stages 2 --micro-batches "$m" \
+    "$build/distributed/fedcore-dist" launch --nproc 2 -- --mode pipeline --stages 2 --micro-batches "$m" \
       --schedule "$schedule" --balance time --batch "$batch" --max-steps "$steps" --threads 1 \
       --train-samples $((steps * batch)) --test-samples 100 --model '{"type":"cnn"}' \
       --report "$out/p.json" "$@" >/dev/null

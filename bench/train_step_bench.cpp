@@ -8,9 +8,9 @@
 // torch.set_num_threads turns in bench/compare_torch.py.
 #include <benchmark/benchmark.h>
 
-#include "model/spec.hpp"
-#include "model/trainer.hpp"
-#include "util/threads.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/model/trainer.hpp"
+#include "shared/util/threads.hpp"
 
 namespace {
 

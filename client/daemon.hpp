@@ -1,17 +1,13 @@
-// ClientDaemon: the hospital side of the federation.
-//
-// Loads the site's data once, then keeps a mutual-TLS session to the server: connect
-// out, HELLO with the sample count and data schema, WELCOME, then for every TRAIN frame
-// build the announced model, load the received global parameters (checking the layout
-// fingerprint), optionally evaluate them on the local test split, train locally and send
-// back an UPDATE with the new parameters, the sample count and metrics. Only parameters
-// and metrics leave the site, never data.
-//
-// Heartbeats go out every `heartbeat_seconds` (as the server's WELCOME says) from their
-// own coroutine, also while training runs on the worker thread. A lost connection is
-// retried with exponential backoff (initial_backoff doubling up to max_backoff, times a
-// random factor in [0.5, 1.5) so a restarted server is not hit by every hospital at the
-// same instant); the daemon survives server restarts and picks up the next round.
+// ClientDaemon: the hospital side of the federation, made of three parts:
+//   - the data source (client/data_source.hpp): the site's private data, loaded once;
+//   - the session (client/session.hpp): the protocol with the server over one connection
+//     (HELLO, WELCOME, TRAIN -> UPDATE, heartbeats both ways);
+//   - the trainer (client/local_trainer.hpp): one TRAIN request -> new parameters, run on
+//     a worker thread so heartbeats keep flowing while it trains.
+// The daemon itself connects out (mutual TLS, or a local socket inside fedcore-sim), runs
+// a session, and when the connection is lost reconnects after a backoff
+// (client/backoff.hpp: exponential with jitter, so a restarted server is not hit by every
+// hospital at the same instant). Only parameters and metrics leave the site, never data.
 //
 // Thread safety: run() and stop() on the io_context's thread; training runs on an
 // internal worker thread and never touches the connection.
@@ -26,38 +22,15 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include "data/dataset.hpp"
-#include "net/frame_channel.hpp"
-#include "tls/context.hpp"
-#include "util/error.hpp"
+#include "client/data_source.hpp"
+#include "client/session.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/net/frame_channel.hpp"
+#include "shared/net/sleeper.hpp"
+#include "shared/tls/context.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::client {
-
-struct DataSource {
-  std::string format = "csv";  // "csv" | "fashion-mnist"
-  std::string path;            // CSV file, or the Fashion-MNIST folder ("" = default)
-  std::string label_column;    // CSV only ("" = last column)
-  // For testing with a known data set: use only partition `index` of `clients` parts.
-  std::string partition = "";  // "" = all data, else "iid", "dirichlet:0.5", "shards:2"
-  std::size_t partition_clients = 1;
-  std::size_t partition_index = 0;
-  std::uint64_t partition_seed = 1;
-  double test_fraction = 0.2;  // local test split (stratified), for federated evaluation
-  std::uint64_t split_seed = 1;
-};
-
-// Simulation seam (fedcore-sim): what to do with an update once local training is done.
-enum class UpdateAction {
-  send,  // send it (the normal case)
-  drop,  // close the connection instead, as a site that goes away mid-round would
-};
-
-// What the before_update seam is told about the round just trained.
-struct TrainedRound {
-  std::int64_t run_id = 0;
-  std::int64_t round = 0;
-  double train_seconds = 0;
-};
 
 struct ClientOptions {
   std::string host = "127.0.0.1";
@@ -70,6 +43,9 @@ struct ClientOptions {
   std::chrono::milliseconds max_backoff{std::chrono::seconds(30)};
   net::ChannelOptions channel;
   std::uint64_t seed = 0;  // for backoff jitter
+  // How the daemon waits (heartbeats, backoff): real time when empty; tests pass a
+  // net::ManualSleeper to drive an idle hour or a reconnect without sleeping.
+  std::shared_ptr<net::Sleeper> sleeper;
   // Simulation only; empty in a real daemon. Awaited on the io_context's thread after a
   // round's local training succeeded and before its UPDATE is sent (heartbeats keep
   // flowing meanwhile): fedcore-sim delays slow clients, drops some, and releases updates
@@ -112,8 +88,5 @@ class ClientDaemon {
   explicit ClientDaemon(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Loads a DataSource into a training part and a local test part.
-result<data::TrainTest> load_local_data(const DataSource& source);
 
 }  // namespace fedcore::client

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "daemon.hpp"
+#include "client/daemon.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 # Compiles Fedcore's code at other CPU levels with warnings as errors, so a warning that
 # only one instruction set brings (AVX-512, or the x86-64-v2 baseline) is caught before it
 # reaches a user with that CPU. Builds nothing it does not need: the translation units whose
-# code changes with -march are the ones that include Eigen (through util/eigen.hpp), and a
+# code changes with -march are the ones that include Eigen (through shared/util/eigen.hpp), and a
 # reference build's dependency log lists them.
 #
 #   scripts/compile_check.sh [--reference DIR | --all] ARCH...

@@ -5,6 +5,7 @@
 #
 #   scripts/setup.sh            build + test dependencies
 #   scripts/setup.sh --bench    also the comparison peers (PyTorch on OpenBLAS)
+#   scripts/setup.sh --cpu-levels   also QEMU user mode (scripts/run_cpu_levels.sh)
 set -euo pipefail
 
 core_packages=(
@@ -17,12 +18,14 @@ core_packages=(
   libopenmpi-dev openmpi-bin
 )
 bench_packages=(python3 python3-torch python3-numpy libgloo-dev)
+cpu_level_packages=(qemu-user)
 
 want=("${core_packages[@]}")
 for arg in "$@"; do
   case "$arg" in
     --bench) want+=("${bench_packages[@]}") ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --bench)" >&2; exit 2 ;;
+    --cpu-levels) want+=("${cpu_level_packages[@]}") ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --bench, --cpu-levels)" >&2; exit 2 ;;
   esac
 done
 

@@ -20,13 +20,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/api_server.hpp"
-#include "api/config.hpp"
-#include "federation/federation_server.hpp"
+#include "server/api/api_server.hpp"
+#include "server/api/config.hpp"
+#include "server/federation/federation_server.hpp"
 
 namespace {
 
-using fedcore::server::ServerOptions;
+using fedcore::federation::ServerOptions;
 
 std::optional<std::string> read_file(const std::string& path) {
   std::ifstream in(path);
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   boost::asio::io_context io;
-  auto server = fedcore::server::FederationServer::create(io, options, *store);
+  auto server = fedcore::federation::FederationServer::create(io, options, *store);
   if (!server) {
     spdlog::error("{}", server.error().message);
     return 1;
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
       spdlog::error("cannot read run file '{}'", run_path);
       return 2;
     }
-    auto config = fedcore::server::parse_run_config(*text);
+    auto config = fedcore::federation::parse_run_config(*text);
     if (!config) {
       spdlog::error("run file '{}': {}", run_path, config.error().message);
       return 2;

@@ -1,22 +1,22 @@
-#include "baseline.hpp"
+#include "sim/baseline.hpp"
 
 #include <chrono>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
 
-#include "federation/run_config.hpp"
-#include "model/spec.hpp"
-#include "model/trainer.hpp"
-#include "util/threads.hpp"
+#include "server/federation/run_config.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/model/trainer.hpp"
+#include "shared/util/threads.hpp"
 
 namespace fedcore::sim {
 
 double passes_per_round(const SimOptions& o) {
-  server::RunConfig sampling;
+  federation::RunConfig sampling;
   sampling.clients_per_round = static_cast<std::int64_t>(o.clients_per_round);
   sampling.fraction = o.fraction;
-  const auto sampled = server::clients_to_sample(sampling, o.clients);
+  const auto sampled = federation::clients_to_sample(sampling, o.clients);
   return double(o.local_epochs) * double(sampled) / double(o.clients);
 }
 
@@ -29,11 +29,11 @@ int baseline_epochs(const SimOptions& o) {
 
 result<BaselineResult> run_baseline(const SimOptions& o, const data::TrainTest& data,
                                     const std::function<void(const EpochRow&)>& on_epoch) {
-  auto spec_text = model_spec_json(o);
-  if (!spec_text) {
-    return spec_text.error();
+  auto document = model_spec_json(o);
+  if (!document) {
+    return document.error();
   }
-  auto spec = model::parse_model_spec(std::string_view(*spec_text));
+  auto spec = model::parse_model_spec(*document);
   if (spec) {
     spec = model::complete_spec(*spec, data.train.sample_shape, data.train.num_classes);
   }

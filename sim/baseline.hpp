@@ -6,9 +6,9 @@
 #include <functional>
 #include <vector>
 
-#include "data/dataset.hpp"
-#include "options.hpp"
-#include "util/error.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/util/error.hpp"
+#include "sim/options.hpp"
 
 namespace fedcore::sim {
 

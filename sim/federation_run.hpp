@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "options.hpp"
-#include "sim_data.hpp"
-#include "site_behaviour.hpp"
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
+#include "sim/options.hpp"
+#include "sim/sim_data.hpp"
+#include "sim/site_behaviour.hpp"
 
 namespace fedcore::sim {
 

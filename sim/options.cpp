@@ -1,4 +1,4 @@
-#include "options.hpp"
+#include "sim/options.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "data/partition.hpp"
-#include "model/optimizer.hpp"
-#include "model/spec.hpp"
+#include "shared/data/partition.hpp"
+#include "shared/model/optimizer.hpp"
+#include "shared/model/spec.hpp"
 
 namespace fedcore::sim {
 namespace {
@@ -203,15 +203,16 @@ result<void> validate(const SimOptions& o) {
   return {};
 }
 
-result<std::string> model_spec_json(const SimOptions& o) {
-  std::string text = o.model;
+result<nlohmann::json> model_spec_json(const SimOptions& o) {
+  nlohmann::json parsed;
   if (o.model == "logreg" || o.model == "cnn") {
-    text = nlohmann::json{{"type", o.model}}.dump();
+    parsed = {{"type", o.model}};
   } else if (o.model == "mlp") {
     // The zoo's mlp has no default width; 256-128 is the one benchmarked (docs/results.md).
-    text = R"({"type":"mlp","hidden":[256,128]})";
+    parsed = {{"type", "mlp"}, {"hidden", {256, 128}}};
+  } else {
+    parsed = nlohmann::json::parse(o.model, nullptr, false);
   }
-  const auto parsed = nlohmann::json::parse(text, nullptr, false);
   if (parsed.is_discarded()) {
     return fail(errc::invalid_argument,
                 "--model must be logreg, mlp, cnn or a JSON model spec, got '" + o.model + "'");
@@ -219,7 +220,7 @@ result<std::string> model_spec_json(const SimOptions& o) {
   if (auto spec = model::parse_model_spec(parsed); !spec) {
     return fail(errc::invalid_argument, "--model: " + spec.error().message);
   }
-  return text;
+  return result<nlohmann::json>(boost::system::in_place_value, std::move(parsed));
 }
 
 nlohmann::json optimizer_json(const SimOptions& o) {
@@ -233,7 +234,7 @@ nlohmann::json optimizer_json(const SimOptions& o) {
 nlohmann::json to_json(const SimOptions& o) {
   return {{"dataset", o.dataset},
           {"data_path", o.data_path},
-          {"model", nlohmann::json::parse(model_spec_json(o).value())},
+          {"model", model_spec_json(o).value()},
           {"train_limit", o.train_limit},
           {"test_limit", o.test_limit},
           {"partition", o.partition},

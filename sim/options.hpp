@@ -18,7 +18,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::sim {
 
@@ -95,9 +95,10 @@ result<CommandLine> parse_command_line(std::span<const std::string> args);
 // Cross-option checks (also run by parse_command_line). Errors: invalid_argument.
 result<void> validate(const SimOptions& options);
 
-// The model spec JSON text of `options.model`: {"type": NAME} for a zoo name, else the
-// JSON given. Errors: invalid_argument when it is neither a name nor a valid spec.
-result<std::string> model_spec_json(const SimOptions& options);
+// The model spec of `options.model` as JSON: {"type": NAME} for a zoo name, else the JSON
+// given, parsed once here. Errors: invalid_argument when it is neither a name nor a valid
+// spec.
+result<nlohmann::json> model_spec_json(const SimOptions& options);
 
 // The optimizer config JSON the run and the baseline use.
 nlohmann::json optimizer_json(const SimOptions& options);

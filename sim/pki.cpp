@@ -1,4 +1,4 @@
-#include "pki.hpp"
+#include "sim/pki.hpp"
 
 #include <array>
 #include <cstdio>

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tls/context.hpp"
-#include "util/error.hpp"
+#include "shared/tls/context.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::sim {
 

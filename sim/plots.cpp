@@ -1,7 +1,7 @@
-#include "plots.hpp"
+#include "sim/plots.hpp"
 
-#include "report.hpp"
-#include "svg_plot.hpp"
+#include "sim/report.hpp"
+#include "sim/svg_plot.hpp"
 
 namespace fedcore::sim {
 namespace {

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "baseline.hpp"
-#include "federation_run.hpp"
-#include "options.hpp"
-#include "sim_data.hpp"
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
+#include "sim/baseline.hpp"
+#include "sim/federation_run.hpp"
+#include "sim/options.hpp"
+#include "sim/sim_data.hpp"
 
 namespace fedcore::sim {
 

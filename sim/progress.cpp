@@ -1,4 +1,4 @@
-#include "progress.hpp"
+#include "sim/progress.hpp"
 
 #include <nlohmann/json.hpp>
 

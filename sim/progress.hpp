@@ -14,8 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "baseline.hpp"
-#include "federation_run.hpp"
+#include "sim/baseline.hpp"
+#include "sim/federation_run.hpp"
 
 namespace fedcore::sim {
 

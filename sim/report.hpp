@@ -12,10 +12,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "baseline.hpp"
-#include "federation_run.hpp"
-#include "options.hpp"
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
+#include "sim/baseline.hpp"
+#include "sim/federation_run.hpp"
+#include "sim/options.hpp"
 
 namespace fedcore::sim {
 

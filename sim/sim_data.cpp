@@ -1,13 +1,13 @@
-#include "sim_data.hpp"
+#include "sim/sim_data.hpp"
 
 #include <algorithm>
 #include <numeric>
 
-#include "data/cifar10.hpp"
-#include "data/csv.hpp"
-#include "data/fashion_mnist.hpp"
-#include "data/normalize.hpp"
-#include "data/split.hpp"
+#include "shared/data/cifar10.hpp"
+#include "shared/data/csv.hpp"
+#include "shared/data/fashion_mnist.hpp"
+#include "shared/data/normalize.hpp"
+#include "shared/data/split.hpp"
 
 namespace fedcore::sim {
 namespace {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.hpp"
-#include "data/partition.hpp"
-#include "options.hpp"
-#include "util/error.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/data/partition.hpp"
+#include "shared/util/error.hpp"
+#include "sim/options.hpp"
 
 namespace fedcore::sim {
 

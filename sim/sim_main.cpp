@@ -7,9 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "options.hpp"
-#include "progress.hpp"
-#include "simulation.hpp"
+#include "sim/options.hpp"
+#include "sim/progress.hpp"
+#include "sim/simulation.hpp"
 
 int main(int argc, char** argv) {
   using namespace fedcore::sim;

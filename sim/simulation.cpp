@@ -1,4 +1,4 @@
-#include "simulation.hpp"
+#include "sim/simulation.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -6,11 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "baseline.hpp"
-#include "federation_run.hpp"
-#include "plots.hpp"
-#include "report.hpp"
-#include "sim_data.hpp"
+#include "sim/baseline.hpp"
+#include "sim/federation_run.hpp"
+#include "sim/plots.hpp"
+#include "sim/report.hpp"
+#include "sim/sim_data.hpp"
 
 namespace fedcore::sim {
 namespace {

@@ -4,9 +4,9 @@
 // and the plots, and print the summary.
 #pragma once
 
-#include "options.hpp"
-#include "progress.hpp"
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
+#include "sim/options.hpp"
+#include "sim/progress.hpp"
 
 namespace fedcore::sim {
 

@@ -1,4 +1,4 @@
-#include "site_behaviour.hpp"
+#include "sim/site_behaviour.hpp"
 
 #include <chrono>
 
@@ -8,8 +8,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "sim_data.hpp"
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
+#include "sim/sim_data.hpp"
 
 namespace fedcore::sim {
 namespace asio = boost::asio;

@@ -34,8 +34,8 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "daemon.hpp"
-#include "options.hpp"
+#include "client/daemon.hpp"
+#include "sim/options.hpp"
 
 namespace fedcore::sim {
 

@@ -1,4 +1,4 @@
-#include "svg_plot.hpp"
+#include "sim/svg_plot.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,10 +1,10 @@
-#include "api/api.hpp"
+#include "server/api/api.hpp"
 
 #include <cctype>
 
 #include <spdlog/spdlog.h>
 
-#include "api/handlers.hpp"
+#include "server/api/handlers.hpp"
 
 namespace fedcore::api {
 namespace {
@@ -104,7 +104,7 @@ Response Api::handle(const Request& req) {
   try {
     auto response = (*match.handler)(req, match.params);
     if (req.method != "GET" && req.method != "HEAD") {
-      // The audit trail of admin actions (RELIABILITY.md S3): who, what, outcome; the
+      // The audit trail of admin actions (docs/engineering.md S3): who, what, outcome; the
       // token's name only, never the token.
       spdlog::info("admin API: token '{}' {} {} -> {}", who, req.method, req.path, response.status);
     }

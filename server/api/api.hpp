@@ -19,13 +19,13 @@
 #include <memory>
 #include <string>
 
-#include "api/auth.hpp"
-#include "api/http_types.hpp"
-#include "api/metrics.hpp"
-#include "api/router.hpp"
-#include "api/static_files.hpp"
-#include "federation/federation_server.hpp"
-#include "store/history_store.hpp"
+#include "server/api/auth.hpp"
+#include "server/api/http_types.hpp"
+#include "server/api/metrics.hpp"
+#include "server/api/router.hpp"
+#include "server/api/static_files.hpp"
+#include "server/federation/federation_server.hpp"
+#include "server/store/history_store.hpp"
 
 namespace fedcore::api {
 
@@ -34,7 +34,7 @@ inline constexpr std::size_t kMaxJsonBody = 64 * 1024;
 
 // What the handlers reach: the live server, the history, and a little about the process.
 struct ApiContext {
-  server::FederationServer& federation;
+  federation::FederationServer& federation;
   store::HistoryStore& store;
   std::string federation_listener;  // "host:port"
   std::string api_listener;         // "host:port", set once the API listens

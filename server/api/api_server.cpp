@@ -1,4 +1,4 @@
-#include "api/api_server.hpp"
+#include "server/api/api_server.hpp"
 
 // GCC 12 inlines Asio's recycling allocator for coroutine frames (operator new of
 // awaitable_frame_base, then aligned_delete) and reports a -Wmismatched-new-delete that
@@ -25,10 +25,10 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <spdlog/spdlog.h>
 
-#include "api/api.hpp"
-#include "api/events.hpp"
-#include "net/listener.hpp"
-#include "tls/context.hpp"
+#include "server/api/api.hpp"
+#include "server/api/events.hpp"
+#include "shared/net/listener.hpp"
+#include "shared/tls/context.hpp"
 
 namespace fedcore::api {
 namespace {
@@ -69,7 +69,7 @@ bool is_quiet_end(const error_code& ec) {
 
 struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
   Impl(asio::io_context& io_context, ApiServerOptions o, asio::ssl::context tls,
-       server::FederationServer& federation, store::HistoryStore& store)
+       federation::FederationServer& federation, store::HistoryStore& store)
       : io(io_context),
         options(std::move(o)),
         tls_context(std::move(tls)),
@@ -90,7 +90,7 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
   asio::io_context& io;
   ApiServerOptions options;
   asio::ssl::context tls_context;
-  server::FederationServer& federation;
+  federation::FederationServer& federation;
   tcp::acceptor acceptor;
   EventHub hub;
   Api api;
@@ -373,7 +373,7 @@ ApiServer::~ApiServer() {
 }
 
 result<std::unique_ptr<ApiServer>> ApiServer::create(asio::io_context& io, ApiServerOptions options,
-                                                     server::FederationServer& federation,
+                                                     federation::FederationServer& federation,
                                                      store::HistoryStore& store) {
   tls::ServerTlsConfig tls_config;
   tls_config.cert_file = options.cert_file;

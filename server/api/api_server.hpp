@@ -4,7 +4,7 @@
 // connection alive; GET /api/v1/events turns the connection into an event stream fed
 // by FederationServer::subscribe_events (events.hpp).
 //
-// Bounds (RELIABILITY.md R1, R3): a connection cap (extra connections are closed at
+// Bounds (docs/engineering.md R1, R3): a connection cap (extra connections are closed at
 // once); a TLS handshake deadline; a request deadline from the first byte of a request
 // to its last (a client that trickles headers is cut off); an idle deadline between
 // keep-alive requests; a write deadline; an 8 KiB header limit (431) and per-route body
@@ -26,10 +26,10 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "api/auth.hpp"
-#include "federation/federation_server.hpp"
-#include "store/history_store.hpp"
-#include "util/error.hpp"
+#include "server/api/auth.hpp"
+#include "server/federation/federation_server.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::api {
 
@@ -60,7 +60,7 @@ class ApiServer {
   // certificate or key file).
   static result<std::unique_ptr<ApiServer>> create(boost::asio::io_context& io,
                                                    ApiServerOptions options,
-                                                   server::FederationServer& federation,
+                                                   federation::FederationServer& federation,
                                                    store::HistoryStore& store);
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;

@@ -1,4 +1,4 @@
-#include "api/auth.hpp"
+#include "server/api/auth.hpp"
 
 #include <array>
 #include <cctype>
@@ -10,7 +10,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::api {
 namespace {

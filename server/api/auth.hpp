@@ -16,7 +16,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::api {
 

@@ -1,8 +1,8 @@
 // GET /api/v1/clients and /api/v1/clients/{id}: the store's client rows joined with the
 // live sessions (online, peer, connected_ms, training come from the server, not the
 // store, so a client is online exactly while it has a session).
-#include "api/handlers.hpp"
-#include "util/client_id.hpp"
+#include "server/api/handlers.hpp"
+#include "shared/util/client_id.hpp"
 
 namespace fedcore::api::detail {
 
@@ -22,7 +22,7 @@ void add_client_routes(Router& router, ApiContext& ctx) {
     const auto sessions = ctx.federation.sessions();
     nlohmann::json all = nlohmann::json::array();
     for (const auto& c : *clients) {
-      const server::SessionInfo* session = nullptr;
+      const federation::SessionInfo* session = nullptr;
       for (const auto& s : sessions) {
         if (s.client_id == c.id) {
           session = &s;
@@ -49,7 +49,7 @@ void add_client_routes(Router& router, ApiContext& ctx) {
       return error_response(client.error());
     }
     const auto sessions = ctx.federation.sessions();
-    const server::SessionInfo* session = nullptr;
+    const federation::SessionInfo* session = nullptr;
     for (const auto& s : sessions) {
       if (s.client_id == id) {
         session = &s;

@@ -1,4 +1,4 @@
-#include "api/config.hpp"
+#include "server/api/config.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -19,8 +19,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "api/auth.hpp"
-#include "util/error.hpp"
+#include "server/api/auth.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::api {
 

@@ -1,4 +1,4 @@
-#include "api/events.hpp"
+#include "server/api/events.hpp"
 
 #include <nlohmann/json.hpp>
 

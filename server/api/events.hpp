@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "store/records.hpp"
+#include "server/store/records.hpp"
 
 namespace fedcore::api {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/api.hpp"
+#include "server/api/api.hpp"
 
 namespace fedcore::api::detail {
 
@@ -23,7 +23,7 @@ void add_model_routes(Router& router, ApiContext& context);   // model download
 
 // A finite double, or null (absent or diverged metrics).
 nlohmann::json number_or_null(std::optional<double> v);
-nlohmann::json client_json(const store::ClientRecord& c, const server::SessionInfo* session);
+nlohmann::json client_json(const store::ClientRecord& c, const federation::SessionInfo* session);
 nlohmann::json run_json(const store::RunRecord& r);
 nlohmann::json round_json(const store::RoundRecord& r);
 nlohmann::json result_json(const store::ClientResult& r);

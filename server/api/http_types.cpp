@@ -1,4 +1,4 @@
-#include "api/http_types.hpp"
+#include "server/api/http_types.hpp"
 
 #include <algorithm>
 #include <charconv>

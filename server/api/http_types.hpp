@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::api {
 

@@ -1,4 +1,4 @@
-#include "api/metrics.hpp"
+#include "server/api/metrics.hpp"
 
 #include <array>
 #include <cstdio>
@@ -35,8 +35,8 @@ bool is_label_value(const std::string& code) {
 }  // namespace
 
 std::string_view reason_label(std::string_view reason) {
-  // Ordered: the first keyword found decides. The phrases are those of
-  // federation/aggregate.cpp and federation/round.cpp.
+  // For events stored before reason codes existed. Ordered: the first keyword found
+  // decides. The phrases are those of server/federation/aggregate.cpp and round.cpp.
   static constexpr std::array<std::pair<std::string_view, std::string_view>, 13> kKeywords{{
       {"stale or replayed", "replay"},
       {"not selected", "not_selected"},
@@ -80,12 +80,12 @@ void UpdateCounters::on_event(const store::EventRecord& e) {
                  ? detail[key].get<std::string>()
                  : std::string();
     };
-    // Rejections carry the server's own code (federation/aggregate.hpp rejection_code);
-    // stale updates are told apart by their reason.
+    // Events carry the server's own code (rejection_name in server/federation/aggregate.hpp,
+    // stale_reason_name in server/federation/round.hpp); events stored by versions before
+    // the codes existed are told apart by their reason text.
     const auto code = text("reason_code");
-    reason = result == "rejected" && is_label_value(code)
-                 ? code
-                 : std::string(reason_label(text("reason")));
+    reason =
+        is_label_value(code) && code != "stale" ? code : std::string(reason_label(text("reason")));
   }
   ++counts_[{result, reason}];
 }

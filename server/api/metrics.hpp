@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/records.hpp"
+#include "server/store/records.hpp"
 
 namespace fedcore::api {
 
@@ -35,16 +35,16 @@ struct MetricsSnapshot {
   double uptime_s = 0;
 };
 
-// The label value for a rejection or staleness reason text of the federation server: one
-// of layout, shape, non_finite, samples, norm (rejections; used when an event carries no
-// reason_code), replay, not_selected, nonce, duplicate, no_round (stale), malformed,
-// other.
+// The label value for a rejection or staleness reason text of the federation server, for
+// events that carry no reason_code (stored by older versions): one of layout, shape,
+// non_finite, samples, norm (rejections), replay, not_selected, nonce, duplicate, no_round
+// (stale), malformed, other.
 std::string_view reason_label(std::string_view reason);
 
 class UpdateCounters {
  public:
   // Counts update_accepted / update_rejected / update_stale events; ignores others. A
-  // rejection's reason is its detail.reason_code, else reason_label(detail.reason).
+  // refusal's reason is its detail.reason_code, else reason_label(detail.reason).
   void on_event(const store::EventRecord& event);
   // (result, reason) -> count; reason is "" for accepted updates.
   const std::map<std::pair<std::string, std::string>, std::uint64_t>& counts() const noexcept {

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "api/handlers.hpp"
-#include "model/param_io.hpp"
+#include "server/api/handlers.hpp"
+#include "shared/model/param_io.hpp"
 
 namespace fedcore::api::detail {
 namespace {

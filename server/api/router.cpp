@@ -1,8 +1,8 @@
-#include "api/router.hpp"
+#include "server/api/router.hpp"
 
 #include <algorithm>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::api {
 namespace {

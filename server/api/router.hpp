@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/http_types.hpp"
+#include "server/api/http_types.hpp"
 
 namespace fedcore::api {
 

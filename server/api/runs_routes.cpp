@@ -1,7 +1,7 @@
 // Runs, their rounds and per-client results: reads from the store, control through
 // FederationServer (start_run, stop_run, pause_run, resume_run, advance_round).
-#include "api/handlers.hpp"
-#include "federation/run_config.hpp"
+#include "server/api/handlers.hpp"
+#include "server/federation/run_config.hpp"
 
 namespace fedcore::api::detail {
 namespace {
@@ -70,7 +70,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
                if (!body) {
                  return error_response(body.error());
                }
-               auto config = server::parse_run_config(req.body);
+               auto config = federation::parse_run_config(req.body);
                if (!config) {
                  return error_response(config.error());
                }
@@ -150,8 +150,8 @@ void add_run_routes(Router& router, ApiContext& ctx) {
 
   // Pause and resume: the same shape as stop (the run as it now is, or the refusal).
   for (const auto& [verb, control] :
-       {std::pair{std::string("pause"), &server::FederationServer::pause_run},
-        std::pair{std::string("resume"), &server::FederationServer::resume_run}}) {
+       {std::pair{std::string("pause"), &federation::FederationServer::pause_run},
+        std::pair{std::string("resume"), &federation::FederationServer::resume_run}}) {
     router.add("POST", "/api/v1/runs/{id}/" + verb,
                [&ctx, control](const Request& req, const PathParams& params) {
                  auto id = control_target(req, params);

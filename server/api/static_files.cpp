@@ -1,11 +1,11 @@
-#include "api/static_files.hpp"
+#include "server/api/static_files.hpp"
 
 #include <algorithm>
 #include <array>
 #include <fstream>
 #include <utility>
 
-#include "api/http_types.hpp"
+#include "server/api/http_types.hpp"
 
 namespace fedcore::api {
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::api {
 

@@ -1,6 +1,6 @@
 // Health, server info, metrics, the OpenAPI document and the event stream.
-#include "api/handlers.hpp"
-#include "api/openapi.hpp"
+#include "server/api/handlers.hpp"
+#include "server/api/openapi.hpp"
 
 namespace fedcore::api::detail {
 namespace {

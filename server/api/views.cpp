@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "api/handlers.hpp"
+#include "server/api/handlers.hpp"
 
 namespace fedcore::api::detail {
 namespace {
@@ -19,7 +19,7 @@ nlohmann::json number_or_null(std::optional<double> v) {
   return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
-nlohmann::json client_json(const store::ClientRecord& c, const server::SessionInfo* session) {
+nlohmann::json client_json(const store::ClientRecord& c, const federation::SessionInfo* session) {
   const auto caps = parse_or(c.capabilities_json, nlohmann::json::object());
   auto field = [&](const char* key) {
     return caps.is_object() && caps.contains(key) ? caps[key] : nlohmann::json(nullptr);

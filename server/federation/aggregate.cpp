@@ -1,10 +1,10 @@
-#include "federation/aggregate.hpp"
+#include "server/federation/aggregate.hpp"
 
 #include <cmath>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 std::string tensor_at(const model::ParamLayout& layout, std::size_t index) {
@@ -33,58 +33,61 @@ class FedAvg final : public Strategy {
 
 }  // namespace
 
-result<void> validate_update(std::span<const float> update, std::string_view claimed_fingerprint,
-                             std::uint64_t samples, std::span<const float> global,
-                             const model::ParamLayout& layout, const UpdateChecks& checks) {
+std::string_view rejection_name(Rejection reason) noexcept {
+  switch (reason) {
+    case Rejection::layout:
+      return "layout";
+    case Rejection::shape:
+      return "shape";
+    case Rejection::non_finite:
+      return "non_finite";
+    case Rejection::samples:
+      return "samples";
+    case Rejection::norm:
+      return "norm";
+  }
+  return "unknown";
+}
+
+std::optional<RejectedUpdate> validate_update(std::span<const float> update,
+                                              std::string_view claimed_fingerprint,
+                                              std::uint64_t samples, std::span<const float> global,
+                                              const model::ParamLayout& layout,
+                                              const UpdateChecks& checks) {
   if (claimed_fingerprint != layout.fingerprint_hex()) {
-    return fail(errc::failed_precondition, "update layout " + std::string(claimed_fingerprint) +
-                                               " differs from the global model's " +
-                                               layout.fingerprint_hex());
+    return RejectedUpdate{Rejection::layout, "update layout " + std::string(claimed_fingerprint) +
+                                                 " differs from the global model's " +
+                                                 layout.fingerprint_hex()};
   }
   if (update.size() != layout.total()) {
-    return fail(errc::invalid_argument, "update has " + std::to_string(update.size()) +
-                                            " values, the model has " +
-                                            std::to_string(layout.total()));
+    return RejectedUpdate{Rejection::shape, "update has " + std::to_string(update.size()) +
+                                                " values, the model has " +
+                                                std::to_string(layout.total())};
   }
   FEDCORE_ASSERT(global.size() == layout.total(),
                  "validate_update: global differs from the layout");
   double squared = 0;
   for (std::size_t i = 0; i < update.size(); ++i) {
     if (!std::isfinite(update[i])) {
-      return fail(errc::invalid_argument, std::string("update value ") + tensor_at(layout, i) +
-                                              " is " +
-                                              (std::isnan(update[i]) ? "NaN" : "infinite"));
+      return RejectedUpdate{Rejection::non_finite,
+                            std::string("update value ") + tensor_at(layout, i) + " is " +
+                                (std::isnan(update[i]) ? "NaN" : "infinite")};
     }
     const double d = double(update[i]) - double(global[i]);
     squared += d * d;
   }
   if (samples == 0 || samples > checks.max_samples) {
-    return fail(errc::out_of_range, "update claims " + std::to_string(samples) +
-                                        " samples; allowed 1 to " +
-                                        std::to_string(checks.max_samples));
+    return RejectedUpdate{Rejection::samples, "update claims " + std::to_string(samples) +
+                                                  " samples; allowed 1 to " +
+                                                  std::to_string(checks.max_samples)};
   }
   const double norm = std::sqrt(squared);
   if (checks.max_update_norm > 0 && norm > checks.max_update_norm) {
-    return fail(errc::out_of_range, "update moves the model by L2 norm " + std::to_string(norm) +
-                                        ", above the bound " +
-                                        std::to_string(checks.max_update_norm));
+    return RejectedUpdate{Rejection::norm, "update moves the model by L2 norm " +
+                                               std::to_string(norm) + ", above the bound " +
+                                               std::to_string(checks.max_update_norm)};
   }
-  return {};
-}
-
-std::string_view rejection_code(const error& e) noexcept {
-  // Keyed on the codes and message openings written by validate_update just above.
-  const std::string_view message = e.message;
-  if (e.code == errc::failed_precondition) {
-    return "layout";
-  }
-  if (e.code == errc::invalid_argument) {
-    return message.starts_with("update has ") ? "shape" : "non_finite";
-  }
-  if (e.code == errc::out_of_range) {
-    return message.starts_with("update claims ") ? "samples" : "norm";
-  }
-  return "other";
+  return std::nullopt;
 }
 
 WeightedAverage::WeightedAverage(std::size_t size) : size_(size) {}
@@ -128,4 +131,4 @@ result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size
               "unknown strategy '" + std::string(name) + "' (known: fedavg, fedprox)");
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -2,7 +2,7 @@
 //
 // Updates are full parameter vectors (a client's locally trained model), weighted by the
 // client's sample count, as in FedAvg (McMahan et al. 2017). `validate_update` checks an
-// update before it may touch the aggregate (RELIABILITY.md S2); a Strategy folds valid
+// update before it may touch the aggregate (docs/engineering.md S2); a Strategy folds valid
 // updates one at a time into a running sum, so the server's memory is O(model) whatever
 // the number of clients, and produces the next global model when the round closes.
 //
@@ -11,15 +11,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "model/layout.hpp"
-#include "util/error.hpp"
+#include "shared/model/layout.hpp"
+#include "shared/util/error.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 struct UpdateChecks {
   // Reject updates whose L2 distance from the round's global model exceeds this (0 = off).
@@ -28,18 +29,27 @@ struct UpdateChecks {
   std::uint64_t max_samples = std::uint64_t{1} << 32;
 };
 
-// Checks, in order: the layout fingerprint the client claims equals the global model's
-// (errc::failed_precondition), the value count equals the layout's total
-// (errc::invalid_argument), every value is finite (errc::invalid_argument naming the
-// first bad tensor and index), the sample count is within bounds (errc::out_of_range), and
-// the norm bound (errc::out_of_range with the measured norm).
-result<void> validate_update(std::span<const float> update, std::string_view claimed_fingerprint,
-                             std::uint64_t samples, std::span<const float> global,
-                             const model::ParamLayout& layout, const UpdateChecks& checks);
+// Why an update was refused. The names (rejection_name) are stable: they are the metrics
+// label and the reason_code of update_rejected events.
+enum class Rejection {
+  layout,      // the layout fingerprint the client claims is not the global model's
+  shape,       // the value count differs from the layout's total
+  non_finite,  // a NaN or an infinity
+  samples,     // the sample count is 0 or above UpdateChecks::max_samples
+  norm,        // the update moves the model further than UpdateChecks::max_update_norm
+};
+std::string_view rejection_name(Rejection reason) noexcept;
 
-// A short, stable name for an error of validate_update, for metrics labels and events:
-// "layout", "shape", "non_finite", "samples" or "norm" ("other" for anything else).
-std::string_view rejection_code(const error& e) noexcept;
+struct RejectedUpdate {
+  Rejection reason;
+  std::string message;  // for people: which tensor and index, the measured norm, ...
+};
+
+// Checks, in the order of the Rejection enum (the first failing check is reported).
+// Returns nothing for an update that may be aggregated.
+[[nodiscard]] std::optional<RejectedUpdate> validate_update(
+    std::span<const float> update, std::string_view claimed_fingerprint, std::uint64_t samples,
+    std::span<const float> global, const model::ParamLayout& layout, const UpdateChecks& checks);
 
 // A running sample-weighted mean of equally long vectors, updated in place as
 // m += (w / W) (x - m), where W is the total weight so far. One float buffer of the
@@ -87,4 +97,4 @@ class Strategy {
 // "fedavg" (also what FedProx uses server-side). Errors: invalid_argument for unknown names.
 result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size_t param_count);
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -41,14 +41,14 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "federation/run_config.hpp"
-#include "federation/server_hooks.hpp"
-#include "net/frame_channel.hpp"
-#include "store/history_store.hpp"
-#include "tls/context.hpp"
-#include "util/error.hpp"
+#include "server/federation/run_config.hpp"
+#include "server/federation/server_hooks.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/net/frame_channel.hpp"
+#include "shared/tls/context.hpp"
+#include "shared/util/error.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1";
@@ -152,4 +152,4 @@ class FederationServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

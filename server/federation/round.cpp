@@ -1,8 +1,8 @@
-#include "federation/round.hpp"
+#include "server/federation/round.hpp"
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 std::string_view client_status_name(ClientStatus status) noexcept {
   switch (status) {
@@ -56,37 +56,61 @@ bool Round::has_answered(std::string_view client_id) const {
   return false;
 }
 
+std::string_view stale_reason_name(StaleReason reason) noexcept {
+  switch (reason) {
+    case StaleReason::replay:
+      return "replay";
+    case StaleReason::not_selected:
+      return "not_selected";
+    case StaleReason::nonce:
+      return "nonce";
+    case StaleReason::duplicate:
+      return "duplicate";
+    case StaleReason::no_round:
+      return "no_round";
+  }
+  return "unknown";
+}
+
 UpdateVerdict Round::on_update(std::string_view client_id, const protocol::UpdateReport& report,
                                std::span<const float> params, std::uint64_t bytes_up,
-                               std::string* why) {
+                               std::string* why, StaleReason* stale_reason) {
   auto set_why = [&](std::string text) {
     if (why != nullptr) {
       *why = std::move(text);
     }
   };
+  auto stale = [&](StaleReason reason, std::string text) {
+    set_why(std::move(text));
+    if (stale_reason != nullptr) {
+      *stale_reason = reason;
+    }
+    return UpdateVerdict::stale;
+  };
   // Binding first: an update for another run, round or nonce proves nothing about this
   // round and must not consume the client's one answer.
   if (report.run_id != settings_.run_id || report.round != settings_.round) {
-    set_why("stale or replayed update for run " + std::to_string(report.run_id) + " round " +
-            std::to_string(report.round) + "; current is run " + std::to_string(settings_.run_id) +
-            " round " + std::to_string(settings_.round));
-    return UpdateVerdict::stale;
+    return stale(StaleReason::replay, "stale or replayed update for run " +
+                                          std::to_string(report.run_id) + " round " +
+                                          std::to_string(report.round) + "; current is run " +
+                                          std::to_string(settings_.run_id) + " round " +
+                                          std::to_string(settings_.round));
   }
   const auto nonce = nonces_.find(std::string(client_id));
   if (nonce == nonces_.end()) {
-    set_why("client '" + std::string(client_id) + "' was not selected for this round");
-    return UpdateVerdict::stale;
+    return stale(StaleReason::not_selected,
+                 "client '" + std::string(client_id) + "' was not selected for this round");
   }
   if (report.nonce != nonce->second) {
-    set_why("nonce does not match the one issued to this client for this round (replay?)");
-    return UpdateVerdict::stale;
+    return stale(StaleReason::nonce,
+                 "nonce does not match the one issued to this client for this round (replay?)");
   }
   ClientOutcome* outcome = find(client_id);
   FEDCORE_ASSERT(outcome != nullptr, "selected client without an outcome");
   const auto index = static_cast<std::size_t>(outcome - outcomes_.data());
   if (has_answered_[index]) {
-    set_why("duplicate update: this client already answered this round");
-    return UpdateVerdict::stale;
+    return stale(StaleReason::duplicate,
+                 "duplicate update: this client already answered this round");
   }
   has_answered_[index] = true;
   ++answered_;
@@ -96,12 +120,12 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   outcome->train_seconds = report.train_seconds;
   outcome->bytes_up = bytes_up;
   outcome->evaluation = report.evaluation;
-  auto valid = validate_update(params, report.layout_fingerprint, report.samples, global_, layout_,
-                               settings_.checks);
-  if (!valid) {
+  auto refused = validate_update(params, report.layout_fingerprint, report.samples, global_,
+                                 layout_, settings_.checks);
+  if (refused) {
     outcome->status = ClientStatus::rejected;
-    outcome->reason = valid.error().message;
-    outcome->reason_code = std::string(rejection_code(valid.error()));
+    outcome->reason = std::move(refused->message);
+    outcome->rejection = refused->reason;
     set_why(outcome->reason);
     return UpdateVerdict::rejected;
   }
@@ -162,4 +186,4 @@ RoundClose Round::close() {
   return summary;
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

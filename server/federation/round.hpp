@@ -5,7 +5,7 @@
 // selected clients have answered or the deadline has passed. The Round decides, per
 // update, whether it may touch the aggregate (binding to run, round and nonce; one
 // update per client; the checks of validate_update) and, at close, whether the round
-// reached quorum (RELIABILITY.md R4):
+// reached quorum (docs/engineering.md R4):
 //
 //   all selected answered                      -> complete (if at least min_clients accepted)
 //   deadline passed, accepted >= min_clients   -> complete at quorum; the silent are "timeout"
@@ -20,14 +20,15 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "federation/aggregate.hpp"
-#include "protocol/messages.hpp"
+#include "server/federation/aggregate.hpp"
+#include "shared/protocol/messages.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 enum class ClientStatus { ok, rejected, timeout, dropped };
 std::string_view client_status_name(ClientStatus status) noexcept;
@@ -37,7 +38,7 @@ struct ClientOutcome {
   std::string client_id;
   ClientStatus status = ClientStatus::timeout;
   std::string reason;
-  std::string reason_code;  // rejected only: rejection_code() of the validation error
+  std::optional<Rejection> rejection;  // rejected only: why validate_update refused it
   std::uint64_t samples = 0;
   double loss = 0;
   double accuracy = 0;
@@ -60,6 +61,17 @@ enum class UpdateVerdict {
   stale,     // replay or wrong round: refused, the client may still answer
 };
 
+// Why an update was refused as stale (the client may still send its real answer). The
+// names (stale_reason_name) are stable: the metrics label and the events' reason_code.
+enum class StaleReason {
+  replay,        // it names another run or round
+  not_selected,  // the client is not part of this round
+  nonce,         // the nonce is not the one issued to this client for this round
+  duplicate,     // the client already answered this round
+  no_round,      // no round is collecting updates (decided by the run controller)
+};
+std::string_view stale_reason_name(StaleReason reason) noexcept;
+
 struct RoundClose {
   bool succeeded = false;
   std::string failure_reason;
@@ -77,10 +89,12 @@ class Round {
   Round(RoundSettings settings, std::map<std::string, std::string> nonces,
         std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy);
 
-  // Judges one update. For `stale`, `why` says what was wrong; for `rejected` the reason is
-  // also in the client's outcome.
+  // Judges one update. For `stale`, `why` says what was wrong and `stale_reason` (when not
+  // null) gets the reason as a code; for `rejected` the reason and its code are also in the
+  // client's outcome.
   UpdateVerdict on_update(std::string_view client_id, const protocol::UpdateReport& report,
-                          std::span<const float> params, std::uint64_t bytes_up, std::string* why);
+                          std::span<const float> params, std::uint64_t bytes_up, std::string* why,
+                          StaleReason* stale_reason = nullptr);
   // A selected client's session ended before it answered.
   void on_dropped(std::string_view client_id, std::string reason);
   void set_bytes_down(std::string_view client_id, std::uint64_t bytes);
@@ -111,4 +125,4 @@ class Round {
   std::size_t accepted_ = 0;
 };
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

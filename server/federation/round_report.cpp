@@ -1,6 +1,6 @@
-#include "federation/round_report.hpp"
+#include "server/federation/round_report.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 store::ResultStatus to_store(ClientStatus s) {
@@ -83,4 +83,4 @@ RoundReport make_round_report(const Round& round, const RoundClose& closed, std:
   return report;
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

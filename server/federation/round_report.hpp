@@ -4,10 +4,10 @@
 
 #include <vector>
 
-#include "federation/round.hpp"
-#include "store/records.hpp"
+#include "server/federation/round.hpp"
+#include "server/store/records.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 struct RoundReport {
   store::RoundRecord record;
@@ -19,4 +19,4 @@ struct RoundReport {
 RoundReport make_round_report(const Round& round, const RoundClose& closed, std::int64_t started_ms,
                               std::int64_t finished_ms);
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -1,8 +1,8 @@
-#include "federation/round_stage.hpp"
+#include "server/federation/round_stage.hpp"
 
 #include <array>
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 struct Transition {
@@ -89,4 +89,4 @@ std::string_view round_event_name(RoundEvent event) noexcept {
   return "unknown";
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -25,7 +25,7 @@
 #include <optional>
 #include <string_view>
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 enum class RoundStage {
   selecting,
@@ -60,4 +60,4 @@ bool is_final(RoundStage stage) noexcept;
 std::string_view round_stage_name(RoundStage stage) noexcept;
 std::string_view round_event_name(RoundEvent event) noexcept;
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -1,11 +1,11 @@
-#include "federation/run_config.hpp"
+#include "server/federation/run_config.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 using nlohmann::json;
@@ -35,7 +35,14 @@ std::optional<error> read(const json& j, const char* key, T& out, double low, do
 
 result<RunConfig> parse_run_config(std::string_view json_text) {
   auto j = json::parse(json_text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  if (j.is_discarded()) {
+    return bad("not a JSON object");
+  }
+  return run_config_from_json(j);
+}
+
+result<RunConfig> run_config_from_json(const json& j) {
+  if (!j.is_object()) {
     return bad("not a JSON object");
   }
   static const char* const kKnown[] = {"name",
@@ -80,7 +87,7 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
     return bad(spec.error().message);
   }
   c.model = *spec;
-  c.model_json = j["model"].dump();
+  c.model_json = j["model"];
   if (j.contains("strategy")) {
     if (!j["strategy"].is_string() || (j["strategy"] != "fedavg" && j["strategy"] != "fedprox")) {
       return bad("'strategy' must be \"fedavg\" or \"fedprox\"");
@@ -115,7 +122,7 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
     return bad(optimizer.error().message);
   }
   c.optimizer = *optimizer;
-  c.optimizer_json = json(*optimizer).dump();
+  c.optimizer_json = json(*optimizer);
   if (c.strategy == "fedprox" && c.proximal_mu <= 0) {
     return bad("strategy \"fedprox\" needs 'proximal_mu' > 0");
   }
@@ -151,13 +158,13 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
 
 std::string to_json_text(const RunConfig& c) {
   json j{{"name", c.name},
-         {"model", json::parse(c.model_json)},
+         {"model", c.model_json},
          {"strategy", c.strategy},
          {"rounds", c.rounds},
          {"min_clients", c.min_clients},
          {"local_epochs", c.local_epochs},
          {"batch_size", c.batch_size},
-         {"optimizer", json::parse(c.optimizer_json)},
+         {"optimizer", c.optimizer_json},
          {"proximal_mu", c.proximal_mu},
          {"round_timeout_s", c.round_timeout_s},
          {"seed", c.seed},
@@ -185,4 +192,4 @@ std::size_t clients_to_sample(const RunConfig& c, std::size_t online) noexcept {
   return std::min(online, std::max<std::size_t>(wanted, 1));
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

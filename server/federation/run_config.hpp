@@ -32,18 +32,20 @@
 #include <string>
 #include <string_view>
 
-#include "model/optimizer.hpp"
-#include "model/spec.hpp"
-#include "util/error.hpp"
+#include <nlohmann/json.hpp>
 
-namespace fedcore::server {
+#include "shared/model/optimizer.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/util/error.hpp"
+
+namespace fedcore::federation {
 
 enum class FailedRoundPolicy { pause, retry };
 
 struct RunConfig {
   std::string name;
-  model::ModelSpec model;  // may be incomplete; completed from the clients' HELLO schema
-  std::string model_json;  // as submitted
+  model::ModelSpec model;     // may be incomplete; completed from the clients' HELLO schema
+  nlohmann::json model_json;  // as submitted
   std::string strategy = "fedavg";
   std::int64_t rounds = 1;
   std::int64_t clients_per_round = 0;  // 0: use fraction
@@ -52,7 +54,7 @@ struct RunConfig {
   std::int32_t local_epochs = 1;
   std::int32_t batch_size = 32;
   model::OptimizerConfig optimizer;
-  std::string optimizer_json;
+  nlohmann::json optimizer_json;  // `optimizer` as an object, for TRAIN messages
   float proximal_mu = 0.0f;
   double round_timeout_s = 60;
   std::uint64_t seed = 1;
@@ -69,10 +71,12 @@ struct RunConfig {
 
 // Parses and validates; errc::invalid_argument naming the field for every problem.
 result<RunConfig> parse_run_config(std::string_view json_text);
+// The same from JSON already parsed (fedcore-sim builds its configuration as JSON).
+result<RunConfig> run_config_from_json(const nlohmann::json& j);
 // The canonical JSON of a config (what the store keeps).
 std::string to_json_text(const RunConfig& config);
 
 // How many clients a round samples out of `online`.
 std::size_t clients_to_sample(const RunConfig& config, std::size_t online) noexcept;
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -20,7 +20,7 @@
 // failed round is recorded and retried or pauses the run (RunConfig::on_failed_round).
 // Not enough clients when a wait ends pauses the run with the reason.
 //
-// Durability (RELIABILITY.md R2): a round's checkpoint file is complete and synced before
+// Durability (docs/engineering.md R2): a round's checkpoint file is complete and synced before
 // the one SQLite transaction that commits the round row, its client results and the
 // checkpoint reference; nothing of an abandoned round (stop, shutdown) is stored, and a
 // restarted server resumes every running run from its last committed round.
@@ -41,15 +41,15 @@
 #include <string>
 #include <vector>
 
-#include "federation/round_stage.hpp"
-#include "federation/run_config.hpp"
-#include "federation/server_hooks.hpp"
-#include "protocol/messages.hpp"
-#include "store/history_store.hpp"
-#include "util/clock.hpp"
-#include "util/error.hpp"
+#include "server/federation/round_stage.hpp"
+#include "server/federation/run_config.hpp"
+#include "server/federation/server_hooks.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/protocol/messages.hpp"
+#include "shared/util/clock.hpp"
+#include "shared/util/error.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 // A connected client as the controller sees it: its id and the data schema of its HELLO.
 struct Candidate {
@@ -180,4 +180,4 @@ class RunController {
   bool polling_ = false;
 };
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

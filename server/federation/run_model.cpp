@@ -1,14 +1,14 @@
-#include "federation/run_model.hpp"
+#include "server/federation/run_model.hpp"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "data/csv.hpp"
-#include "data/fashion_mnist.hpp"
-#include "model/param_io.hpp"
-#include "util/checksum.hpp"
+#include "shared/data/csv.hpp"
+#include "shared/data/fashion_mnist.hpp"
+#include "shared/model/param_io.hpp"
+#include "shared/util/checksum.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 // A CSV file, or "fashion-mnist[:DIR]" for that data set's test split.
@@ -84,7 +84,7 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
   } else {
     out.eval_model.reset();
   }
-  out.spec_json = nlohmann::json(out.spec).dump();
+  out.spec_json = nlohmann::json(out.spec);
   out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
   std::error_code ec;
   std::filesystem::create_directories(out.run_dir, ec);
@@ -116,4 +116,4 @@ result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id,
                               layout.fingerprint_hex()};
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

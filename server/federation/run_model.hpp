@@ -13,19 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.hpp"
-#include "federation/aggregate.hpp"
-#include "federation/run_config.hpp"
-#include "model/model.hpp"
-#include "model/trainer.hpp"
-#include "store/history_store.hpp"
-#include "util/error.hpp"
+#include "server/federation/aggregate.hpp"
+#include "server/federation/run_config.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/model/model.hpp"
+#include "shared/model/trainer.hpp"
+#include "shared/util/error.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 struct RunModel {
-  model::ModelSpec spec;  // complete
-  std::string spec_json;
+  model::ModelSpec spec;     // complete
+  nlohmann::json spec_json;  // `spec` as sent in TRAIN messages, made once per run
   model::ParamLayout layout;
   std::shared_ptr<const std::vector<float>> global;
   std::unique_ptr<Strategy> strategy;
@@ -52,4 +52,4 @@ struct RunModel {
                                                  store::HistoryStore& store,
                                                  const std::string& checkpoint_dir);
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

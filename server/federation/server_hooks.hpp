@@ -6,9 +6,9 @@
 #include <functional>
 #include <string>
 
-#include "store/records.hpp"
+#include "server/store/records.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 struct ServerHooks {
   std::function<void(std::int64_t run_id, const store::RoundRecord&)> round_committed;
@@ -17,4 +17,4 @@ struct ServerHooks {
   std::function<void(const std::string& client_id, bool online)> client_changed;
 };
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -1,6 +1,6 @@
-#include "federation/session_registry.hpp"
+#include "server/federation/session_registry.hpp"
 
-namespace fedcore::server {
+namespace fedcore::federation {
 
 std::shared_ptr<Session> SessionRegistry::add(std::shared_ptr<Session> session) {
   auto& slot = sessions_[session->client_id];
@@ -35,4 +35,4 @@ void SessionRegistry::send_train(const std::string& client_id, std::string metad
   }
 }
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

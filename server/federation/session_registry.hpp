@@ -18,53 +18,11 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "federation/run_controller.hpp"
-#include "net/frame_channel.hpp"
-#include "net/outbox.hpp"
-#include "protocol/messages.hpp"
+#include "server/federation/run_controller.hpp"
+#include "shared/net/link.hpp"
+#include "shared/protocol/messages.hpp"
 
-namespace fedcore::server {
-
-// A session's connection, whatever carries it: mutual TLS for real clients, a local
-// socket for fedcore-sim's in-process clients. The session code sees only this.
-class Link {
- public:
-  virtual ~Link() = default;
-  virtual boost::asio::awaitable<result<protocol::Frame>> read_frame() = 0;
-  virtual void set_timeouts(std::chrono::milliseconds idle,
-                            std::chrono::milliseconds transfer) noexcept = 0;
-  // Queued behind the link's one writer (net/outbox.hpp).
-  virtual void send(protocol::MessageType type, std::string metadata,
-                    net::SharedPayload payload = nullptr) = 0;
-  virtual void close() noexcept = 0;
-  virtual std::uint64_t bytes_read() const noexcept = 0;
-  virtual std::uint64_t bytes_written() const noexcept = 0;
-};
-
-template <class Stream>
-class StreamLink final : public Link {
- public:
-  StreamLink(Stream stream, const net::ChannelOptions& options)
-      : channel_(std::make_shared<net::FrameChannel<Stream>>(std::move(stream), options)),
-        outbox_(channel_) {}
-  boost::asio::awaitable<result<protocol::Frame>> read_frame() override {
-    return channel_->read_frame();
-  }
-  void set_timeouts(std::chrono::milliseconds idle,
-                    std::chrono::milliseconds transfer) noexcept override {
-    channel_->set_timeouts(idle, transfer);
-  }
-  void send(protocol::MessageType type, std::string metadata, net::SharedPayload payload) override {
-    outbox_.send(type, std::move(metadata), std::move(payload));
-  }
-  void close() noexcept override { channel_->close(); }
-  std::uint64_t bytes_read() const noexcept override { return channel_->bytes_read(); }
-  std::uint64_t bytes_written() const noexcept override { return channel_->bytes_written(); }
-
- private:
-  std::shared_ptr<net::FrameChannel<Stream>> channel_;
-  net::Outbox<Stream> outbox_;
-};
+namespace fedcore::federation {
 
 struct Session {
   std::uint64_t serial = 0;
@@ -72,7 +30,7 @@ struct Session {
   std::string peer;  // address, for logs
   std::int64_t connected_ms = 0;
   protocol::Hello hello;
-  std::unique_ptr<Link> link;
+  std::unique_ptr<net::Link> link;  // mutual TLS, or a local socket for fedcore-sim
 };
 
 class SessionRegistry final : public SessionDirectory {
@@ -94,4 +52,4 @@ class SessionRegistry final : public SessionDirectory {
   std::map<std::string, std::shared_ptr<Session>> sessions_;
 };
 
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -13,8 +13,8 @@
 //
 // Checkpoint files are the caller's: write one with model::write_file_atomically, then
 // pass its reference to commit_round. A file written but never committed (the process
-// died in between) is an orphan; at start-up, delete the files of the checkpoint
-// directory that referenced_checkpoint_paths() does not list.
+// died in between) is an orphan; the federation server deletes them at start-up
+// (server/federation/orphan_checkpoints.hpp) from referenced_checkpoint_paths().
 //
 // Errors common to every method: errc::unavailable when another connection holds the
 // write lock past StoreOptions::busy_timeout; errc::io_error when the disk refuses;
@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "store/records.hpp"
-#include "store/sqlite.hpp"
-#include "util/error.hpp"
+#include "server/store/records.hpp"
+#include "server/store/sqlite.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::store {
 

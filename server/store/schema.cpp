@@ -1,8 +1,8 @@
-#include "store/schema.hpp"
+#include "server/store/schema.hpp"
 
 #include <string>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::store {
 namespace {

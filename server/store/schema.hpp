@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <span>
 
-#include "store/sqlite.hpp"
-#include "util/error.hpp"
+#include "server/store/sqlite.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::store {
 

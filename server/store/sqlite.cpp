@@ -1,4 +1,4 @@
-#include "store/sqlite.hpp"
+#include "server/store/sqlite.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 
 #include <sqlite3.h>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::store {
 namespace {

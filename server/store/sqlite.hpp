@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 struct sqlite3;
 struct sqlite3_stmt;

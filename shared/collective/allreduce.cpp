@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collective/collectives.hpp"
-#include "collective/detail/ops.hpp"
-#include "util/assert.hpp"
+#include "shared/collective/collectives.hpp"
+#include "shared/collective/detail/ops.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 

@@ -1,5 +1,5 @@
-#include "collective/collectives.hpp"
-#include "collective/detail/ops.hpp"
+#include "shared/collective/collectives.hpp"
+#include "shared/collective/detail/ops.hpp"
 
 namespace fedcore::collective {
 

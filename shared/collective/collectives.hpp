@@ -26,7 +26,7 @@
 #include <optional>
 #include <span>
 
-#include "collective/communicator.hpp"
+#include "shared/collective/communicator.hpp"
 
 namespace fedcore::collective {
 
@@ -112,7 +112,7 @@ result<void> recv(Communicator& comm, const RecvOptions& options);
 
 // Waits until one of `peers` has sent a message that recv can take without waiting, and
 // returns that peer without receiving anything; for a rank that serves several peers in
-// the order their messages arrive (the parameter server, dist/param_server.hpp). Which
+// the order their messages arrive (the parameter server, distributed/param_server.hpp). Which
 // peer, when several are ready: Transport::wait_any (arrival order, or round robin under
 // MPI). A peer whose link failed is returned too, so that the recv from it reports the
 // failure. Unlike every other operation, running out of time is not a failure: the result

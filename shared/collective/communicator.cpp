@@ -1,6 +1,6 @@
-#include "collective/communicator.hpp"
+#include "shared/collective/communicator.hpp"
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/transport.hpp"
+#include "shared/collective/transport.hpp"
 
 namespace fedcore::collective {
 

@@ -1,4 +1,4 @@
-#include "collective/inproc_transport.hpp"
+#include "shared/collective/inproc_transport.hpp"
 
 #include <condition_variable>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 

@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "collective/transport.hpp"
+#include "shared/collective/transport.hpp"
 
 namespace fedcore::collective {
 

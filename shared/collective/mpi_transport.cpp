@@ -1,4 +1,4 @@
-#include "collective/mpi_transport.hpp"
+#include "shared/collective/mpi_transport.hpp"
 
 #include <array>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 namespace {

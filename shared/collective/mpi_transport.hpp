@@ -21,7 +21,7 @@
 #include <memory>
 #include <mpi.h>
 
-#include "collective/transport.hpp"
+#include "shared/collective/transport.hpp"
 
 namespace fedcore::collective {
 

@@ -1,4 +1,7 @@
-#include "collective/net_transport.hpp"
+// Longer than our ~500-line guideline, on purpose: one class whose handshake (with the
+// shared-memory ring negotiation), per-link reader and writer and progress engine share
+// private state; splitting them would expose that state in a header.
+#include "shared/collective/net_transport.hpp"
 
 #include <atomic>
 #include <deque>
@@ -19,10 +22,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include "collective/shm_ring.hpp"
-#include "net/frame_channel.hpp"
-#include "tls/context.hpp"
-#include "util/assert.hpp"
+#include "shared/collective/shm_ring.hpp"
+#include "shared/net/frame_channel.hpp"
+#include "shared/tls/context.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 namespace {
@@ -463,7 +466,7 @@ class NetTransport final : public Transport {
       }
       const Outgoing& out = link.outbox.front();
       auto written =
-          co_await link.channel->write_frame(MessageType::update, out.metadata, out.payload);
+          co_await link.channel->write_frame(MessageType::collective, out.metadata, out.payload);
       if (!written) {
         link.failed = written.error();
         if (!send_error_)
@@ -532,7 +535,7 @@ class NetTransport final : public Transport {
         {"size", options_.size},
         {"ring",
          ring_offer(out_ring)}}.dump();
-    if (auto w = co_await channel.write_frame(MessageType::hello, hello); !w) {
+    if (auto w = co_await channel.write_frame(MessageType::peer_hello, hello); !w) {
       setup_error_ = peer_error(peer, w.error());
       co_return;
     }
@@ -541,7 +544,7 @@ class NetTransport final : public Transport {
       setup_error_ = peer_error(peer, answer.error());
       co_return;
     }
-    if (answer->type != MessageType::welcome) {
+    if (answer->type != MessageType::peer_welcome) {
       setup_error_ = fail(errc::permission_denied, "rank " + std::to_string(peer) +
                                                        " refused this rank: " + answer->metadata);
       co_return;
@@ -552,7 +555,7 @@ class NetTransport final : public Transport {
     out_ring = settle_ring(std::move(out_ring), peer_opened_ring(welcome));
     std::optional<ShmRing> in_ring = open_offered_ring(welcome, options_);
     const std::string opened = nlohmann::json{{"ring_opened", in_ring.has_value()}}.dump();
-    if (auto w = co_await channel.write_frame(MessageType::welcome, opened); !w) {
+    if (auto w = co_await channel.write_frame(MessageType::peer_welcome, opened); !w) {
       setup_error_ = peer_error(peer, w.error());
       co_return;
     }
@@ -580,7 +583,7 @@ class NetTransport final : public Transport {
     }
     net::FrameChannel<Stream> channel(std::move(stream), channel_options());
     auto frame = co_await channel.read_frame();
-    if (!frame || frame->type != MessageType::hello)
+    if (!frame || frame->type != MessageType::peer_hello)
       co_return;
     auto checked = check_hello(frame->metadata, options_);
     std::string refusal;
@@ -602,10 +605,10 @@ class NetTransport final : public Transport {
     std::optional<ShmRing> out_ring = make_ring();
     const std::string welcome =
         nlohmann::json{{"ring_opened", in_ring.has_value()}, {"ring", ring_offer(out_ring)}}.dump();
-    if (auto w = co_await channel.write_frame(MessageType::welcome, welcome); !w)
+    if (auto w = co_await channel.write_frame(MessageType::peer_welcome, welcome); !w)
       co_return;
     auto opened = co_await channel.read_frame();
-    if (!opened || opened->type != MessageType::welcome)
+    if (!opened || opened->type != MessageType::peer_welcome)
       co_return;  // the dialer gave up; it reports its own error
     Link& link = *links_[peer];
     link.out_ring =

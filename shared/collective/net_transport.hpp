@@ -5,14 +5,13 @@
 //
 // Setup. Each rank listens on `bind_host` (an ephemeral port), publishes "host:port"
 // through the Rendezvous, then dials every lower rank and accepts every higher one. The
-// dialer says hello {job, rank, size}; the acceptor checks all three and answers welcome,
-// or an error frame and closes. The whole setup has `connect_timeout`.
+// dialer says peer_hello {job, rank, size}; the acceptor checks all three and answers
+// peer_welcome, or an error frame and closes. The whole setup has `connect_timeout`.
 //
-// Wire. One frame per message (MessageType::update, since the federation's message types
-// carry no collective type yet): the envelope is the JSON metadata, the payload is the
-// data, handed to the socket without a copy. Every link has a reader that drains frames
-// as they arrive (so two ranks sending large messages to each other never deadlock on
-// full socket buffers) and a writer that sends posted messages in order.
+// Wire. One MessageType::collective frame per message: the envelope is the JSON metadata,
+// the payload is the data, handed to the socket without a copy. Every link has a reader that drains
+// frames as they arrive (so two ranks sending large messages to each other never deadlock on full
+// socket buffers) and a writer that sends posted messages in order.
 //
 // Progress. The transport has no thread of its own: its io_context runs on the calling
 // thread inside wait_sends and recv, which therefore also move other links' data. They
@@ -20,11 +19,11 @@
 // that long.
 //
 // Shared memory. With NetOptions::shared_memory_bytes, each pair on one host also gets
-// a ring per direction (shm_ring.hpp), set up in the handshake: hello offers the dialer's
-// ring, welcome says whether the acceptor opened it and offers the acceptor's, and a
-// second welcome from the dialer says whether it opened that one. A payload that fits
-// into the ring is copied there and its frame carries the placement instead of the
-// bytes; everything else about the message (order, envelope, deadlines) is as before.
+// a ring per direction (shm_ring.hpp), set up in the handshake: peer_hello offers the
+// dialer's ring, peer_welcome says whether the acceptor opened it and offers the
+// acceptor's, and a second peer_welcome from the dialer says whether it opened that one. A payload
+// that fits into the ring is copied there and its frame carries the placement instead of the bytes;
+// everything else about the message (order, envelope, deadlines) is as before.
 //
 // Deadlines. recv and wait_sends wait until their deadline; a single frame's transfer is
 // bounded by `transfer_timeout` (FrameChannel). A peer that closes or breaks its link
@@ -39,9 +38,9 @@
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "collective/rendezvous.hpp"
-#include "collective/transport.hpp"
-#include "protocol/frame.hpp"
+#include "shared/collective/rendezvous.hpp"
+#include "shared/collective/transport.hpp"
+#include "shared/protocol/frame.hpp"
 
 namespace fedcore::collective {
 

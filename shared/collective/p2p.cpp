@@ -1,8 +1,8 @@
 #include <cstring>
 
-#include "collective/collectives.hpp"
-#include "collective/detail/ops.hpp"
-#include "util/assert.hpp"
+#include "shared/collective/collectives.hpp"
+#include "shared/collective/detail/ops.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 

@@ -1,4 +1,4 @@
-#include "collective/rendezvous.hpp"
+#include "shared/collective/rendezvous.hpp"
 
 namespace fedcore::collective {
 

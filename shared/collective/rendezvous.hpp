@@ -3,7 +3,7 @@
 // Each rank calls exchange() once with its own listening address; it returns every
 // rank's address (index = rank) once all `size` ranks have called it, or fails at the
 // deadline. Implementations: MemoryRendezvous (ranks as threads of one process) and the
-// TCP rendezvous of fedcore-dist (dist/rendezvous.hpp), hosted by the launcher.
+// TCP rendezvous of fedcore-dist (distributed/rendezvous.hpp), hosted by the launcher.
 #pragma once
 
 #include <condition_variable>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/transport.hpp"
+#include "shared/collective/transport.hpp"
 
 namespace fedcore::collective {
 

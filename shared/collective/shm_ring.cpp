@@ -1,4 +1,4 @@
-#include "collective/shm_ring.hpp"
+#include "shared/collective/shm_ring.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <utility>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::collective {
 

@@ -27,7 +27,7 @@
 #include <span>
 #include <string>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::collective {
 

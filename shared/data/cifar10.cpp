@@ -1,4 +1,4 @@
-#include "data/cifar10.hpp"
+#include "shared/data/cifar10.hpp"
 
 #include <filesystem>
 #include <fstream>

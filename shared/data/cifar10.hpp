@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "data/dataset.hpp"
-#include "util/error.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::data {
 

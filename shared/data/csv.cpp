@@ -1,4 +1,4 @@
-#include "data/csv.hpp"
+#include "shared/data/csv.hpp"
 
 #include <algorithm>
 #include <cerrno>

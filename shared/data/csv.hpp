@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <string>
 
-#include "data/dataset.hpp"
-#include "util/error.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::data {
 

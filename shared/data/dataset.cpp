@@ -1,6 +1,6 @@
-#include "data/dataset.hpp"
+#include "shared/data/dataset.hpp"
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::data {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "util/eigen.hpp"
+#include "shared/util/eigen.hpp"
 
 namespace fedcore::data {
 

@@ -1,9 +1,9 @@
-#include "data/fashion_mnist.hpp"
+#include "shared/data/fashion_mnist.hpp"
 
 #include <cstdlib>
 #include <filesystem>
 
-#include "data/idx.hpp"
+#include "shared/data/idx.hpp"
 
 namespace fedcore::data {
 namespace {

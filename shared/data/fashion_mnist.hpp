@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "data/dataset.hpp"
-#include "util/error.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::data {
 

@@ -1,4 +1,4 @@
-#include "data/idx.hpp"
+#include "shared/data/idx.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,7 +10,7 @@
 
 #include <zlib.h>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::data {
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.hpp"
-#include "util/error.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::data {
 

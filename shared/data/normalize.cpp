@@ -1,9 +1,9 @@
-#include "data/normalize.hpp"
+#include "shared/data/normalize.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::data {
 

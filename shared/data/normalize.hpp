@@ -10,8 +10,8 @@
 
 #include <span>
 
-#include "data/dataset.hpp"
-#include "util/eigen.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/util/eigen.hpp"
 
 namespace fedcore::data {
 

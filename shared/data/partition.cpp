@@ -1,4 +1,4 @@
-#include "data/partition.hpp"
+#include "shared/data/partition.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -6,8 +6,8 @@
 #include <limits>
 #include <numeric>
 
-#include "util/assert.hpp"
-#include "util/rng.hpp"
+#include "shared/util/assert.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::data {
 namespace {

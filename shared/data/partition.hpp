@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::data {
 

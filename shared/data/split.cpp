@@ -1,10 +1,10 @@
-#include "data/split.hpp"
+#include "shared/data/split.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "util/assert.hpp"
-#include "util/rng.hpp"
+#include "shared/util/assert.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::data {
 

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "data/dataset.hpp"
+#include "shared/data/dataset.hpp"
 
 namespace fedcore::data {
 

@@ -1,8 +1,8 @@
 #include <algorithm>
 
-#include "model/init.hpp"
-#include "model/layers.hpp"
-#include "util/assert.hpp"
+#include "shared/model/init.hpp"
+#include "shared/model/layers.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 namespace {

@@ -1,6 +1,6 @@
-#include "model/init.hpp"
-#include "model/layers.hpp"
-#include "util/assert.hpp"
+#include "shared/model/init.hpp"
+#include "shared/model/layers.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 

@@ -1,4 +1,4 @@
-#include "model/init.hpp"
+#include "shared/model/init.hpp"
 
 #include <cmath>
 

@@ -3,7 +3,7 @@
 
 #include <span>
 
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::model {
 

@@ -10,7 +10,7 @@
 // (`bind`), and the layer seats `Eigen::Map` views on them. After a model is copied the
 // copy re-binds the clone's views to its own buffers.
 //
-// The three computations are separate and separately tested (STYLE.md habit 10):
+// The three computations are separate and separately tested (docs/engineering.md, habit 10):
 //  - forward:  output = f(input)
 //  - backward: grad_input = (d output / d input)^T grad_output
 //  - gradient: d loss / d params, written (not accumulated) into the bound gradient slice
@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "model/layout.hpp"
-#include "util/eigen.hpp"
-#include "util/rng.hpp"
+#include "shared/model/layout.hpp"
+#include "shared/util/eigen.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::model {
 

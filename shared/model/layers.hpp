@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/layer.hpp"
+#include "shared/model/layer.hpp"
 
 namespace fedcore::model {
 

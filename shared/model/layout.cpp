@@ -1,10 +1,10 @@
-#include "model/layout.hpp"
+#include "shared/model/layout.hpp"
 
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 namespace {

@@ -24,7 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::model {
 

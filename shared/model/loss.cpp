@@ -1,8 +1,8 @@
-#include "model/loss.hpp"
+#include "shared/model/loss.hpp"
 
 #include <cmath>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 namespace {

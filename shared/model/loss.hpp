@@ -12,7 +12,7 @@
 #include <span>
 #include <string_view>
 
-#include "model/layer.hpp"
+#include "shared/model/layer.hpp"
 
 namespace fedcore::model {
 

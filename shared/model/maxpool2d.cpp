@@ -1,8 +1,8 @@
 #include <limits>
 
-#include "model/layers.hpp"
-#include "model/update_kernels.hpp"
-#include "util/assert.hpp"
+#include "shared/model/layers.hpp"
+#include "shared/model/update_kernels.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 namespace {

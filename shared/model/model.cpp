@@ -1,8 +1,8 @@
-#include "model/model.hpp"
+#include "shared/model/model.hpp"
 
 #include <cstdio>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "model/layer.hpp"
-#include "model/layout.hpp"
-#include "util/aligned_vector.hpp"
+#include "shared/model/layer.hpp"
+#include "shared/model/layout.hpp"
+#include "shared/util/aligned_vector.hpp"
 
 namespace fedcore::model {
 

@@ -1,4 +1,4 @@
-#include "model/optimizer.hpp"
+#include "shared/model/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/parallel_chunks.hpp"
-#include "model/update_kernels.hpp"
-#include "util/aligned_vector.hpp"
-#include "util/assert.hpp"
+#include "shared/model/parallel_chunks.hpp"
+#include "shared/model/update_kernels.hpp"
+#include "shared/util/aligned_vector.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/param_io.hpp"
+#include "shared/model/param_io.hpp"
 
 #include <bit>
 #include <cerrno>
@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "util/assert.hpp"
-#include "util/byte_codec.hpp"
-#include "util/checksum.hpp"
+#include "shared/util/assert.hpp"
+#include "shared/util/byte_codec.hpp"
+#include "shared/util/checksum.hpp"
 
 namespace fedcore::model {
 namespace {

@@ -6,7 +6,7 @@
 //
 // Files are written atomically: to "<path>.tmp", fsync'ed, renamed over `path`, and the
 // directory fsync'ed, so a crash leaves either the old file or the new one, never a torn
-// one (RELIABILITY.md R2).
+// one (docs/engineering.md R2).
 #pragma once
 
 #include <cstddef>
@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "model/layout.hpp"
-#include "model/model.hpp"
-#include "util/error.hpp"
+#include "shared/model/layout.hpp"
+#include "shared/model/model.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::model {
 

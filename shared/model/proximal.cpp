@@ -1,6 +1,6 @@
-#include "model/proximal.hpp"
+#include "shared/model/proximal.hpp"
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 

@@ -1,8 +1,8 @@
 // ReLU, Flatten and Dropout: the parameter-free element-wise layers.
-#include "model/layers.hpp"
-#include "model/parallel_chunks.hpp"
-#include "model/update_kernels.hpp"
-#include "util/assert.hpp"
+#include "shared/model/layers.hpp"
+#include "shared/model/parallel_chunks.hpp"
+#include "shared/model/update_kernels.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 

@@ -1,8 +1,8 @@
-#include "model/spec.hpp"
+#include "shared/model/spec.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include "model/layers.hpp"
+#include "shared/model/layers.hpp"
 
 namespace fedcore::model {
 namespace {

@@ -20,10 +20,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/layout.hpp"
-#include "model/loss.hpp"
-#include "model/model.hpp"
-#include "util/error.hpp"
+#include "shared/model/layout.hpp"
+#include "shared/model/loss.hpp"
+#include "shared/model/model.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::model {
 

@@ -1,11 +1,11 @@
-#include "model/trainer.hpp"
+#include "shared/model/trainer.hpp"
 
 #include <chrono>
 #include <numeric>
 #include <vector>
 
-#include "model/proximal.hpp"
-#include "util/assert.hpp"
+#include "shared/model/proximal.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::model {
 namespace {

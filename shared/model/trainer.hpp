@@ -13,10 +13,10 @@
 #include <functional>
 #include <span>
 
-#include "data/dataset.hpp"
-#include "model/loss.hpp"
-#include "model/model.hpp"
-#include "model/optimizer.hpp"
+#include "shared/data/dataset.hpp"
+#include "shared/model/loss.hpp"
+#include "shared/model/model.hpp"
+#include "shared/model/optimizer.hpp"
 
 namespace fedcore::model {
 

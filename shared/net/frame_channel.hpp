@@ -5,7 +5,7 @@
 // only, chosen explicitly by the caller) or a local socket (`LocalStream`, simulated
 // clients inside one fedcore-sim process). Coroutines only (`asio::awaitable`).
 //
-// Deadlines (RELIABILITY.md R1). Every read and write has one; when it passes, the
+// Deadlines (docs/engineering.md R1). Every read and write has one; when it passes, the
 // channel closes the socket, the operation returns errc::deadline_exceeded and the
 // channel is dead. A read waits at most `idle_timeout` for the first byte of the
 // header and then at most `transfer_timeout` for the rest of the frame; a write gets
@@ -35,9 +35,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 
-#include "net/tls_stream.hpp"
-#include "protocol/frame.hpp"
-#include "util/error.hpp"
+#include "shared/net/tls_stream.hpp"
+#include "shared/protocol/frame.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::net {
 

@@ -1,4 +1,4 @@
-#include "net/listener.hpp"
+#include "shared/net/listener.hpp"
 
 namespace fedcore::net {
 namespace asio = boost::asio;

@@ -6,7 +6,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::net {
 

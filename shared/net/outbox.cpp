@@ -1,4 +1,4 @@
-#include "net/outbox.hpp"
+#include "shared/net/outbox.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

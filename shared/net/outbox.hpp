@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "net/frame_channel.hpp"
+#include "shared/net/frame_channel.hpp"
 
 namespace fedcore::net {
 

@@ -1,9 +1,9 @@
-#include "net/payload_gate.hpp"
+#include "shared/net/payload_gate.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::net {
 

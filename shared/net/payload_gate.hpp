@@ -1,5 +1,5 @@
 // PayloadGate: an asynchronous counting semaphore that bounds how many large frame
-// payloads are being received (held in memory) at once (RELIABILITY.md R3).
+// payloads are being received (held in memory) at once (docs/engineering.md R3).
 //
 // A channel whose options carry a gate acquires a slot after reading the header of a
 // frame whose payload is at least `threshold` bytes and before allocating and reading

@@ -1,4 +1,4 @@
-#include "net/tls_stream.hpp"
+#include "shared/net/tls_stream.hpp"
 
 #include <algorithm>
 #include <new>

@@ -1,11 +1,9 @@
-#include "protocol/frame.hpp"
+#include "shared/protocol/frame.hpp"
 
 #include <bit>
 #include <cstring>
 
-#include <nlohmann/json.hpp>
-
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::protocol {
 namespace {
@@ -47,13 +45,22 @@ std::string_view message_type_name(MessageType type) noexcept {
       return "error";
     case MessageType::goodbye:
       return "goodbye";
+    case MessageType::peer_hello:
+      return "peer_hello";
+    case MessageType::peer_welcome:
+      return "peer_welcome";
+    case MessageType::collective:
+      return "collective";
+    case MessageType::join:
+      return "join";
+    case MessageType::roster:
+      return "roster";
   }
   return "unknown";
 }
 
 bool is_known_message_type(std::uint16_t value) noexcept {
-  return value >= static_cast<std::uint16_t>(MessageType::hello) &&
-         value <= static_cast<std::uint16_t>(MessageType::goodbye);
+  return message_type_name(static_cast<MessageType>(value)) != "unknown";
 }
 
 std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& header) noexcept {
@@ -103,26 +110,6 @@ result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> b
   return header;
 }
 
-result<void> validate_metadata(std::string_view metadata) {
-  // The SAX-free accept() would not tell us *where* it broke; parse without exceptions
-  // first and only on failure pay for the exception that carries the byte offset.
-  const auto parsed = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    try {
-      const auto discarded = nlohmann::json::parse(metadata);
-      (void)discarded;
-    } catch (const nlohmann::json::parse_error& e) {
-      return fail(errc::invalid_argument,
-                  "frame: metadata is not valid JSON (byte " + std::to_string(e.byte) + ")");
-    }
-    return fail(errc::invalid_argument, "frame: metadata is not valid JSON");
-  }
-  if (!parsed.is_object()) {
-    return fail(errc::invalid_argument, "frame: metadata must be a JSON object");
-  }
-  return {};
-}
-
 std::vector<std::byte> encode_frame(MessageType type, std::string_view metadata,
                                     std::span<const std::byte> payload) {
   const FrameLimits defaults;
@@ -163,9 +150,6 @@ result<Frame> decode_frame(std::span<const std::byte> bytes, const FrameLimits& 
   frame.type = header->type;
   frame.metadata.assign(reinterpret_cast<const char*>(bytes.data()) + kFrameHeaderSize,
                         header->metadata_length);
-  if (auto valid = validate_metadata(frame.metadata); !valid) {
-    return valid.error();
-  }
   const auto payload = bytes.subspan(kFrameHeaderSize + header->metadata_length);
   frame.payload.assign(payload.begin(), payload.end());
   return frame;

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::protocol {
 
@@ -38,6 +38,12 @@ enum class MessageType : std::uint16_t {
   evaluation = 7,  // client -> server: evaluation metrics
   error = 8,       // either way: a refusal with {code, message}; the sender then closes
   goodbye = 9,     // either way: orderly close
+  // In-datacenter jobs (shared/collective, distributed/); the federation refuses them.
+  peer_hello = 16,    // rank -> rank: job, rank, size, shared-memory ring offer
+  peer_welcome = 17,  // rank -> rank: accepted; shared-memory ring settlement
+  collective = 18,    // rank -> rank: one collective message (envelope + data payload)
+  join = 32,          // rank -> rendezvous: job, rank, world size, the rank's address
+  roster = 33,        // rendezvous -> every rank: the addresses of all ranks
 };
 
 // "hello", "train", ... or "unknown".
@@ -64,9 +70,6 @@ std::array<std::byte, kFrameHeaderSize> encode_header(const FrameHeader& header)
 result<FrameHeader> decode_header(std::span<const std::byte, kFrameHeaderSize> bytes,
                                   const FrameLimits& limits);
 
-// Metadata must be a JSON object. Errors: invalid_argument with the parser's byte offset.
-result<void> validate_metadata(std::string_view metadata);
-
 // A whole frame held in memory.
 struct Frame {
   MessageType type = MessageType::heartbeat;
@@ -79,8 +82,9 @@ struct Frame {
 std::vector<std::byte> encode_frame(MessageType type, std::string_view metadata,
                                     std::span<const std::byte> payload = {});
 
-// Parses exactly one frame occupying all of `bytes`. Errors: those of decode_header and
-// validate_metadata; out_of_range when bytes end before the announced lengths;
+// Parses exactly one frame occupying all of `bytes`. The metadata is not parsed here: the
+// handler of the message parses it, once (shared/protocol/metadata.hpp). Errors: those of
+// decode_header; out_of_range when bytes end before the announced lengths;
 // invalid_argument when bytes continue past the frame.
 result<Frame> decode_frame(std::span<const std::byte> bytes, const FrameLimits& limits = {});
 

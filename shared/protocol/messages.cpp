@@ -1,8 +1,11 @@
-#include "protocol/messages.hpp"
+#include "shared/protocol/messages.hpp"
 
 #include <cmath>
 
 #include <nlohmann/json.hpp>
+
+#include "shared/protocol/metadata.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::protocol {
 namespace {
@@ -14,9 +17,11 @@ using nlohmann::json;
 class Reader {
  public:
   Reader(std::string_view what, std::string_view metadata) : what_(what) {
-    json_ = json::parse(metadata, nullptr, false);
-    if (json_.is_discarded() || !json_.is_object()) {
-      fail_with("metadata is not a JSON object");
+    auto parsed = parse_metadata(metadata);
+    if (!parsed) {
+      fail_with(parsed.error().message);
+    } else {
+      json_ = std::move(*parsed);
     }
   }
 
@@ -100,21 +105,23 @@ class Reader {
   }
 
   // A nested JSON object, returned as compact text.
-  std::string object_text(const char* key, std::size_t max_length) {
+  // A nested object, handed on as parsed JSON (its reader validates it; nobody parses the
+  // text again).
+  json object(const char* key, std::size_t max_members) {
     const json* v = field(key, false);
     if (v == nullptr) {
-      return {};
+      return json::object();
     }
     if (!v->is_object()) {
       fail_with(std::string("'") + key + "' must be a JSON object");
-      return {};
+      return json::object();
     }
-    auto s = v->dump();
-    if (s.size() > max_length) {
-      fail_with(std::string("'") + key + "' is longer than " + std::to_string(max_length) +
-                " bytes");
+    if (v->size() > max_members) {
+      fail_with(std::string("'") + key + "' has more than " + std::to_string(max_members) +
+                " members");
+      return json::object();
     }
-    return s;
+    return *v;
   }
 
   std::vector<std::int64_t> shape(const char* key) {
@@ -227,11 +234,11 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
   m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
   m.round = r.integer<std::int64_t>("round", 1, kMaxRound);
   m.nonce = r.hex("nonce", 32);
-  m.model_spec_json = r.object_text("model", 4096);
+  m.model_spec = r.object("model", 64);
   m.layout_fingerprint = r.hex("layout", 16);
   m.settings.epochs = r.integer<std::int32_t>("epochs", 1, 1000);
   m.settings.batch_size = r.integer<std::int32_t>("batch_size", 1, 65536);
-  m.settings.optimizer_json = r.object_text("optimizer", 1024);
+  m.settings.optimizer = r.object("optimizer", 64);
   m.settings.proximal_mu = static_cast<float>(r.number("proximal_mu", 0.0, 100.0, 0.0));
   m.settings.seed =
       r.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max(), 0);
@@ -294,15 +301,16 @@ std::string to_metadata(const Welcome& m) {
 }
 
 std::string to_metadata(const TrainRequest& m) {
+  FEDCORE_ASSERT(m.model_spec.is_object() && m.settings.optimizer.is_object(),
+                 "TrainRequest: the model spec and the optimizer must be JSON objects");
   return json{{"run", m.run_id},
               {"round", m.round},
               {"nonce", m.nonce},
-              {"model", json::parse(m.model_spec_json.empty() ? "{}" : m.model_spec_json)},
+              {"model", m.model_spec},
               {"layout", m.layout_fingerprint},
               {"epochs", m.settings.epochs},
               {"batch_size", m.settings.batch_size},
-              {"optimizer",
-               json::parse(m.settings.optimizer_json.empty() ? "{}" : m.settings.optimizer_json)},
+              {"optimizer", m.settings.optimizer},
               {"proximal_mu", m.settings.proximal_mu},
               {"seed", m.settings.seed},
               {"evaluate", m.evaluate}}

@@ -14,8 +14,10 @@
 #include <string_view>
 #include <vector>
 
-#include "util/client_id.hpp"
-#include "util/error.hpp"
+#include <nlohmann/json.hpp>
+
+#include "shared/util/client_id.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::protocol {
 
@@ -38,7 +40,7 @@ struct Welcome {
 struct TrainSettings {
   std::int32_t epochs = 1;
   std::int32_t batch_size = 32;
-  std::string optimizer_json = R"({"kind":"sgd","lr":0.05})";
+  nlohmann::json optimizer = {{"kind", "sgd"}, {"lr", 0.05}};  // an optimizer config object
   float proximal_mu = 0.0f;
   std::uint64_t seed = 0;
 };
@@ -47,9 +49,9 @@ struct TrainSettings {
 struct TrainRequest {
   std::int64_t run_id = 0;
   std::int64_t round = 0;
-  std::string nonce;  // 32 hex digits, fresh per (round, client)
-  std::string model_spec_json;
-  std::string layout_fingerprint;  // 16 hex digits
+  std::string nonce;                                     // 32 hex digits, fresh per (round, client)
+  nlohmann::json model_spec = nlohmann::json::object();  // a model spec object
+  std::string layout_fingerprint;                        // 16 hex digits
   TrainSettings settings;
   bool evaluate = false;  // also evaluate the received model on the local test split
 };

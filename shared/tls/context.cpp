@@ -1,4 +1,4 @@
-#include "tls/context.hpp"
+#include "shared/tls/context.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -20,7 +20,7 @@
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore::tls {
 namespace {

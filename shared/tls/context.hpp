@@ -40,8 +40,8 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <openssl/types.h>
 
-#include "util/client_id.hpp"
-#include "util/error.hpp"
+#include "shared/util/client_id.hpp"
+#include "shared/util/error.hpp"
 
 namespace fedcore::tls {
 

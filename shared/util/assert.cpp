@@ -1,4 +1,4 @@
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,5 +1,5 @@
-// FEDCORE_ASSERT: programmer errors only (STYLE.md habit 3). Never reachable from input:
-// anything a peer, a file or a user can cause is returned as a fedcore::error instead.
+// FEDCORE_ASSERT: programmer errors only (docs/engineering.md, habit 3). Never reachable from
+// input: anything a peer, a file or a user can cause is returned as a fedcore::error instead.
 // Active in every build type; a failed assertion prints the condition, the location and
 // the message, then aborts, because continuing after a broken invariant corrupts state.
 #pragma once

@@ -1,4 +1,4 @@
-// Little helpers for the project's binary file formats (model/param_io, dist/checkpoint):
+// Little helpers for the project's binary file formats (model/param_io, distributed/checkpoint):
 // append a trivially copyable value's bytes to a buffer, and read one back from unaligned
 // memory. Both formats are little-endian and written with memcpy, so they assert that
 // the host is little-endian where they are defined.

@@ -1,4 +1,4 @@
-#include "util/checksum.hpp"
+#include "shared/util/checksum.hpp"
 
 #include <algorithm>
 #include <limits>

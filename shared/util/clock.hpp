@@ -1,4 +1,4 @@
-// Clock: where time comes from, injected (STYLE.md habit 7).
+// Clock: where time comes from, injected (docs/engineering.md, habit 7).
 //
 // Two readings, kept apart on purpose: `steady()` measures intervals and deadlines and
 // never jumps; `wall_ms()` is what the history records (milliseconds since the Unix

@@ -1,4 +1,4 @@
-// Fedcore's error vocabulary (STYLE.md habits 3 and 4).
+// Fedcore's error vocabulary (docs/engineering.md, habits 3 and 4).
 //
 // Expected failures travel as values: `fedcore::result<T>` holds either a T or a
 // `fedcore::error`, which pairs a canonical code (`fedcore::errc`, modelled on Abseil's

@@ -1,8 +1,8 @@
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
 
 #include <cmath>
 
-#include "util/assert.hpp"
+#include "shared/util/assert.hpp"
 
 namespace fedcore {
 namespace {

@@ -1,4 +1,4 @@
-#include "util/threads.hpp"
+#include "shared/util/threads.hpp"
 
 #include <omp.h>
 #include <thread>

@@ -19,12 +19,12 @@
 #include <boost/asio/post.hpp>
 #include <gtest/gtest.h>
 
-#include "api/api_server.hpp"
-#include "api/auth.hpp"
-#include "daemon.hpp"
-#include "https_client.hpp"
-#include "temp_dir.hpp"
-#include "tls/tls_support.hpp"
+#include "client/daemon.hpp"
+#include "server/api/api_server.hpp"
+#include "server/api/auth.hpp"
+#include "tests/api/https_client.hpp"
+#include "tests/temp_dir.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::api::testing {
 
@@ -69,11 +69,11 @@ class ApiFixture {
     EXPECT_TRUE(store) << store.error().to_string();
     store_.emplace(std::move(*store));
 
-    server::ServerOptions fed;
+    federation::ServerOptions fed;
     fed.tls = pki_.server_config();
     fed.checkpoint_dir = dir_.path("checkpoints");
     fed.heartbeat_seconds = 1;
-    server::ServerHooks hooks;
+    federation::ServerHooks hooks;
     hooks.round_committed = [this](std::int64_t, const store::RoundRecord&) {
       notify([&] { ++rounds_committed_; });
     };
@@ -83,7 +83,7 @@ class ApiFixture {
     hooks.client_changed = [this](const std::string&, bool online) {
       notify([&] { online_ += online ? 1 : -1; });
     };
-    auto federation = server::FederationServer::create(io_, fed, *store_, hooks);
+    auto federation = federation::FederationServer::create(io_, fed, *store_, hooks);
     EXPECT_TRUE(federation) << federation.error().to_string();
     federation_ = std::move(*federation);
     auto fed_port = federation_->listen();
@@ -205,7 +205,7 @@ class ApiFixture {
   std::uint16_t api_port() const { return api_port_; }
   std::uint16_t federation_port() const { return federation_port_; }
   ApiServer& api() { return *api_; }
-  server::FederationServer& federation() { return *federation_; }
+  federation::FederationServer& federation() { return *federation_; }
 
  private:
   struct Client {
@@ -242,7 +242,7 @@ class ApiFixture {
   tls::testing::Pki pki_;
   std::optional<store::HistoryStore> store_;
   boost::asio::io_context io_;
-  std::unique_ptr<server::FederationServer> federation_;
+  std::unique_ptr<federation::FederationServer> federation_;
   std::unique_ptr<ApiServer> api_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread thread_;

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "api/api.hpp"
-#include "api/config.hpp"
-#include "api/openapi.hpp"
-#include "api_fixture.hpp"
-#include "metrics_parser.hpp"
+#include "server/api/api.hpp"
+#include "server/api/config.hpp"
+#include "server/api/openapi.hpp"
+#include "tests/api/api_fixture.hpp"
+#include "tests/api/metrics_parser.hpp"
 
 namespace fedcore::api {
 namespace {

@@ -3,10 +3,10 @@
 // what actually happened.
 #include <gtest/gtest.h>
 
-#include "api_fixture.hpp"
-#include "federation/rogue_client.hpp"
-#include "metrics_parser.hpp"
-#include "model/param_io.hpp"
+#include "shared/model/param_io.hpp"
+#include "tests/api/api_fixture.hpp"
+#include "tests/api/metrics_parser.hpp"
+#include "tests/federation/rogue_client.hpp"
 
 namespace fedcore::api {
 namespace {

@@ -1,6 +1,6 @@
 // Bearer tokens and the `api` config section, including the token-create rewrite of a
 // real config file.
-#include "api/auth.hpp"
+#include "server/api/auth.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "api/config.hpp"
-#include "temp_dir.hpp"
+#include "server/api/config.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::api {
 namespace {

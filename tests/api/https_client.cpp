@@ -1,4 +1,4 @@
-#include "https_client.hpp"
+#include "tests/api/https_client.hpp"
 
 #include <optional>
 

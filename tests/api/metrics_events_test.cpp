@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "api/events.hpp"
-#include "api/metrics.hpp"
-#include "metrics_parser.hpp"
+#include "server/api/events.hpp"
+#include "server/api/metrics.hpp"
+#include "tests/api/metrics_parser.hpp"
 
 namespace fedcore::api {
 namespace {

@@ -1,5 +1,5 @@
 // Router and request helpers, without a network.
-#include "api/router.hpp"
+#include "server/api/router.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
 // Static file resolution: decoding, canonicalising, and staying under the web root.
-#include "api/static_files.hpp"
+#include "server/api/static_files.hpp"
 
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
-#include "temp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::api {
 namespace {

@@ -2,7 +2,7 @@
 // in-process, TCP and TLS transports (each also with shared-memory rings), checked against a
 // reference computed locally. Values are small integers so every sum is exact and results can be
 // compared with ==.
-#include "collective/collectives.hpp"
+#include "shared/collective/collectives.hpp"
 
 #include <cstring>
 #include <mutex>
@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "group_support.hpp"
-#include "util/checksum.hpp"
+#include "shared/util/checksum.hpp"
+#include "tests/collective/group_support.hpp"
 
 namespace fedcore::collective {
 namespace {

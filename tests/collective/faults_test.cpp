@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "collective/collectives.hpp"
-#include "group_support.hpp"
+#include "shared/collective/collectives.hpp"
+#include "tests/collective/group_support.hpp"
 
 namespace fedcore::collective {
 namespace {

@@ -1,13 +1,13 @@
-#include "group_support.hpp"
+#include "tests/collective/group_support.hpp"
 
 #include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
 
-#include "collective/inproc_transport.hpp"
-#include "collective/net_transport.hpp"
-#include "tls/tls_support.hpp"
+#include "shared/collective/inproc_transport.hpp"
+#include "shared/collective/net_transport.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::collective::testing {
 namespace {

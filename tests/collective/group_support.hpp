@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/collectives.hpp"
+#include "shared/collective/collectives.hpp"
 
 namespace fedcore::collective::testing {
 

@@ -2,8 +2,8 @@
 // tests/collective/CMakeLists.txt); every rank runs every test.
 #include <gtest/gtest.h>
 
-#include "collective/collectives.hpp"
-#include "collective/mpi_transport.hpp"
+#include "shared/collective/collectives.hpp"
+#include "shared/collective/mpi_transport.hpp"
 
 namespace fedcore::collective {
 namespace {

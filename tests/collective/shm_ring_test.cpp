@@ -1,5 +1,5 @@
 // ShmRing: the shared-memory payload lane between two ranks on one host.
-#include "collective/shm_ring.hpp"
+#include "shared/collective/shm_ring.hpp"
 
 #include <cstring>
 #include <filesystem>

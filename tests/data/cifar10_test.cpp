@@ -1,4 +1,4 @@
-#include "data/cifar10.hpp"
+#include "shared/data/cifar10.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "temp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {

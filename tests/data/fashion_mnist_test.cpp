@@ -1,4 +1,4 @@
-#include "data/fashion_mnist.hpp"
+#include "shared/data/fashion_mnist.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "temp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {

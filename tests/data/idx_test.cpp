@@ -1,4 +1,4 @@
-#include "data/idx.hpp"
+#include "shared/data/idx.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include "temp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::data {
 namespace {

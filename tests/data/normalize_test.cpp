@@ -1,11 +1,11 @@
-#include "data/normalize.hpp"
+#include "shared/data/normalize.hpp"
 
 #include <array>
 #include <cmath>
 
 #include <gtest/gtest.h>
 
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "data/partition.hpp"
+#include "shared/data/partition.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::data {
 namespace {

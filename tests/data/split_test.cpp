@@ -1,4 +1,4 @@
-#include "data/split.hpp"
+#include "shared/data/split.hpp"
 
 #include <algorithm>
 #include <cmath>

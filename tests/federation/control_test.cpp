@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "federation_fixture.hpp"
+#include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
 namespace {
 
-using server::FederationServer;
+using federation::FederationServer;
 using testing::Federation;
 using testing::TempDir;
 

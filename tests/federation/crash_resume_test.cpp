@@ -11,9 +11,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <gtest/gtest.h>
 
-#include "federation_fixture.hpp"
-#include "model/param_io.hpp"
-#include "util/checksum.hpp"
+#include "shared/model/param_io.hpp"
+#include "shared/util/checksum.hpp"
+#include "tests/federation/federation_fixture.hpp"
 
 extern char** environ;
 
@@ -119,9 +119,11 @@ TEST(CrashResume, ServerKilledMidRunResumesFromTheLastCommittedRound) {
       "min_clients":3,"local_epochs":24,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.05},"round_timeout_s":30,
       "wait_for_clients_s":30,"seed":5})";
   }
-  const std::vector<std::string> first_start{"--config", dir.path("server.json"), "--run",
-                                             dir.path("run.json")};
-  const std::vector<std::string> restart{"--config", dir.path("server.json")};
+  // The admin API on an ephemeral port: a fixed one (8443) may be taken by a dashboard, or
+  // by a server an aborted earlier run of this test left behind.
+  const std::vector<std::string> first_start{
+      "--config", dir.path("server.json"), "--run", dir.path("run.json"), "--api-port", "0"};
+  const std::vector<std::string> restart{"--config", dir.path("server.json"), "--api-port", "0"};
   const auto log = dir.path("server.log");
 
   std::vector<std::unique_ptr<boost::asio::io_context>> ios;

@@ -2,14 +2,14 @@
 // breast-cancer logistic regression, split three ways, 5 FedAvg rounds.
 #include <gtest/gtest.h>
 
-#include "data/csv.hpp"
-#include "data/normalize.hpp"
-#include "data/partition.hpp"
-#include "data/split.hpp"
-#include "federation_fixture.hpp"
-#include "model/param_io.hpp"
-#include "model/spec.hpp"
-#include "model/trainer.hpp"
+#include "shared/data/csv.hpp"
+#include "shared/data/normalize.hpp"
+#include "shared/data/partition.hpp"
+#include "shared/data/split.hpp"
+#include "shared/model/param_io.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/model/trainer.hpp"
+#include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
 namespace {

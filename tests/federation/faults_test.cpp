@@ -2,9 +2,9 @@
 // rejected and recorded while the round completes for everyone else.
 #include <gtest/gtest.h>
 
-#include "data/csv.hpp"
-#include "federation_fixture.hpp"
-#include "rogue_client.hpp"
+#include "shared/data/csv.hpp"
+#include "tests/federation/federation_fixture.hpp"
+#include "tests/federation/rogue_client.hpp"
 
 namespace fedcore {
 namespace {

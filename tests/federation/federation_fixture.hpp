@@ -16,11 +16,11 @@
 #include <boost/asio/post.hpp>
 #include <gtest/gtest.h>
 
-#include "daemon.hpp"
-#include "data/dataset.hpp"
-#include "federation/federation_server.hpp"
-#include "temp_dir.hpp"
-#include "tls/tls_support.hpp"
+#include "client/daemon.hpp"
+#include "server/federation/federation_server.hpp"
+#include "shared/data/dataset.hpp"
+#include "tests/temp_dir.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::testing {
 
@@ -62,7 +62,7 @@ class Federation {
   }
 
   // Opens the store and starts the server thread; returns the port.
-  std::uint16_t start_server(server::ServerOptions options = {}) {
+  std::uint16_t start_server(federation::ServerOptions options = {}) {
     if (!store_) {
       auto store = store::HistoryStore::open(dir_.path("fedcore.db"));
       EXPECT_TRUE(store) << store.error().to_string();
@@ -70,7 +70,7 @@ class Federation {
     }
     options.tls = pki_.server_config();
     options.checkpoint_dir = dir_.path("checkpoints");
-    server::ServerHooks hooks;
+    federation::ServerHooks hooks;
     hooks.round_committed = [this](std::int64_t, const store::RoundRecord&) {
       notify([&] { ++rounds_committed_; });
     };
@@ -84,7 +84,7 @@ class Federation {
       notify([&] { online_ += online ? 1 : -1; });
     };
     server_io_ = std::make_unique<boost::asio::io_context>();
-    auto server = server::FederationServer::create(*server_io_, options, *store_, hooks);
+    auto server = federation::FederationServer::create(*server_io_, options, *store_, hooks);
     EXPECT_TRUE(server) << server.error().to_string();
     server_ = std::move(*server);
     auto port = server_->listen();
@@ -133,7 +133,7 @@ class Federation {
   }
 
   result<std::int64_t> start_run(const std::string& config_json) {
-    auto config = server::parse_run_config(config_json);
+    auto config = federation::parse_run_config(config_json);
     if (!config) {
       return config.error();
     }
@@ -219,7 +219,7 @@ class Federation {
   tls::testing::Pki pki_;
   std::optional<store::HistoryStore> store_;
   std::unique_ptr<boost::asio::io_context> server_io_;
-  std::unique_ptr<server::FederationServer> server_;
+  std::unique_ptr<federation::FederationServer> server_;
   std::thread server_thread_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       server_work_;

@@ -15,9 +15,9 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "net/frame_channel.hpp"
-#include "protocol/messages.hpp"
-#include "tls/context.hpp"
+#include "shared/net/frame_channel.hpp"
+#include "shared/protocol/messages.hpp"
+#include "shared/tls/context.hpp"
 
 namespace fedcore::testing {
 

@@ -1,10 +1,10 @@
-#include "federation/round.hpp"
+#include "server/federation/round.hpp"
 
 #include <limits>
 
 #include <gtest/gtest.h>
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 constexpr std::size_t kClients = 4;
@@ -101,6 +101,7 @@ TEST(Round, NanAndWrongLayoutAreRejectedAndRecordedYetTheRoundCompletes) {
   EXPECT_EQ(closed.rejected, 2u);
   EXPECT_EQ(round.outcomes()[0].status, ClientStatus::rejected);
   EXPECT_NE(round.outcomes()[0].reason.find("NaN"), std::string::npos);
+  EXPECT_EQ(round.outcomes()[0].rejection, Rejection::non_finite);
   EXPECT_EQ(f.strategy->updates(), 2u);  // the rejected ones never touched the aggregate
 }
 
@@ -108,19 +109,26 @@ TEST(Round, ReplaysWrongNoncesAndDuplicatesAreStaleAndDoNotConsumeTheAnswer) {
   Fixture f;
   Round round = f.make(1);
   std::string why;
+  StaleReason reason = StaleReason::no_round;
   // An update from round 1 replayed in round 2.
-  EXPECT_EQ(round.on_update("h0", f.report(0, 1), kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_EQ(round.on_update("h0", f.report(0, 1), kGood, 12, &why, &reason), UpdateVerdict::stale);
   EXPECT_NE(why.find("replayed"), std::string::npos);
+  EXPECT_EQ(reason, StaleReason::replay);
   auto forged = f.report(0);
   forged.nonce = std::string(32, 'f');
-  EXPECT_EQ(round.on_update("h0", forged, kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_EQ(round.on_update("h0", forged, kGood, 12, &why, &reason), UpdateVerdict::stale);
   EXPECT_NE(why.find("nonce"), std::string::npos);
-  EXPECT_EQ(round.on_update("stranger", f.report(0), kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_EQ(reason, StaleReason::nonce);
+  EXPECT_EQ(round.on_update("stranger", f.report(0), kGood, 12, &why, &reason),
+            UpdateVerdict::stale);
   EXPECT_NE(why.find("not selected"), std::string::npos);
+  EXPECT_EQ(reason, StaleReason::not_selected);
   // The genuine update still counts, once.
   EXPECT_EQ(round.on_update("h0", f.report(0), kGood, 12, nullptr), UpdateVerdict::accepted);
-  EXPECT_EQ(round.on_update("h0", f.report(0), kGood, 12, &why), UpdateVerdict::stale);
+  EXPECT_EQ(round.on_update("h0", f.report(0), kGood, 12, &why, &reason), UpdateVerdict::stale);
   EXPECT_NE(why.find("duplicate"), std::string::npos);
+  EXPECT_EQ(reason, StaleReason::duplicate);
+  EXPECT_EQ(stale_reason_name(reason), "duplicate");
   EXPECT_EQ(f.strategy->updates(), 1u);
 }
 
@@ -140,4 +148,4 @@ TEST(Round, DroppedClientsAnswerWithTheirReason) {
 }
 
 }  // namespace
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

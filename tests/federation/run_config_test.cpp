@@ -1,8 +1,8 @@
-#include "federation/run_config.hpp"
+#include "server/federation/run_config.hpp"
 
 #include <gtest/gtest.h>
 
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 TEST(RunConfig, ParsesAFullConfigAndRoundTrips) {
@@ -55,4 +55,4 @@ TEST(RunConfig, SamplesClientsPerRoundOrFraction) {
 }
 
 }  // namespace
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -1,14 +1,14 @@
-#include "federation/run_controller.hpp"
+#include "server/federation/run_controller.hpp"
 
 #include <gtest/gtest.h>
 
-#include "../temp_dir.hpp"
-#include "model/param_io.hpp"
+#include "shared/model/param_io.hpp"
+#include "tests/temp_dir.hpp"
 
 // The run controller driven by hand: a ManualClock, fake sessions that record the TRAIN
 // frames they were asked to send, a counting nonce source, and a real SQLite history in a
 // temporary folder. No sockets, no threads, no sleeps.
-namespace fedcore::server {
+namespace fedcore::federation {
 namespace {
 
 using namespace std::chrono_literals;
@@ -476,4 +476,4 @@ TEST_F(RunControllerTest, FailActiveRunRecordsTheInternalError) {
 }
 
 }  // namespace
-}  // namespace fedcore::server
+}  // namespace fedcore::federation

@@ -1,4 +1,4 @@
-// Finite-difference checks for layers and losses (STYLE.md habit 10).
+// Finite-difference checks for layers and losses (docs/engineering.md, habit 10).
 //
 // The scalar objective is L = sum(R .* forward(X)) for a fixed random R, so dL/dY = R.
 // Analytic gradients come from backward(R) (input) and gradient(R) (parameters); numeric
@@ -13,8 +13,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/layer.hpp"
-#include "util/rng.hpp"
+#include "shared/model/layer.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::model::testing {
 

@@ -1,8 +1,8 @@
-#include "model/layers.hpp"
+#include "shared/model/layers.hpp"
 
 #include <gtest/gtest.h>
 
-#include "gradient_check.hpp"
+#include "tests/model/gradient_check.hpp"
 
 namespace fedcore::model {
 namespace {

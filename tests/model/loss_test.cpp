@@ -1,10 +1,10 @@
-#include "model/loss.hpp"
+#include "shared/model/loss.hpp"
 
 #include <cmath>
 
 #include <gtest/gtest.h>
 
-#include "gradient_check.hpp"
+#include "tests/model/gradient_check.hpp"
 
 namespace fedcore::model {
 namespace {

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gradient_check.hpp"
-#include "model/loss.hpp"
-#include "model/spec.hpp"
+#include "shared/model/loss.hpp"
+#include "shared/model/spec.hpp"
+#include "tests/model/gradient_check.hpp"
 
 namespace fedcore::model {
 namespace {

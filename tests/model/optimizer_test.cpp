@@ -1,4 +1,4 @@
-#include "model/optimizer.hpp"
+#include "shared/model/optimizer.hpp"
 
 #include <cmath>
 #include <limits>
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "model/proximal.hpp"
+#include "shared/model/proximal.hpp"
 
 namespace fedcore::model {
 namespace {

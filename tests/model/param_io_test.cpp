@@ -1,12 +1,12 @@
-#include "model/param_io.hpp"
+#include "shared/model/param_io.hpp"
 
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
-#include "model/spec.hpp"
-#include "temp_dir.hpp"
+#include "shared/model/spec.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::model {
 namespace {

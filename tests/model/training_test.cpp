@@ -5,13 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include "data/csv.hpp"
-#include "data/fashion_mnist.hpp"
-#include "data/normalize.hpp"
-#include "data/split.hpp"
-#include "model/spec.hpp"
-#include "model/trainer.hpp"
-#include "util/threads.hpp"
+#include "shared/data/csv.hpp"
+#include "shared/data/fashion_mnist.hpp"
+#include "shared/data/normalize.hpp"
+#include "shared/data/split.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/model/trainer.hpp"
+#include "shared/util/threads.hpp"
 
 namespace fedcore::model {
 namespace {

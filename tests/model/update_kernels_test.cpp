@@ -1,11 +1,11 @@
-#include "model/update_kernels.hpp"
+#include "shared/model/update_kernels.hpp"
 
 #include <cmath>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
 
 // The dispatched update kernels against the formulas written out one element at a time.
 // Whatever clone this CPU gets (baseline, x86-64-v3 or x86-64-v4 in a portable build),

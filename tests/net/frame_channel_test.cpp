@@ -1,6 +1,6 @@
 // FrameChannel over real loopback TCP sockets. Every test runs its io_context with a
 // bound (run_for), so a broken deadline fails the test instead of hanging it.
-#include "net/frame_channel.hpp"
+#include "shared/net/frame_channel.hpp"
 
 #include <cstring>
 #include <functional>

@@ -1,4 +1,4 @@
-#include "net/payload_gate.hpp"
+#include "shared/net/payload_gate.hpp"
 
 #include <vector>
 

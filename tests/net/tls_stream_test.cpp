@@ -1,6 +1,6 @@
 // TlsStream over real loopback TLS 1.3 with certificates from certs/fedcore-pki: data in
 // both directions at once arrives intact, and the ways a stream ends are told apart.
-#include "net/tls_stream.hpp"
+#include "shared/net/tls_stream.hpp"
 
 #include <thread>
 
@@ -15,10 +15,10 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
-#include "temp_dir.hpp"
-#include "tls/context.hpp"
-#include "tls/tls_support.hpp"
-#include "util/rng.hpp"
+#include "shared/tls/context.hpp"
+#include "shared/util/rng.hpp"
+#include "tests/temp_dir.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::net {
 namespace {

@@ -1,8 +1,10 @@
-#include "protocol/frame.hpp"
+#include "shared/protocol/frame.hpp"
 
 #include <cstring>
 
 #include <gtest/gtest.h>
+
+#include "shared/protocol/metadata.hpp"
 
 namespace fedcore::protocol {
 namespace {
@@ -15,8 +17,10 @@ std::vector<std::byte> floats_as_bytes(const std::vector<float>& values) {
 
 TEST(Frame, RoundTripsEveryMessageType) {
   const auto payload = floats_as_bytes({1.5f, -2.0f, 3.25f});
-  for (std::uint16_t t = 1; t <= 9; ++t) {
+  for (std::uint16_t t : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 18, 32, 33}) {
     const auto type = static_cast<MessageType>(t);
+    ASSERT_TRUE(is_known_message_type(t)) << t;
+    ASSERT_NE(message_type_name(type), "unknown") << t;
     const auto bytes = encode_frame(type, R"({"round":3,"nonce":"ab"})", payload);
     ASSERT_EQ(bytes.size(), kFrameHeaderSize + 24 + payload.size());
     auto frame = decode_frame(bytes);
@@ -77,8 +81,10 @@ TEST(Frame, UnknownTypeAndNonZeroFlagsAreInvalid) {
   auto bytes = encode_frame(MessageType::hello, "{}");
   bytes[6] = std::byte{0};
   EXPECT_EQ(decode_frame(bytes).error().code, errc::invalid_argument);
-  bytes[6] = std::byte{77};
-  EXPECT_EQ(decode_frame(bytes).error().code, errc::invalid_argument);
+  for (int gap : {10, 15, 19, 31, 34, 77}) {  // between and after the documented types
+    bytes[6] = std::byte(gap);
+    EXPECT_EQ(decode_frame(bytes).error().code, errc::invalid_argument) << gap;
+  }
   bytes = encode_frame(MessageType::hello, "{}");
   bytes[12] = std::byte{1};
   EXPECT_EQ(decode_frame(bytes).error().code, errc::invalid_argument);
@@ -101,7 +107,14 @@ TEST(Frame, OversizedLengthsAreRefusedFromTheHeaderAlone) {
   EXPECT_TRUE(decode_header(encode_header({MessageType::update, 100, 0, 1000}), limits));
 }
 
-TEST(Frame, GarbageMetadataIsInvalidArgumentWithItsOffset) {
+TEST(Frame, MetadataIsCarriedUnparsed) {
+  // Parsing is the message handler's job (parse_metadata), done once per frame.
+  auto frame = decode_frame(encode_frame(MessageType::heartbeat, "not json"));
+  ASSERT_TRUE(frame) << frame.error().to_string();
+  EXPECT_EQ(frame->metadata, "not json");
+}
+
+TEST(Metadata, GarbageIsInvalidArgumentWithItsOffset) {
   struct Case {
     const char* metadata;
     const char* fragment;
@@ -110,11 +123,14 @@ TEST(Frame, GarbageMetadataIsInvalidArgumentWithItsOffset) {
                         {"[1,2]", "JSON object"},      {"42", "JSON object"},
                         {"", "not valid JSON"},        {"{\"a\":1} trailing", "byte"}};
   for (const auto& c : cases) {
-    auto frame = decode_frame(encode_frame(MessageType::hello, c.metadata));
-    ASSERT_FALSE(frame) << c.metadata;
-    EXPECT_EQ(frame.error().code, errc::invalid_argument);
-    EXPECT_NE(frame.error().message.find(c.fragment), std::string::npos) << frame.error().message;
+    auto parsed = parse_metadata(c.metadata);
+    ASSERT_FALSE(parsed) << c.metadata;
+    EXPECT_EQ(parsed.error().code, errc::invalid_argument);
+    EXPECT_NE(parsed.error().message.find(c.fragment), std::string::npos) << parsed.error().message;
   }
+  auto good = parse_metadata(R"({"round":3})");
+  ASSERT_TRUE(good);
+  EXPECT_EQ((*good)["round"], 3);
 }
 
 TEST(Frame, PayloadFloatsNeedWholeAlignedValues) {

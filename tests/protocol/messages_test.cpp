@@ -1,4 +1,4 @@
-#include "protocol/messages.hpp"
+#include "shared/protocol/messages.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@ TrainRequest sample_train() {
   m.run_id = 4;
   m.round = 17;
   m.nonce = "0123456789abcdef0123456789abcdef";
-  m.model_spec_json = R"({"type":"logreg"})";
+  m.model_spec = {{"type", "logreg"}};
   m.layout_fingerprint = "bb8f61515bf6ab05";
-  m.settings = {2, 16, R"({"kind":"sgd","lr":0.1})", 0.01f, 99};
+  m.settings = {2, 16, {{"kind", "sgd"}, {"lr", 0.1}}, 0.01f, 99};
   m.evaluate = true;
   return m;
 }
@@ -44,7 +44,7 @@ TEST(Messages, RoundTripThroughMetadata) {
   EXPECT_EQ(t->round, 17);
   EXPECT_EQ(t->settings.batch_size, 16);
   EXPECT_EQ(t->settings.seed, 99u);
-  EXPECT_EQ(t->model_spec_json, R"({"type":"logreg"})");
+  EXPECT_EQ(t->model_spec.dump(), R"({"type":"logreg"})");
   EXPECT_TRUE(t->evaluate);
 
   auto u = parse_update_report(to_metadata(sample_update()));

@@ -1,4 +1,4 @@
-#include "options.hpp"
+#include "sim/options.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -133,9 +133,9 @@ TEST(SimOptions, ErrorsNameTheOption) {
 TEST(SimOptions, ModelNamesBecomeSpecs) {
   SimOptions o;
   o.model = "cnn";
-  EXPECT_EQ(model_spec_json(o).value(), R"({"type":"cnn"})");
+  EXPECT_EQ(model_spec_json(o).value().dump(), R"({"type":"cnn"})");
   o.model = R"({"type":"mlp","hidden":[32]})";
-  EXPECT_EQ(model_spec_json(o).value(), o.model);
+  EXPECT_EQ(model_spec_json(o).value(), nlohmann::json::parse(o.model));
 }
 
 TEST(SimOptions, ConfigJsonCarriesEverything) {

@@ -1,9 +1,9 @@
-#include "report.hpp"
+#include "sim/report.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "progress.hpp"
+#include "sim/progress.hpp"
 
 namespace fedcore::sim {
 namespace {

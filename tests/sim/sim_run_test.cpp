@@ -11,13 +11,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "api/https_client.hpp"
-#include "federation_run.hpp"
-#include "report.hpp"
-#include "sim_data.hpp"
-#include "simulation.hpp"
-#include "store/history_store.hpp"
-#include "temp_dir.hpp"
+#include "server/store/history_store.hpp"
+#include "sim/federation_run.hpp"
+#include "sim/report.hpp"
+#include "sim/sim_data.hpp"
+#include "sim/simulation.hpp"
+#include "tests/api/https_client.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::sim {
 namespace {

@@ -1,4 +1,4 @@
-#include "site_behaviour.hpp"
+#include "sim/site_behaviour.hpp"
 
 #include <thread>
 
@@ -7,7 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
-#include "sim_data.hpp"
+#include "sim/sim_data.hpp"
 
 namespace fedcore::sim {
 namespace {

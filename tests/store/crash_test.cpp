@@ -23,12 +23,12 @@
 
 #include <gtest/gtest.h>
 
-#include "model/param_io.hpp"
-#include "store/history_store.hpp"
-#include "store_fixtures.hpp"
-#include "temp_dir.hpp"
-#include "util/checksum.hpp"
-#include "util/rng.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/model/param_io.hpp"
+#include "shared/util/checksum.hpp"
+#include "shared/util/rng.hpp"
+#include "tests/store/store_fixtures.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::store {
 namespace {

@@ -1,4 +1,4 @@
-#include "store/sqlite.hpp"
+#include "server/store/sqlite.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include "temp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::store {
 namespace {

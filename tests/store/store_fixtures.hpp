@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "store/history_store.hpp"
-#include "store/sqlite.hpp"
+#include "server/store/history_store.hpp"
+#include "server/store/sqlite.hpp"
 
 namespace fedcore::store::testing {
 

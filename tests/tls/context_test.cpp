@@ -1,6 +1,6 @@
 // make_server_context / make_client_context on bad configurations: the specific error code,
 // and a message that names the file.
-#include "tls/context.hpp"
+#include "shared/tls/context.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -10,7 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
-#include "tls_support.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::tls::testing {
 namespace {

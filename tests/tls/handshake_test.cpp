@@ -5,8 +5,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
-#include "tls/context.hpp"
-#include "tls_support.hpp"
+#include "shared/tls/context.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::tls::testing {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tls/context.hpp"
-#include "tls_support.hpp"
+#include "shared/tls/context.hpp"
+#include "tests/tls/tls_support.hpp"
 
 namespace fedcore::tls::testing {
 namespace {

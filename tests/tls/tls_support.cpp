@@ -1,4 +1,4 @@
-#include "tls_support.hpp"
+#include "tests/tls/tls_support.hpp"
 
 #include <array>
 #include <cstdio>
@@ -19,7 +19,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
-#include "net/tls_stream.hpp"
+#include "shared/net/tls_stream.hpp"
 
 #ifndef FEDCORE_PKI_SCRIPT
 #error "FEDCORE_PKI_SCRIPT must name certs/fedcore-pki"

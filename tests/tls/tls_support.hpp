@@ -11,8 +11,8 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/system/error_code.hpp>
 
-#include "temp_dir.hpp"
-#include "tls/context.hpp"
+#include "shared/tls/context.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::tls::testing {
 

@@ -1,4 +1,4 @@
-#include "util/error.hpp"
+#include "shared/util/error.hpp"
 
 #include <gtest/gtest.h>
 

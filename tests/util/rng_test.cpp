@@ -1,11 +1,11 @@
-#include "util/rng.hpp"
+#include "shared/util/rng.hpp"
 
 #include <cmath>
 #include <numeric>
 
 #include <gtest/gtest.h>
 
-#include "util/checksum.hpp"
+#include "shared/util/checksum.hpp"
 
 namespace fedcore {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <span>
 
-#include "collective/collectives.hpp"
+#include "shared/collective/collectives.hpp"
 
 namespace fedcore::collective::detail {
 

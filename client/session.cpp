@@ -1,0 +1,160 @@
+#include "client/session.hpp"
+
+#include <cstdio>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <spdlog/spdlog.h>
+
+namespace fedcore::client {
+namespace asio = boost::asio;
+
+namespace {
+
+std::string megabytes(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", double(bytes) / 1e6);
+  return text;
+}
+
+std::string with_commas(std::uint64_t n) {
+  auto digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
+    digits.insert(static_cast<std::size_t>(i), ",");
+  }
+  return digits;
+}
+
+// A free coroutine, not a member: it may outlive the session object by one sleep, so it
+// holds only what it needs (the link, the shared end flag) and the daemon's sleeper.
+asio::awaitable<void> heartbeats(std::shared_ptr<net::Link> link, std::shared_ptr<bool> ended,
+                                 net::Sleeper& sleeper, std::uint32_t seconds) {
+  while (!*ended && link->is_open()) {
+    // Awaited into a variable on purpose: GCC 12 compiled `if (!co_await
+    // sleeper.sleep_for(std::chrono::seconds(...), ...))` into a coroutine whose resumption
+    // hit its unreachable trap (SIGILL in tests/client/session_test.cpp).
+    const bool slept = co_await sleeper.sleep_for(std::chrono::seconds(seconds), ended.get());
+    if (!slept) {
+      break;
+    }
+    if (!*ended && link->is_open()) {
+      link->send(protocol::MessageType::heartbeat, "{}");
+    }
+  }
+}
+
+}  // namespace
+
+ClientSession::ClientSession(asio::io_context& io, std::shared_ptr<net::Link> link,
+                             net::Sleeper& sleeper, SessionHooks hooks, std::string server)
+    : io_(io),
+      link_(std::move(link)),
+      sleeper_(sleeper),
+      hooks_(std::move(hooks)),
+      server_(std::move(server)) {}
+
+ClientSession::~ClientSession() {
+  *ended_ = true;
+  sleeper_.cancel(ended_.get());  // the heartbeats stop now, not one interval later
+}
+
+void ClientSession::stop() {
+  *ended_ = true;
+  sleeper_.cancel(ended_.get());
+  if (link_->is_open()) {
+    link_->close();
+  }
+}
+
+asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello) {
+  link_->send(protocol::MessageType::hello, protocol::to_metadata(hello));
+  auto first = co_await link_->read_frame();
+  if (!first) {
+    co_return first.error();
+  }
+  if (first->type == protocol::MessageType::error) {
+    auto message = protocol::parse_error_message(first->metadata);
+    co_return fail(
+        errc::permission_denied,
+        "server refused us: " + (message ? message->message : std::string("(unreadable error)")));
+  }
+  auto welcome = protocol::parse_welcome(first->metadata);
+  if (first->type != protocol::MessageType::welcome || !welcome) {
+    co_return fail(errc::invalid_argument, "server did not welcome us");
+  }
+  identity_ = welcome->client_id;
+  spdlog::info("connected to {} as '{}'; {} training and {} test samples", server_, identity_,
+               with_commas(hello.samples), with_commas(hello.test_samples));
+  asio::co_spawn(io_, heartbeats(link_, ended_, sleeper_, welcome->heartbeat_seconds),
+                 asio::detached);
+
+  while (!*ended_) {
+    auto frame = co_await link_->read_frame();
+    if (!frame) {
+      link_->close();
+      if (*ended_) {
+        break;  // stop() closed the link under the read
+      }
+      co_return frame.error();
+    }
+    switch (frame->type) {
+      case protocol::MessageType::heartbeat:
+        break;
+      case protocol::MessageType::goodbye:
+        link_->close();
+        *ended_ = true;
+        co_return result<void>{};
+      case protocol::MessageType::error: {
+        auto message = protocol::parse_error_message(frame->metadata);
+        spdlog::warn("server reported an error: {}",
+                     message ? message->message : std::string("(unreadable)"));
+        break;
+      }
+      case protocol::MessageType::train:
+        if (auto served = co_await on_train(*frame); !served) {
+          *ended_ = true;
+          co_return served.error();
+        }
+        break;
+      default:
+        spdlog::warn("ignoring an unexpected {} message", protocol::message_type_name(frame->type));
+    }
+  }
+  co_return result<void>{};
+}
+
+asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& frame) {
+  auto request = protocol::parse_train_request(frame.metadata);
+  auto global = protocol::payload_floats(frame.payload);
+  if (!request || !global) {
+    spdlog::warn("ignoring a malformed train request: {}",
+                 !request ? request.error().message : global.error().message);
+    co_return result<void>{};
+  }
+  LocalResult local = co_await hooks_.train(*request, *global);
+  if (local.failure) {
+    spdlog::warn("round {}: not trained: {}", request->round, local.failure->message);
+    link_->send(protocol::MessageType::error,
+                protocol::to_metadata(protocol::ErrorMessage{
+                    std::string(errc_name(local.failure->code)), local.failure->message}));
+    co_return result<void>{};
+  }
+  if (hooks_.before_update) {
+    const TrainedRound trained{request->run_id, request->round, local.report.train_seconds};
+    const UpdateAction action = co_await hooks_.before_update(trained);
+    if (action == UpdateAction::drop) {
+      link_->close();
+      co_return fail(errc::aborted, "round " + std::to_string(request->round) + ": update dropped");
+    }
+  }
+  auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
+  const auto bytes = payload->size() * sizeof(float);
+  link_->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
+  ++rounds_trained_;
+  spdlog::info("round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",
+               request->round, with_commas(local.report.samples), local.report.train_seconds,
+               local.report.loss, megabytes(bytes));
+  co_return result<void>{};
+}
+
+}  // namespace fedcore::client

@@ -1,0 +1,91 @@
+// ClientSession: the protocol a site speaks with the server over one connected Link.
+//
+//   -> HELLO {samples, test_samples, input_shape, num_classes, capabilities, software}
+//   <- WELCOME {client_id, heartbeat_seconds}        (or ERROR: refused, the session ends)
+//   then, until GOODBYE, a broken link or stop():
+//   <- TRAIN (global model)  -> UPDATE (trained parameters + report), or ERROR when the
+//                               request cannot be honoured (the server records "dropped")
+//   <- HEARTBEAT / ERROR     (logged; the session goes on)
+//   -> HEARTBEAT every heartbeat_seconds, from a coroutine of its own, also while
+//      training runs off the io thread
+//
+// A malformed TRAIN is logged and ignored: the server's round deadline decides. The
+// session never reconnects; the daemon around it does (client/daemon.hpp).
+//
+// Thread safety: run() and stop() on the io_context's thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "client/local_trainer.hpp"
+#include "shared/net/link.hpp"
+#include "shared/net/sleeper.hpp"
+#include "shared/protocol/messages.hpp"
+#include "shared/util/error.hpp"
+
+namespace fedcore::client {
+
+// Simulation seam (fedcore-sim): what to do with an update once local training is done.
+enum class UpdateAction {
+  send,  // send it (the normal case)
+  drop,  // close the connection instead, as a site that goes away mid-round would
+};
+
+// What the before_update seam is told about the round just trained.
+struct TrainedRound {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  double train_seconds = 0;
+};
+
+struct SessionHooks {
+  // Trains for one request off the io thread and resumes on it. Required.
+  std::function<boost::asio::awaitable<LocalResult>(const protocol::TrainRequest&,
+                                                    std::span<const float>)>
+      train;
+  // Awaited after training succeeded and before the UPDATE goes out; may be empty.
+  std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
+};
+
+class ClientSession {
+ public:
+  // `server` names the peer in logs. `sleeper` paces the heartbeats and must outlive the
+  // session's heartbeat coroutine (the daemon owns both).
+  ClientSession(boost::asio::io_context& io, std::shared_ptr<net::Link> link, net::Sleeper& sleeper,
+                SessionHooks hooks, std::string server);
+  ~ClientSession();
+  ClientSession(const ClientSession&) = delete;
+  ClientSession& operator=(const ClientSession&) = delete;
+
+  // Runs the session to its end. Ok: the server said GOODBYE or stop() was called.
+  // Errors: permission_denied (refused at HELLO, with the server's words),
+  // invalid_argument (no WELCOME), aborted (before_update dropped the update), and those
+  // of the link (unavailable, deadline_exceeded, ...).
+  boost::asio::awaitable<result<void>> run(const protocol::Hello& hello);
+  // Closes the link; run() returns. Idempotent.
+  void stop();
+
+  std::uint64_t rounds_trained() const noexcept { return rounds_trained_; }
+  const std::string& identity() const noexcept { return identity_; }  // from WELCOME
+
+ private:
+  boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
+
+  boost::asio::io_context& io_;
+  std::shared_ptr<net::Link> link_;
+  net::Sleeper& sleeper_;
+  SessionHooks hooks_;
+  std::string server_;
+  std::string identity_;
+  std::shared_ptr<bool> ended_ = std::make_shared<bool>(false);  // shared with heartbeats
+  std::uint64_t rounds_trained_ = 0;
+};
+
+}  // namespace fedcore::client

@@ -1,0 +1,163 @@
+#include "distributed/data_parallel.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include "distributed/checkpoint.hpp"
+#include "distributed/layer_stack.hpp"
+#include "distributed/param_server.hpp"
+#include "distributed/train_support.hpp"
+#include "shared/collective/collectives.hpp"
+#include "shared/model/loss.hpp"
+#include "shared/model/trainer.hpp"
+#include "shared/util/aligned_vector.hpp"
+#include "shared/util/checksum.hpp"
+
+namespace fedcore::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Synchronous elastic averaging (Zhang, Choromanska and LeCun 2015, eq. 3-4): with x_i
+// the rank's parameters and c the center, x_i -= a (x_i - c) and c += a sum_i (x_i - c);
+// sum_i (x_i - c) = p (mean - c) comes from one allreduce, so every rank updates its copy
+// of c identically.
+result<void> elastic_average(collective::Communicator& comm, std::span<float> params,
+                             AlignedVector<float>& center, AlignedVector<float>& mean,
+                             float alpha) {
+  std::copy(params.begin(), params.end(), mean.begin());
+  auto ok = collective::allreduce(comm, {.data = mean, .op = collective::ReduceOp::average});
+  if (!ok)
+    return ok.error();
+  const float p = static_cast<float>(comm.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i] -= alpha * (params[i] - center[i]);
+    center[i] += alpha * p * (mean[i] - center[i]);
+  }
+  return {};
+}
+
+}  // namespace
+
+result<TrainResult> train_data_parallel(collective::Communicator& comm, const data::TrainTest& data,
+                                        const TrainOptions& options) {
+  if (options.async == AsyncMode::parameter_server)
+    return train_parameter_server(comm, data, options);
+  const int world = comm.size();
+  const int rank = comm.rank();
+  if (options.batch_size <= 0 || options.epochs <= 0) {
+    return fail(errc::invalid_argument, "batch size and epochs must be positive");
+  }
+  const std::size_t global_batch = static_cast<std::size_t>(options.batch_size) * world;
+  const std::size_t steps_per_epoch = data.train.size() / global_batch;
+  if (steps_per_epoch == 0) {
+    return fail(errc::invalid_argument, "training set of " + std::to_string(data.train.size()) +
+                                            " samples is smaller than one global batch of " +
+                                            std::to_string(global_batch));
+  }
+  std::size_t total_steps = steps_per_epoch * options.epochs;
+  if (options.max_steps > 0)
+    total_steps = std::min(total_steps, options.max_steps);
+
+  auto built = model::build_model(options.spec);
+  if (!built)
+    return built.error();
+  model::Model reference = std::move(*built);
+  reference.initialize(options.seed);
+  LayerStack stack(reference, 0, reference.layer_count());
+  const model::LossKind loss = model::loss_for(options.spec);
+  auto optimizer = model::make_optimizer(options.optimizer, stack.params().size());
+  auto start = restore_checkpoint(comm, options.checkpoint_dir, reference.layout(), stack.params(),
+                                  *optimizer);
+  if (!start)
+    return start.error();
+  // Rank 0's parameters are the truth, whether fresh or resumed.
+  if (auto ok =
+          collective::broadcast(comm, {.data = std::as_writable_bytes(stack.params()), .root = 0});
+      !ok) {
+    return ok.error();
+  }
+
+  // Synchronous SGD averages gradients every step; EASGD trains locally and pulls every
+  // rank and the shared center variable together every `easgd_period` steps.
+  const bool easgd = options.easgd_alpha > 0;
+  std::optional<GradientReducer> reducer;
+  if (!easgd)
+    reducer.emplace(comm, stack, options.reducer);
+  AlignedVector<float> center(stack.params().begin(), stack.params().end());
+  AlignedVector<float> mean(easgd ? center.size() : 0);
+
+  ShardedBatches shards(data.train, options.batch_size, world, options.seed);
+  Matrix batch(static_cast<Eigen::Index>(data.train.sample_size()), options.batch_size);
+  std::vector<std::int32_t> labels(options.batch_size);
+  Matrix grad_logits;
+  double epoch_loss = 0;
+  std::size_t epoch_steps = 0;
+
+  const auto meters = RunMeters::now(comm);
+  const auto wall_before = Clock::now();
+  for (std::size_t step = *start; step < total_steps; ++step) {
+    if (step == *start || step % steps_per_epoch == 0) {
+      epoch_loss = 0;
+      epoch_steps = 0;
+    }
+    shards.fill(step, rank, batch, labels);
+    const Matrix& logits = stack.forward(batch, model::Phase::train);
+    epoch_loss += model::evaluate_loss(loss, logits, labels, &grad_logits).loss;
+    ++epoch_steps;
+    const std::size_t done = step + 1;
+    if (!easgd) {
+      stack.backward(grad_logits, nullptr, [&](std::size_t layer) { reducer->layer_done(layer); });
+      if (auto ok = reducer->finish(); !ok)
+        return ok.error();
+      optimizer->step(stack.params(), stack.grads());
+    } else {
+      stack.backward(grad_logits, nullptr);
+      optimizer->step(stack.params(), stack.grads());
+      if (done % std::max<std::size_t>(options.easgd_period, 1) == 0) {
+        if (auto ok = elastic_average(comm, stack.params(), center, mean, options.easgd_alpha); !ok)
+          return ok.error();
+      }
+    }
+
+    if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 &&
+        done % options.checkpoint_every == 0 && rank == 0) {
+      // EASGD's checkpoint holds the center and rank 0's optimizer state (the replicas'
+      // own parameters and states are not saved: EASGD resumes from the center).
+      const std::span<const float> saved = easgd ? std::span<const float>(center) : stack.params();
+      if (auto ok = save_checkpoint(checkpoint_path(options.checkpoint_dir), reference.layout(),
+                                    saved, optimizer->state(), done, world);
+          !ok) {
+        return ok.error();
+      }
+    }
+    if (options.test_crash_after_step > 0 && done == options.test_crash_after_step && *start == 0) {
+      std::fprintf(stderr, "rank %d: test hook: crashing after step %zu\n", rank, done);
+      std::_Exit(17);
+    }
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - wall_before).count();
+  // EASGD's model is the center variable, the same on every rank.
+  if (easgd)
+    std::copy(center.begin(), center.end(), stack.params().begin());
+
+  TrainResult out;
+  out.world = world;
+  out.start_step = *start;
+  out.steps = total_steps;
+  out.final_train_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
+  RankStats mine;
+  mine.rank = rank;
+  mine.wall_seconds = wall;
+  mine.samples =
+      static_cast<double>((total_steps > *start ? total_steps - *start : 0) * options.batch_size);
+  if (auto ok =
+          finish_run(comm, meters, stack, reference, loss, data.test, options.evaluate, mine, out);
+      !ok)
+    return ok.error();
+  return out;
+}
+
+}  // namespace fedcore::distributed

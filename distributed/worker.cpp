@@ -1,0 +1,247 @@
+#include "distributed/worker.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <optional>
+
+#include <boost/asio/ssl/context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "shared/collective/collectives.hpp"
+#include "shared/collective/net_transport.hpp"
+#ifdef FEDCORE_HAVE_MPI
+#include "shared/collective/mpi_transport.hpp"
+#endif
+#include "distributed/rendezvous.hpp"
+#include "distributed/report.hpp"
+#include "shared/data/fashion_mnist.hpp"
+#include "shared/tls/context.hpp"
+#include "shared/util/threads.hpp"
+
+namespace fedcore::distributed {
+namespace {
+
+constexpr int kBadOptions = 2;
+constexpr int kGroupFailed = 3;
+constexpr int kLocalFailure = 4;
+
+bool is_group_failure(errc code) {
+  return code == errc::unavailable || code == errc::deadline_exceeded || code == errc::aborted ||
+         code == errc::permission_denied || code == errc::unauthenticated;
+}
+
+data::Dataset first(const data::Dataset& d, std::size_t n) {
+  if (n == 0 || n >= d.size())
+    return d;
+  std::vector<std::size_t> idx(n);
+  for (std::size_t i = 0; i < n; ++i)
+    idx[i] = i;
+  return d.subset(idx);
+}
+
+int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
+                 const TrainOptions& train, const WorkerOptions& o,
+                 const std::string& transport_name) {
+  PipelineOptions p;
+  p.train = train;
+  p.stages = o.stages;
+  p.micro_batches = o.micro_batches;
+  p.schedule = o.schedule;
+  p.balance = o.balance;
+  auto result = train_pipeline(comm, data, p);
+  if (!result) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), result.error().to_string().c_str());
+    return is_group_failure(result.error().code) ? kGroupFailed : kLocalFailure;
+  }
+  // Every rank's wall time, communication time, loss and layer range, for rank 0's report.
+  std::array<double, 5> row{result->wall_seconds, result->comm_seconds, result->final_loss,
+                            double(result->first_layer), double(result->last_layer)};
+  std::vector<double> table(row.size() * comm.size());
+  if (auto ok =
+          collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
+                                       .output = std::as_writable_bytes(std::span<double>(table))});
+      !ok) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), ok.error().to_string().c_str());
+    return kGroupFailed;
+  }
+  if (comm.rank() != 0)
+    return 0;
+  double wall = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < comm.size(); ++r) {
+    const double* t = table.data() + r * row.size();
+    wall = std::max(wall, t[0]);
+    ranks.push_back({{"rank", r},
+                     {"stage", r % o.stages},
+                     {"replica", r / o.stages},
+                     {"wall_seconds", t[0]},
+                     {"comm_seconds", t[1]},
+                     {"comm_share", t[0] > 0 ? t[1] / t[0] : 0.0},
+                     {"final_loss", t[2]},
+                     {"layers", {t[3], t[4]}}});
+  }
+  const double rate = wall > 0 ? result->samples / wall : 0;
+  const nlohmann::json report{{"mode", "pipeline"},
+                              {"world", comm.size()},
+                              {"transport", transport_name},
+                              {"stages", result->stages},
+                              {"replicas", result->replicas},
+                              {"micro_batches", o.micro_batches},
+                              {"schedule", o.schedule == Schedule::gpipe ? "gpipe" : "1f1b"},
+                              {"local_batch", train.batch_size},
+                              {"steps", result->steps},
+                              {"samples", result->samples},
+                              {"wall_seconds", wall},
+                              {"samples_per_second", rate},
+                              {"ranks", ranks}};
+  std::fprintf(stdout,
+               "fedcore-dist pipeline: %d stages x %d replicas (%s), %d micro-batches, %zu steps, "
+               "%.1f samples/s\n",
+               result->stages, result->replicas, transport_name.c_str(), o.micro_batches,
+               result->steps, rate);
+  std::fflush(stdout);
+  if (!o.report.empty()) {
+    if (auto ok = write_text(o.report, report.dump(2) + "\n"); !ok)
+      return kLocalFailure;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_worker(const WorkerOptions& o) {
+  const int r = o.rank;
+  if (o.world < 1 || r < 0 || r >= o.world) {
+    std::fprintf(stderr, "fedcore-dist worker: rank %d is not in a world of %d\n", r, o.world);
+    return kBadOptions;
+  }
+  if (o.train.async == AsyncMode::parameter_server && o.world < 2) {
+    std::fprintf(stderr,
+                 "fedcore-dist worker: --async ps needs at least 2 ranks (rank 0 serves, the "
+                 "others compute gradients); this job has %d\n",
+                 o.world);
+    return kBadOptions;
+  }
+  set_compute_threads(o.compute_threads);
+
+  auto loaded =
+      o.data_dir.empty() ? data::load_fashion_mnist() : data::load_fashion_mnist(o.data_dir);
+  if (!loaded) {
+    std::fprintf(stderr, "rank %d: %s\n", r, loaded.error().to_string().c_str());
+    return kLocalFailure;
+  }
+  data::TrainTest data{first(loaded->train, o.train_samples), first(loaded->test, o.test_samples)};
+  TrainOptions train = o.train;
+  auto spec = model::complete_spec(train.spec, data.train.sample_shape, data.train.num_classes);
+  if (!spec) {
+    std::fprintf(stderr, "rank %d: %s\n", r, spec.error().to_string().c_str());
+    return kBadOptions;
+  }
+  train.spec = *spec;
+
+  std::unique_ptr<RendezvousServer> server;
+  if (r == 0 && o.transport != TransportKind::mpi) {
+    auto hp = split_host_port(o.rendezvous);
+    if (!hp) {
+      std::fprintf(stderr, "rank 0: %s\n", hp.error().to_string().c_str());
+      return kBadOptions;
+    }
+    auto started = RendezvousServer::start(hp->first, hp->second, o.job, o.world, o.join_timeout);
+    if (!started) {
+      std::fprintf(stderr, "rank 0: %s\n", started.error().to_string().c_str());
+      return kGroupFailed;
+    }
+    server = std::move(*started);
+  }
+
+  TcpRendezvous rendezvous(o.rendezvous, o.job);
+  collective::NetOptions net;
+  net.rank = r;
+  net.size = o.world;
+  net.job = o.job;
+  net.bind_host = o.bind_host;
+  net.connect_timeout = o.join_timeout;
+  net.transfer_timeout = o.op_timeout;
+  net.spin = o.spin;
+  // A ring per peer, all reserved up front: the budget is split, so a job's total in
+  // /dev/shm is world x budget, not world^2 x ring.
+  if (o.shared_memory_bytes > 0 && o.world > 1) {
+    net.shared_memory_bytes =
+        std::max<std::size_t>(o.shared_memory_bytes / (o.world - 1), std::size_t{1} << 20);
+  }
+  result<std::unique_ptr<collective::Transport>> transport = fail(errc::internal, "unset");
+  std::optional<boost::asio::ssl::context> server_ctx, client_ctx;
+  if (o.transport == TransportKind::tcp) {
+    transport = collective::connect_tcp(net, rendezvous);
+  } else if (o.transport == TransportKind::mpi) {
+#ifdef FEDCORE_HAVE_MPI
+    transport = collective::make_mpi_transport(MPI_COMM_WORLD);
+#else
+    std::fprintf(stderr, "rank %d: this fedcore-dist was built without MPI (-DFEDCORE_MPI=ON)\n",
+                 r);
+    return kBadOptions;
+#endif
+  } else {
+    auto s = tls::make_server_context({o.tls.ca, o.tls.server_cert, o.tls.server_key, o.tls.crl});
+    auto c = tls::make_client_context(
+        {o.tls.ca, o.tls.client_cert, o.tls.client_key, o.tls.server_name});
+    if (!s || !c) {
+      std::fprintf(stderr, "rank %d: TLS: %s\n", r,
+                   (!s ? s.error() : c.error()).to_string().c_str());
+      return kBadOptions;
+    }
+    server_ctx.emplace(std::move(*s));
+    client_ctx.emplace(std::move(*c));
+    transport =
+        collective::connect_tls(net, rendezvous, {&*server_ctx, &*client_ctx, o.tls.server_name});
+  }
+  if (!transport) {
+    std::fprintf(stderr, "rank %d: connecting the group: %s\n", r,
+                 transport.error().to_string().c_str());
+    return kGroupFailed;
+  }
+  // "+shm": payloads between ranks on one host may go through shared-memory rings.
+  const std::string transport_name =
+      std::string((*transport)->name()) +
+      (o.transport != TransportKind::mpi && o.shared_memory_bytes > 0 ? "+shm" : "");
+  collective::Communicator comm(std::move(*transport), o.job, o.op_timeout);
+  server.reset();  // the rendezvous is over once the mesh is up
+
+  if (o.pipeline)
+    return run_pipeline(comm, data, train, o, transport_name);
+  auto result = train_data_parallel(comm, data, train);
+  if (!result) {
+    std::fprintf(stderr, "rank %d: %s\n", r, result.error().to_string().c_str());
+    return is_group_failure(result.error().code) ? kGroupFailed : kLocalFailure;
+  }
+  if (r == 0) {
+    const auto report = run_report(*result, transport_name, train);
+    if (result->async == AsyncMode::parameter_server) {
+      const auto& ps = result->ps;
+      std::fprintf(stdout,
+                   "fedcore-dist ps-asgd: world %d (%s), 1 server + %d workers, %zu updates "
+                   "applied, %zu discarded as stale, staleness mean %.2f max %zu, %.1f samples/s, "
+                   "test accuracy %.4f\n",
+                   result->world, transport_name.c_str(), ps.workers, ps.updates, ps.discarded,
+                   ps.mean_staleness, ps.max_staleness, result->samples_per_second,
+                   result->test_accuracy);
+    }
+    std::fprintf(stdout,
+                 "fedcore-dist: world %d (%s), steps %zu..%zu, %.1f samples/s, test accuracy %.4f, "
+                 "params identical on all ranks: %s\n",
+                 result->world, transport_name.c_str(), result->start_step, result->steps,
+                 result->samples_per_second, result->test_accuracy,
+                 report["params_identical_on_all_ranks"].get<bool>() ? "yes" : "NO");
+    std::fflush(stdout);
+    if (!o.report.empty()) {
+      if (auto ok = write_text(o.report, report.dump(2) + "\n"); !ok) {
+        std::fprintf(stderr, "rank 0: report: %s\n", ok.error().to_string().c_str());
+        return kLocalFailure;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace fedcore::distributed

@@ -1,0 +1,53 @@
+// The run controller's state while a run is active, shared by run_controller.cpp (admin
+// requests, session inputs) and run_controller_rounds.cpp (driving the run's rounds).
+// Private to server/federation.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "server/federation/round.hpp"
+#include "server/federation/round_stage.hpp"
+#include "server/federation/run_config.hpp"
+#include "server/federation/run_controller.hpp"
+#include "server/federation/run_model.hpp"
+#include "server/store/history_store.hpp"
+#include "shared/util/assert.hpp"
+#include "shared/util/clock.hpp"
+
+namespace fedcore::federation {
+
+// One round between selecting and done/failed.
+struct RoundInFlight {
+  std::int64_t number = 0;
+  RoundStage stage = RoundStage::selecting;
+  std::int64_t started_ms = 0;
+  Clock::steady_time deadline;
+  std::optional<Round> judge;  // from training on
+  RoundClose closed;           // from aggregating on
+};
+
+struct RunController::ActiveRun {
+  store::RunRecord record;
+  RunConfig config;
+  RunPhase phase = RunPhase::learning_schema;
+  std::optional<RunModel> model;  // once the schema is known
+  Clock::steady_time wait_deadline;
+  std::int32_t attempt = 0;      // failed attempts at the current round number
+  bool round_requested = false;  // manual runs: from advance_round() to the round's close
+  std::optional<RoundInFlight> round;
+
+  void move(RoundEvent event) {
+    FEDCORE_ASSERT(round.has_value(), "round event without a round");
+    const auto next = next_stage(round->stage, event);
+    FEDCORE_ASSERT(next.has_value(), "round event not allowed in this stage");
+    round->stage = *next;
+  }
+};
+
+// Milliseconds from a configuration's seconds.
+inline std::chrono::milliseconds seconds_to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+
+}  // namespace fedcore::federation

@@ -21,10 +21,11 @@ cmake --build --preset portable -j "$(nproc)" --target model_test training_test 
 build=build/portable
 
 # What each emulated CPU must get from our run-time dispatch, and the OpenBLAS kernel set
-# to use there. OpenBLAS's own detection misreads QEMU's emulated CPUID (it picks its
-# Haswell AVX2 kernels on the Nehalem model and dies on the first vmovss), so the script
-# names OpenBLAS's kernels; our dispatch (GCC target_clones) reads the model correctly and
-# is what this checks.
+# to use there. Under QEMU's Nehalem model (which reports GenuineIntel family 6 model 0x1A
+# without AVX to a cpuid probe), Debian's OpenBLAS 0.3.21 selects its Haswell kernels
+# (OPENBLAS_VERBOSE=2 prints "Core: Haswell") and dies on the first vmovss; why, and
+# whether a real Nehalem does the same, is not established. So the script names
+# OpenBLAS's kernels; our own dispatch (GCC target_clones) is what this checks.
 declare -A dispatch=([Nehalem]=baseline [Haswell]=x86-64-v3)
 declare -A openblas=([Nehalem]=NEHALEM [Haswell]=HASWELL)
 

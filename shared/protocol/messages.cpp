@@ -199,6 +199,30 @@ constexpr std::uint64_t kMaxSamples = std::uint64_t{1} << 40;
 
 }  // namespace
 
+std::string_view dp_mode_name(DpMode mode) noexcept {
+  switch (mode) {
+    case DpMode::none:
+      return "none";
+    case DpMode::record:
+      return "record";
+    case DpMode::client_central:
+      return "client_central";
+    case DpMode::client_distributed:
+      return "client_distributed";
+  }
+  return "none";
+}
+
+std::optional<DpMode> dp_mode_from_name(std::string_view name) noexcept {
+  for (auto mode : {DpMode::none, DpMode::record, DpMode::client_central,
+                    DpMode::client_distributed}) {
+    if (dp_mode_name(mode) == name) {
+      return mode;
+    }
+  }
+  return std::nullopt;
+}
+
 result<Hello> parse_hello(std::string_view metadata) {
   Reader r("hello", metadata);
   Hello m;
@@ -243,6 +267,24 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
   m.settings.seed =
       r.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max(), 0);
   m.evaluate = r.boolean("evaluate", false);
+  if (r.ok() && r.has("privacy")) {
+    const auto& p = r.raw()["privacy"];
+    auto inner = Reader("train.privacy", p.is_object() ? p.dump() : std::string("null"));
+    m.privacy.secure_aggregation = inner.boolean("secure_aggregation", false);
+    const auto mode = inner.text("dp", 32, std::string("none"));
+    if (auto parsed = dp_mode_from_name(mode)) {
+      m.privacy.dp = *parsed;
+    } else if (inner.ok()) {
+      return fail(errc::invalid_argument, "train.privacy: unknown 'dp' mode '" + mode + "'");
+    }
+    m.privacy.epsilon = inner.number("epsilon", 0.0, 1e6, 0.0);
+    m.privacy.delta = inner.number("delta", 0.0, 1.0, 0.0);
+    m.privacy.clip_norm = inner.number("clip_norm", 0.0, 1e9, 0.0);
+    m.privacy.noise_multiplier = inner.number("noise_multiplier", 0.0, 1e6, 0.0);
+    if (!inner.ok()) {
+      return inner.take_error();
+    }
+  }
   if (!r.ok()) {
     return r.take_error();
   }
@@ -313,7 +355,14 @@ std::string to_metadata(const TrainRequest& m) {
               {"optimizer", m.settings.optimizer},
               {"proximal_mu", m.settings.proximal_mu},
               {"seed", m.settings.seed},
-              {"evaluate", m.evaluate}}
+              {"evaluate", m.evaluate},
+              {"privacy",
+               {{"secure_aggregation", m.privacy.secure_aggregation},
+                {"dp", dp_mode_name(m.privacy.dp)},
+                {"epsilon", m.privacy.epsilon},
+                {"delta", m.privacy.delta},
+                {"clip_norm", m.privacy.clip_norm},
+                {"noise_multiplier", m.privacy.noise_multiplier}}}}
       .dump();
 }
 

@@ -45,6 +45,28 @@ struct TrainSettings {
   std::uint64_t seed = 0;
 };
 
+// Which differential privacy a run applies (docs/privacy.md says what each protects).
+enum class DpMode {
+  none,
+  record,              // DP-SGD in every site's local training: protects one patient
+  client_central,      // DP-FedAvg, the server noises the sum: protects one site
+  client_distributed,  // DP-FedAvg, each site adds its share of the noise under SecAgg+
+};
+std::string_view dp_mode_name(DpMode mode) noexcept;
+std::optional<DpMode> dp_mode_from_name(std::string_view name) noexcept;
+
+// The privacy terms of a run, sent with every TRAIN so that a site can check them against
+// its policy before it trains (client/site_policy.hpp).
+struct PrivacyTerms {
+  bool secure_aggregation = false;
+  DpMode dp = DpMode::none;
+  double epsilon = 0;  // the run's whole budget; 0 when dp is none
+  double delta = 0;
+  // Record-level DP-SGD (dp == record): per-example clip and noise multiplier.
+  double clip_norm = 0;
+  double noise_multiplier = 0;
+};
+
 // The payload of a train frame is the global model's parameters.
 struct TrainRequest {
   std::int64_t run_id = 0;
@@ -54,6 +76,7 @@ struct TrainRequest {
   std::string layout_fingerprint;                        // 16 hex digits
   TrainSettings settings;
   bool evaluate = false;  // also evaluate the received model on the local test split
+  PrivacyTerms privacy;   // "privacy" in the metadata; absent means none
 };
 
 struct LocalEvaluation {

@@ -1,0 +1,93 @@
+// One client's side of one SecAgg+ round (Bell et al. 2020, on Bonawitz et al. 2017),
+// message in, message out, no I/O: the client session (client/session.cpp) feeds it the
+// server's messages and sends what it returns.
+//
+//   advertise()       fresh X25519 key pairs (share encryption, mask agreement), signed
+//   share_keys()      checks every neighbour's key binding, draws the self-mask seed b,
+//                     splits b and the mask private key t-of-k among the neighbours and
+//                     seals each neighbour's pair of shares to it
+//   masked_input()    opens the shares it received, encodes weight·delta and adds the
+//                     self mask and one pairwise mask per neighbour that shared
+//   unmask()          reveals, per neighbour, the share of its self-mask seed if it
+//                     survived or of its mask key if it dropped -- never both, in this or
+//                     any later call, and nothing when fewer than t survived
+//
+// Each step may be called once, in order; a step out of order or repeated is refused
+// with failed_precondition. Secrets are wiped when the object goes.
+//
+// Thread safety: none (one round, one coroutine).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shared/secagg/crypto.hpp"
+#include "shared/secagg/key_binding.hpp"
+#include "shared/secagg/messages.hpp"
+#include "shared/util/error.hpp"
+#include "shared/util/rng.hpp"
+
+namespace fedcore::secagg {
+
+struct ClientRound {
+  std::int64_t run = 0;
+  std::int64_t round = 0;
+  std::string client_id;  // as the server named us (WELCOME), = our certificate's CN
+  // Key binding: with a signer we sign our keys; with a trust anchor we refuse neighbours
+  // whose keys are not signed by a certificate of the federation CA. Both or neither.
+  std::shared_ptr<const Signer> signer;
+  std::shared_ptr<const TrustAnchor> trust;
+};
+
+class SecAggClient {
+ public:
+  // Errors: internal when OpenSSL cannot make keys.
+  static result<SecAggClient> start(ClientRound round);
+  SecAggClient(SecAggClient&&) noexcept;
+  SecAggClient& operator=(SecAggClient&&) noexcept;
+  ~SecAggClient();
+
+  AdvertisedKeys advertise();
+
+  // Errors: failed_precondition (out of order); invalid_argument (a plan the client cannot
+  // accept: t <= k/2, fewer than t neighbours, a duplicate or ourselves among them, a
+  // malformed key); permission_denied (a neighbour's key binding does not verify, or is
+  // missing while we require it).
+  result<SharesUpload> share_keys(const NeighbourKeys& keys);
+
+  // The masked encoding of weight·delta (d + 1 words). Shares that do not open are refused
+  // (data_loss): a server that corrupts one would otherwise make us mask with a peer whose
+  // mask it can later remove. Errors also: failed_precondition (out of order, or fewer
+  // than t neighbours shared), invalid_argument (a share from a non-neighbour, twice from
+  // one, a non-finite delta or a weight outside (0, 1]).
+  result<std::vector<std::uint32_t>> masked_input(const RelayedShares& relayed,
+                                                  std::span<const float> delta, double weight,
+                                                  Rng& rounding);
+
+  // Errors: failed_precondition (out of order; fewer than t survivors; we are not a
+  // survivor); permission_denied (a client in both lists, or asked for the other kind of
+  // a neighbour's secret than before).
+  result<UnmaskResponse> unmask(const UnmaskRequest& request);
+
+  const RoundPlan& plan() const noexcept;
+
+ private:
+  struct State;
+  explicit SecAggClient(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// The label both ends of a pair feed HKDF for their mask seed (also used by the server to
+// rebuild a dropped client's masks).
+std::string mask_label(std::int64_t run, std::int64_t round, std::string_view a,
+                       std::string_view b);
+// The sign of the pairwise mask that `self` adds for `peer` (the smaller id adds).
+MaskSign pair_sign(std::string_view self, std::string_view peer) noexcept;
+
+}  // namespace fedcore::secagg

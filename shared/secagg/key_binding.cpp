@@ -1,0 +1,175 @@
+#include "shared/secagg/key_binding.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+#include "shared/util/assert.hpp"
+
+namespace fedcore::secagg {
+namespace {
+
+result<std::string> read_text(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return fail(errc::not_found, std::string(what) + " '" + path + "' cannot be read");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct BioFree {
+  void operator()(BIO* b) const noexcept { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const noexcept { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const noexcept { EVP_PKEY_free(k); }
+};
+struct MdCtxFree {
+  void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
+};
+struct StoreCtxFree {
+  void operator()(X509_STORE_CTX* c) const noexcept { X509_STORE_CTX_free(c); }
+};
+
+std::unique_ptr<X509, X509Free> parse_certificate(std::string_view pem) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (!bio) {
+    return nullptr;
+  }
+  return std::unique_ptr<X509, X509Free>(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
+std::string common_name(X509* certificate) {
+  char name[256] = {};
+  const int length = X509_NAME_get_text_by_NID(X509_get_subject_name(certificate), NID_commonName,
+                                               name, sizeof name);
+  return length > 0 ? std::string(name, static_cast<std::size_t>(length)) : std::string();
+}
+
+}  // namespace
+
+std::string binding_message(std::int64_t run, std::int64_t round, std::string_view client_id,
+                            std::span<const std::uint8_t> cipher_public,
+                            std::span<const std::uint8_t> mask_public) {
+  return "fedcore-secagg-v1|" + std::to_string(run) + "|" + std::to_string(round) + "|" +
+         std::string(client_id) + "|" + to_hex(cipher_public) + "|" + to_hex(mask_public);
+}
+
+struct Signer::Key {
+  std::unique_ptr<EVP_PKEY, PkeyFree> pkey;
+};
+
+Signer::~Signer() = default;
+
+result<std::shared_ptr<const Signer>> Signer::from_files(const std::string& key_pem_path,
+                                                         const std::string& certificate_pem_path) {
+  auto key_text = read_text(key_pem_path, "the client key");
+  if (!key_text) {
+    return key_text.error();
+  }
+  auto certificate = read_text(certificate_pem_path, "the client certificate");
+  if (!certificate) {
+    return certificate.error();
+  }
+  std::unique_ptr<BIO, BioFree> bio(
+      BIO_new_mem_buf(key_text->data(), static_cast<int>(key_text->size())));
+  std::unique_ptr<EVP_PKEY, PkeyFree> pkey(
+      bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  OPENSSL_cleanse(key_text->data(), key_text->size());
+  if (!pkey) {
+    return fail(errc::invalid_argument, "'" + key_pem_path + "' is not a PEM private key");
+  }
+  if (!parse_certificate(*certificate)) {
+    return fail(errc::invalid_argument, "'" + certificate_pem_path + "' is not a PEM certificate");
+  }
+  std::shared_ptr<Signer> signer(new Signer());
+  signer->key_ = std::make_unique<Key>(Key{std::move(pkey)});
+  signer->certificate_pem_ = std::move(*certificate);
+  return std::shared_ptr<const Signer>(std::move(signer));
+}
+
+Bytes Signer::sign(std::string_view message) const {
+  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  std::size_t length = 0;
+  FEDCORE_ASSERT(
+      ctx && EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key_->pkey.get()) == 1 &&
+          EVP_DigestSign(ctx.get(), nullptr, &length,
+                         reinterpret_cast<const unsigned char*>(message.data()),
+                         message.size()) == 1,
+      "cannot set up signing with the client key");
+  Bytes signature(length);
+  FEDCORE_ASSERT(
+      EVP_DigestSign(ctx.get(), signature.data(), &length,
+                     reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1,
+      "signing with the client key failed");
+  signature.resize(length);
+  return signature;
+}
+
+TrustAnchor::~TrustAnchor() {
+  X509_STORE_free(store_);
+}
+
+result<std::shared_ptr<const TrustAnchor>> TrustAnchor::from_file(const std::string& ca_pem_path) {
+  auto text = read_text(ca_pem_path, "the CA certificate");
+  if (!text) {
+    return text.error();
+  }
+  auto ca = parse_certificate(*text);
+  if (!ca) {
+    return fail(errc::invalid_argument, "'" + ca_pem_path + "' is not a PEM certificate");
+  }
+  std::shared_ptr<TrustAnchor> anchor(new TrustAnchor());
+  anchor->store_ = X509_STORE_new();
+  FEDCORE_ASSERT(anchor->store_ != nullptr && X509_STORE_add_cert(anchor->store_, ca.get()) == 1,
+                 "cannot build a certificate store");
+  X509_STORE_set_flags(anchor->store_, X509_V_FLAG_X509_STRICT);
+  return std::shared_ptr<const TrustAnchor>(std::move(anchor));
+}
+
+result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_view client_id,
+                                 std::string_view message,
+                                 std::span<const std::uint8_t> signature) const {
+  const std::string who = "client '" + std::string(client_id) + "'";
+  auto certificate = parse_certificate(certificate_pem);
+  if (!certificate) {
+    return fail(errc::permission_denied, who + ": its certificate is not a PEM certificate");
+  }
+  std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
+  if (!ctx || X509_STORE_CTX_init(ctx.get(), store_, certificate.get(), nullptr) != 1) {
+    return fail(errc::internal, "cannot set up certificate verification");
+  }
+  X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_CLIENT);
+  if (X509_verify_cert(ctx.get()) != 1) {
+    return fail(errc::permission_denied,
+                who + ": its certificate does not chain to the federation CA (" +
+                    X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get())) + ")");
+  }
+  if (common_name(certificate.get()) != client_id) {
+    return fail(errc::permission_denied,
+                who + ": its certificate names '" + common_name(certificate.get()) + "'");
+  }
+  std::unique_ptr<EVP_MD_CTX, MdCtxFree> md(EVP_MD_CTX_new());
+  EVP_PKEY* key = X509_get0_pubkey(certificate.get());
+  if (!md || key == nullptr ||
+      EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, key) != 1 ||
+      EVP_DigestVerify(md.get(), signature.data(), signature.size(),
+                       reinterpret_cast<const unsigned char*>(message.data()),
+                       message.size()) != 1) {
+    return fail(errc::permission_denied,
+                who + ": the signature over its secure-aggregation keys does not verify");
+  }
+  return {};
+}
+
+}  // namespace fedcore::secagg

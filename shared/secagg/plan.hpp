@@ -1,0 +1,49 @@
+// The numbers of one SecAgg+ round: how many clients, how many neighbours each has in the
+// masking graph (k), how many of them must answer to remove a dropout's masks (t), and
+// the fixed-point encoding of the updates.
+//
+// Choices and their reasons (Bell et al. 2020, §3-4):
+//   k  about 3·log2(n), even (a Harary graph needs it), at most n - 1 (then every client
+//      neighbours every other, which is Bonawitz et al. 2017's complete graph);
+//   t  a strict majority of k, floor(k/2) + 1 by default. t > k/2 is required, not just a
+//      default: a client reveals only one kind of secret per neighbour, and with t > k/2
+//      a server that tells half the neighbours "u dropped" and the other half "u survived"
+//      cannot collect t shares of both of u's secrets;
+//   ring 2^32 (the upload is the same size as float32 parameters); every coordinate of a
+//      client's (weighted) update is clipped to [-clip_range, clip_range] and quantized to
+//      [0, quant_range]; quant_range is lowered so that n * quant_range < 2^32 and the sum
+//      of n inputs can never wrap.
+#pragma once
+
+#include <cstdint>
+
+#include "shared/util/error.hpp"
+
+namespace fedcore::secagg {
+
+// What a run asks for (zeros: choose).
+struct SecAggSettings {
+  std::uint32_t degree = 0;     // k
+  std::uint32_t threshold = 0;  // t
+  double clip_range = 8.0;
+  std::uint32_t quant_range = 1u << 22;
+};
+
+struct RoundPlan {
+  std::uint32_t clients = 0;  // n, selected for the round
+  std::uint32_t degree = 0;   // k
+  std::uint32_t threshold = 0;
+  double clip_range = 8.0;
+  std::uint32_t quant_range = 1u << 22;  // after lowering for n
+};
+
+// The plan for `clients` selected clients. Errors: invalid_argument when clients < 3
+// (with two, each learns the other's update from the sum), when an explicit degree or
+// threshold is impossible (t <= k/2, t > k, k >= n), when clip_range is not positive and
+// finite, or when quant_range < 2.
+result<RoundPlan> plan_round(std::uint32_t clients, const SecAggSettings& settings);
+
+// The largest error one client's quantization adds to one coordinate: one step.
+double quantization_step(const RoundPlan& plan) noexcept;
+
+}  // namespace fedcore::secagg

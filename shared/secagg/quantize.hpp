@@ -1,0 +1,29 @@
+// Fixed-point encoding of updates for the 2^32 ring of secure aggregation.
+//
+// A client encodes the vector weight * delta followed by weight itself (so the server
+// can divide the sum of weighted updates by the sum of weights without seeing either
+// per client). Every value is clipped to [-c, c] and mapped to [0, q] with stochastic
+// rounding (unbiased: E[decode(encode(x))] = x). Decoding a sum of n encodings subtracts
+// n * c; its error per coordinate is below n quantization steps (2c/q each).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "shared/secagg/plan.hpp"
+#include "shared/util/rng.hpp"
+
+namespace fedcore::secagg {
+
+// out[i] = encode(weight * delta[i]) for i < d, out[d] = encode(weight).
+// REQUIRES: out.size() == delta.size() + 1, 0 < weight <= 1.
+void encode_weighted(std::span<const float> delta, double weight, const RoundPlan& plan, Rng& rng,
+                     std::span<std::uint32_t> out);
+
+// The weighted mean sum_i w_i delta_i / sum_i w_i from the sum of `clients` encodings.
+// REQUIRES: out.size() + 1 == sum.size(). Returns the decoded sum of weights (> 0 when
+// at least one client contributed).
+double decode_weighted_mean(std::span<const std::uint32_t> sum, std::uint32_t clients,
+                            const RoundPlan& plan, std::span<float> out);
+
+}  // namespace fedcore::secagg

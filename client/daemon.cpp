@@ -10,7 +10,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include "client/audit_log.hpp"
 #include "client/backoff.hpp"
+#include "client/server_identity.hpp"
 #include "shared/net/link.hpp"
 
 namespace fedcore::client {
@@ -34,7 +36,9 @@ struct ClientDaemon::Impl {
         tls_context(std::move(tls)),
         sleeper(options.sleeper ? options.sleeper
                                 : std::make_shared<net::SteadySleeper>(io_context)),
-        backoff(options.initial_backoff, options.max_backoff, options.seed) {}
+        backoff(options.initial_backoff, options.max_backoff, options.seed),
+        clock(options.clock ? options.clock : std::make_shared<SystemClock>()),
+        policy(options.policy) {}
 
   asio::io_context& io;
   ClientOptions options;
@@ -47,10 +51,14 @@ struct ClientDaemon::Impl {
   std::unique_ptr<ClientSession> session;  // the current one, while connected
   std::uint64_t rounds_trained = 0;
   std::uint64_t connections = 0;
+  std::shared_ptr<const Clock> clock;
+  SitePolicyGate policy;
+  std::unique_ptr<AuditLog> audit;  // when options.audit_log names a file
 
   asio::awaitable<result<void>> serve_one_connection();
   asio::awaitable<result<std::shared_ptr<net::Link>>> connect();
   asio::awaitable<result<std::shared_ptr<net::Link>>> connect_tls();
+  result<void> check_server(TlsStream& stream);
   protocol::Hello hello() const;
   SessionHooks hooks();
 };
@@ -89,6 +97,13 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
     return tls.error();
   }
   auto impl = std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls));
+  if (!impl->options.audit_log.empty()) {
+    auto audit = AuditLog::open(impl->options.audit_log, *impl->clock);
+    if (!audit) {
+      return audit.error();
+    }
+    impl->audit = std::move(*audit);
+  }
   return std::unique_ptr<ClientDaemon>(new ClientDaemon(std::move(impl)));
 }
 
@@ -153,6 +168,10 @@ SessionHooks ClientDaemon::Impl::hooks() {
         asio::use_awaitable);
   };
   h.before_update = options.before_update;
+  h.admit = [this](const protocol::TrainRequest& request, std::size_t parameter_count) {
+    return policy.admit(request, parameter_count, clock->steady());
+  };
+  h.audit = audit.get();
   return h;
 }
 
@@ -205,8 +224,43 @@ asio::awaitable<result<std::shared_ptr<net::Link>>> ClientDaemon::Impl::connect_
                    "cannot connect to " + options.host + ":" + std::to_string(options.port) + ": " +
                        (timed_out ? std::string("timed out") : ec.message()));
   }
+  if (auto accepted = check_server(stream); !accepted) {
+    error_code ignored;
+    stream.next_layer().close(ignored);
+    co_return accepted.error();
+  }
   co_return std::shared_ptr<net::Link>(
       std::make_shared<net::StreamLink<TlsStream>>(std::move(stream), options.channel));
+}
+
+// The site policy's pin on the server (client/site_policy.hpp), on top of the CA and the
+// host name the TLS context has already checked.
+result<void> ClientDaemon::Impl::check_server(TlsStream& stream) {
+  const auto& accepted = options.policy.server;
+  if (accepted.sha256.empty() && accepted.common_name.empty()) {
+    return {};
+  }
+  const std::string server = options.host + ":" + std::to_string(options.port);
+  auto identity = read_server_identity(stream.native_handle());
+  std::optional<PolicyRefusal> refused;
+  if (!identity) {
+    refused = PolicyRefusal{
+        accepted.sha256.empty() ? RefusalReason::server_name : RefusalReason::server_fingerprint,
+        "the server certificate cannot be read: " + identity.error().message};
+  } else {
+    refused = policy.check_server(*identity);
+  }
+  if (!refused) {
+    return {};
+  }
+  spdlog::warn("refusing server {}: site policy: {}", server, refused->words);
+  if (audit) {
+    if (auto written = audit->server_refused(server, *refused); !written) {
+      spdlog::error("site audit log: {}", written.error().message);
+    }
+  }
+  return fail(errc::permission_denied,
+              "server " + server + " refused by the site policy: " + refused->words);
 }
 
 void ClientDaemon::stop() {

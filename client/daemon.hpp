@@ -24,10 +24,12 @@
 
 #include "client/data_source.hpp"
 #include "client/session.hpp"
+#include "client/site_policy.hpp"
 #include "shared/data/dataset.hpp"
 #include "shared/net/frame_channel.hpp"
 #include "shared/net/sleeper.hpp"
 #include "shared/tls/context.hpp"
+#include "shared/util/clock.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::client {
@@ -57,12 +59,22 @@ struct ClientOptions {
   // other end the simulator hands to FederationServer::attach_local_session); `tls` is
   // then unused. Its errors are treated like a failed connection.
   std::function<result<net::LocalStream>()> connect_local;
+  // What the site agrees to (client/site_policy.hpp): checked against every TRAIN request,
+  // and against the server's certificate right after each TLS handshake. The default
+  // policy limits nothing.
+  SitePolicy policy;
+  // The site's audit log (client/audit_log.hpp): a path, or empty for none.
+  std::string audit_log;
+  // Time for the policy's rounds-per-day window and the audit log; the system clock when
+  // empty.
+  std::shared_ptr<const Clock> clock;
 };
 
 class ClientDaemon {
  public:
-  // Loads and splits the data and builds the TLS context. Errors: those of the loaders
-  // (naming the file), the TLS context, or invalid_argument for a bad data source.
+  // Loads and splits the data, builds the TLS context and opens the audit log. Errors: those
+  // of the loaders (naming the file), the TLS context, AuditLog::open, or invalid_argument
+  // for a bad data source.
   static result<std::unique_ptr<ClientDaemon>> create(boost::asio::io_context& io,
                                                       ClientOptions options);
   // The same with data already loaded (fedcore-sim shares one load among many simulated
@@ -73,7 +85,9 @@ class ClientDaemon {
   ClientDaemon(const ClientDaemon&) = delete;
   ClientDaemon& operator=(const ClientDaemon&) = delete;
 
-  // Connects, serves rounds, reconnects; returns after stop().
+  // Connects, serves rounds, reconnects; returns after stop(). A server whose certificate
+  // the site policy refuses is disconnected at once, logged, audited and retried after the
+  // backoff like an unreachable one.
   boost::asio::awaitable<void> run();
   // Sends GOODBYE if connected, closes, and makes run() return. Idempotent.
   void stop();

@@ -1,13 +1,18 @@
 // fedcore-client: the hospital daemon.
 //
 //   fedcore-client --config client.json
+//   fedcore-client --verify-audit /var/lib/fedcore/audit.jsonl   (checks the chain, exits)
 //
 // client.json:
 //   {"server": "fl.example.org", "port": 7443, "server_name": "fl.example.org",
 //    "tls": {"ca": "ca.pem", "cert": "hospital-3.pem", "key": "hospital-3.key"},
 //    "data": {"format": "csv", "path": "/srv/data/cohort.csv", "label_column": "benign",
 //             "test_fraction": 0.2},
-//    "threads": 2}
+//    "threads": 2,
+//    "audit_log": "/var/lib/fedcore/audit.jsonl",         (optional: client/audit_log.hpp)
+//    "policy": {"allowed_model_types": ["logreg"], "max_local_epochs": 5,
+//               "max_epsilon": 8, "server": {"common_name": "fl.example.org"}}}
+//                                                         (optional: client/site_policy.hpp)
 #include <fstream>
 #include <sstream>
 
@@ -19,7 +24,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "client/audit_log.hpp"
 #include "client/daemon.hpp"
+#include "client/site_policy.hpp"
 
 namespace {
 
@@ -53,21 +60,50 @@ std::string apply_config(const nlohmann::json& j, fedcore::client::ClientOptions
       o.data.test_fraction = d.value("test_fraction", o.data.test_fraction);
       o.data.split_seed = d.value("split_seed", o.data.split_seed);
     }
+    if (j.contains("audit_log"))
+      o.audit_log = j["audit_log"].get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return std::string("bad config value: ") + e.what();
   }
+  if (j.contains("policy")) {
+    auto policy = fedcore::client::parse_site_policy(j["policy"]);
+    if (!policy) {
+      return policy.error().message;
+    }
+    o.policy = std::move(*policy);
+  }
   return {};
+}
+
+int verify_audit(const std::string& path) {
+  auto summary = fedcore::client::verify_audit_log(path);
+  if (!summary) {
+    spdlog::error("{}", summary.error().message);
+    return 1;
+  }
+  spdlog::info("audit log '{}': {} line(s), chain intact; head {}", path, summary->lines,
+               summary->head);
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fedcore-client: trains on local data and sends model updates, never data"};
-  std::string config_path, log_level = "info";
-  app.add_option("--config", config_path, "client config file (JSON)")->required();
+  std::string config_path, log_level = "info", audit_path;
+  auto* config_option = app.add_option("--config", config_path, "client config file (JSON)");
+  app.add_option("--verify-audit", audit_path, "check an audit log's hash chain and exit")
+      ->excludes(config_option);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!audit_path.empty()) {
+    return verify_audit(audit_path);
+  }
+  if (config_path.empty()) {
+    spdlog::error("--config is required");
+    return 2;
+  }
 
   std::ifstream in(config_path);
   if (!in) {

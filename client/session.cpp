@@ -123,6 +123,31 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello) {
   co_return result<void>{};
 }
 
+namespace {
+
+const char* const kUnaudited = "the site's audit log cannot be written; nothing is sent";
+
+// Writes one line of the site's audit log, if it keeps one. False when the line cannot be
+// written: the caller answers with an ERROR instead, so nothing leaves the site unrecorded.
+template <class Write>
+bool audited(AuditLog* log, Write write) {
+  if (log == nullptr) {
+    return true;
+  }
+  if (auto written = write(*log); !written) {
+    spdlog::error("site audit log: {}", written.error().message);
+    return false;
+  }
+  return true;
+}
+
+void send_error(net::Link& link, errc code, std::string message) {
+  link.send(protocol::MessageType::error, protocol::to_metadata(protocol::ErrorMessage{
+                                              std::string(errc_name(code)), std::move(message)}));
+}
+
+}  // namespace
+
 asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& frame) {
   auto request = protocol::parse_train_request(frame.metadata);
   auto global = protocol::payload_floats(frame.payload);
@@ -131,12 +156,34 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
                  !request ? request.error().message : global.error().message);
     co_return result<void>{};
   }
+  // The site decides before anything is trained (client/site_policy.hpp).
+  const std::size_t parameter_count = global->size();
+  if (!audited(hooks_.audit, [&](AuditLog& log) {
+        return log.request_received(server_, *request, parameter_count);
+      })) {
+    send_error(*link_, errc::failed_precondition, kUnaudited);
+    co_return result<void>{};
+  }
+  if (auto refused = hooks_.admit ? hooks_.admit(*request, parameter_count) : std::nullopt) {
+    spdlog::warn("run {} round {}: refused by the site policy: {}", request->run_id, request->round,
+                 refused->words);
+    // Answered even when the refusal cannot be recorded: a refusal carries no data.
+    (void)audited(hooks_.audit, [&](AuditLog& log) { return log.refused(*request, *refused); });
+    send_error(*link_, errc::permission_denied, "site policy: " + refused->words);
+    co_return result<void>{};
+  }
   LocalResult local = co_await hooks_.train(*request, *global);
   if (local.failure) {
     spdlog::warn("round {}: not trained: {}", request->round, local.failure->message);
+    (void)audited(hooks_.audit,
+                  [&](AuditLog& log) { return log.not_trained(*request, *local.failure); });
     link_->send(protocol::MessageType::error,
                 protocol::to_metadata(protocol::ErrorMessage{
                     std::string(errc_name(local.failure->code)), local.failure->message}));
+    co_return result<void>{};
+  }
+  if (!audited(hooks_.audit, [&](AuditLog& log) { return log.trained(*request, local.report); })) {
+    send_error(*link_, errc::failed_precondition, kUnaudited);
     co_return result<void>{};
   }
   if (hooks_.before_update) {
@@ -149,6 +196,18 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
   }
   auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
   const auto bytes = payload->size() * sizeof(float);
+  // Recorded before the bytes leave: the log may claim an update a broken link then lost,
+  // never miss one that left.
+  const bool recorded =
+      audited(hooks_.audit,
+              [&](AuditLog& log) { return log.update_sent(*request, local.report, bytes); }) &&
+      (!local.report.evaluation || audited(hooks_.audit, [&](AuditLog& log) {
+        return log.evaluation_sent(*request, *local.report.evaluation);
+      }));
+  if (!recorded) {
+    send_error(*link_, errc::failed_precondition, kUnaudited);
+    co_return result<void>{};
+  }
   link_->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
   ++rounds_trained_;
   spdlog::info("round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",

@@ -4,7 +4,8 @@
 //   <- WELCOME {client_id, heartbeat_seconds}        (or ERROR: refused, the session ends)
 //   then, until GOODBYE, a broken link or stop():
 //   <- TRAIN (global model)  -> UPDATE (trained parameters + report), or ERROR when the
-//                               request cannot be honoured (the server records "dropped")
+//                               request cannot be honoured or the site policy refuses it
+//                               (the server records "dropped" with the ERROR's words)
 //   <- HEARTBEAT / ERROR     (logged; the session goes on)
 //   -> HEARTBEAT every heartbeat_seconds, from a coroutine of its own, also while
 //      training runs off the io thread
@@ -18,13 +19,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "client/audit_log.hpp"
 #include "client/local_trainer.hpp"
+#include "client/site_policy.hpp"
 #include "shared/net/link.hpp"
 #include "shared/net/sleeper.hpp"
 #include "shared/protocol/messages.hpp"
@@ -52,6 +56,13 @@ struct SessionHooks {
       train;
   // Awaited after training succeeded and before the UPDATE goes out; may be empty.
   std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
+  // The site policy (client/site_policy.hpp), asked before training with the request and
+  // its parameter count (the payload's floats). A refusal is answered with an ERROR
+  // permission_denied "site policy: ..." and nothing is trained. May be empty.
+  std::function<std::optional<PolicyRefusal>(const protocol::TrainRequest&, std::size_t)> admit;
+  // The site's audit log (client/audit_log.hpp); may be null. When a line cannot be
+  // written the round is answered with an ERROR and no update leaves the site.
+  AuditLog* audit = nullptr;
 };
 
 class ClientSession {

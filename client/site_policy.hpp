@@ -1,0 +1,123 @@
+// Site policy: what the hospital agrees to, decided at the hospital, not at the server.
+//
+// The server proposes (a model, epochs, privacy terms, in every TRAIN); the site checks the
+// proposal against limits its own staff wrote into the daemon's config, under "policy":
+//
+//   "policy": {
+//     "allowed_model_types": ["logreg", "mlp"],   // model spec "type"s; absent or [] = any
+//     "max_parameters": 1000000,                  // parameters of the model (payload floats)
+//     "max_local_epochs": 5,
+//     "max_rounds_per_day": 24,                   // rounds admitted in any rolling 24 h
+//     "require_secure_aggregation": true,
+//     "max_epsilon": 8.0,                         // DP required, with a budget of at most ε
+//     "server": {"sha256": ["AB:CD:..."],         // accepted server certificate fingerprints
+//                "common_name": "fedcore-server"} // and/or the server certificate's CN
+//   }
+//
+// Every field is optional; an absent limit does not limit. A run with "dp": "none", or an
+// ε above max_epsilon, is refused when max_epsilon is set (any DP mode within the budget
+// is accepted). Unknown fields are errors, so that a misspelt limit is never silently
+// ignored.
+//
+// The rounds-per-day window counts the rounds this site admitted (record_round) in the last
+// 24 hours of the injected clock's steady time; it lives in memory, so a restarted daemon
+// starts a fresh window (the audit log, client/audit_log.hpp, keeps the durable record).
+//
+// Thread safety: none; the daemon's io thread owns its policy.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shared/protocol/messages.hpp"
+#include "shared/util/clock.hpp"
+#include "shared/util/error.hpp"
+
+namespace fedcore::client {
+
+// Which server the site accepts, checked right after the TLS handshake (on top of the
+// federation CA and the host name, which the TLS context already checks).
+struct ServerAcceptance {
+  // Lowercase hex SHA-256 digests of the DER certificate, without colons; empty = any.
+  std::vector<std::string> sha256;
+  std::string common_name;  // the certificate's subject CN; empty = any
+};
+
+struct SitePolicy {
+  std::vector<std::string> allowed_model_types;  // empty = any
+  std::optional<std::uint64_t> max_parameters;
+  std::optional<std::int32_t> max_local_epochs;
+  std::optional<std::uint32_t> max_rounds_per_day;
+  bool require_secure_aggregation = false;
+  std::optional<double> max_epsilon;  // set: DP required, ε at most this
+  ServerAcceptance server;
+};
+
+// Parses the "policy" object. Errors: invalid_argument naming the field ("policy.max_epsilon:
+// must be a positive number") for a value of the wrong type or range, an unknown field, a
+// fingerprint that is not 64 hex digits (colons allowed), or a non-object.
+result<SitePolicy> parse_site_policy(const nlohmann::json& j);
+
+// Why a request (or a server) was refused. The names (refusal_reason_name) are stable: they
+// are written to the audit log and begin the words of the ERROR sent to the server.
+enum class RefusalReason {
+  model_type,          // the model's type is not in allowed_model_types
+  parameter_count,     // more parameters than max_parameters
+  local_epochs,        // more local epochs than max_local_epochs
+  rounds_per_day,      // max_rounds_per_day rounds already admitted in the last 24 h
+  secure_aggregation,  // secure aggregation required, the run does not use it
+  dp_required,         // max_epsilon set, the run applies no differential privacy
+  epsilon,             // the run's ε is above max_epsilon
+  server_fingerprint,  // the server certificate's SHA-256 is not an accepted one
+  server_name,         // the server certificate's CN is not the accepted one
+};
+std::string_view refusal_reason_name(RefusalReason reason) noexcept;
+
+struct PolicyRefusal {
+  RefusalReason reason;
+  std::string words;  // for people: "model type 'cnn' is not allowed (allowed: logreg)"
+};
+
+// What the site learnt of the server's certificate after the handshake.
+struct ServerIdentity {
+  std::string sha256;  // lowercase hex, no colons
+  std::string common_name;
+};
+
+class SitePolicyGate {
+ public:
+  explicit SitePolicyGate(SitePolicy policy = {});
+
+  // Checks one TRAIN request; `parameter_count` is the number of floats in its payload.
+  // Checks in the order of RefusalReason and reports the first that fails. Does not count
+  // the round: call record_round() for a request that is served.
+  std::optional<PolicyRefusal> check(const protocol::TrainRequest& request,
+                                     std::size_t parameter_count, Clock::steady_time now) const;
+  // Counts an admitted round at `now` toward max_rounds_per_day.
+  void record_round(Clock::steady_time now);
+  // check(), then record_round() when it passes.
+  std::optional<PolicyRefusal> admit(const protocol::TrainRequest& request,
+                                     std::size_t parameter_count, Clock::steady_time now);
+
+  // Checks the server's certificate against policy.server.
+  std::optional<PolicyRefusal> check_server(const ServerIdentity& server) const;
+
+  const SitePolicy& policy() const noexcept { return policy_; }
+
+ private:
+  std::size_t rounds_within_day(Clock::steady_time now) const;
+
+  SitePolicy policy_;
+  // Admission times of the last max_rounds_per_day rounds, oldest first (bounded).
+  std::deque<Clock::steady_time> admitted_;
+};
+
+}  // namespace fedcore::client

@@ -43,6 +43,8 @@ std::string_view rejection_name(Rejection reason) noexcept {
       return "non_finite";
     case Rejection::samples:
       return "samples";
+    case Rejection::samples_above_declared:
+      return "samples_above_declared";
     case Rejection::norm:
       return "norm";
   }

@@ -37,6 +37,9 @@ enum class Rejection {
   non_finite,  // a NaN or an infinity
   samples,     // the sample count is 0 or above UpdateChecks::max_samples
   norm,        // the update moves the model further than UpdateChecks::max_update_norm
+  // Checked by Round (round.hpp), which knows the client: more samples than the client
+  // declared in its HELLO.
+  samples_above_declared,
 };
 std::string_view rejection_name(Rejection reason) noexcept;
 

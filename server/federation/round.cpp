@@ -1,5 +1,7 @@
 #include "server/federation/round.hpp"
 
+#include <algorithm>
+
 #include "shared/util/assert.hpp"
 
 namespace fedcore::federation {
@@ -129,7 +131,19 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
     set_why(outcome->reason);
     return UpdateVerdict::rejected;
   }
-  strategy_.add_update(params, report.samples);
+  // The weight is the client's word: bound it by its own declaration and the admin's cap.
+  const auto declared = settings_.declared_samples.find(std::string(client_id));
+  if (declared != settings_.declared_samples.end() && report.samples > declared->second) {
+    outcome->status = ClientStatus::rejected;
+    outcome->reason = "update claims " + std::to_string(report.samples) +
+                      " samples; the client declared " + std::to_string(declared->second) +
+                      " at HELLO";
+    outcome->rejection = Rejection::samples_above_declared;
+    set_why(outcome->reason);
+    return UpdateVerdict::rejected;
+  }
+  const auto cap = settings_.max_samples_per_client;
+  strategy_.add_update(params, cap > 0 ? std::min(report.samples, cap) : report.samples);
   outcome->status = ClientStatus::ok;
   outcome->reason.clear();
   ++accepted_;

@@ -5,7 +5,12 @@
 // selected clients have answered or the deadline has passed. The Round decides, per
 // update, whether it may touch the aggregate (binding to run, round and nonce; one
 // update per client; the checks of validate_update) and, at close, whether the round
-// reached quorum (docs/engineering.md R4):
+// reached quorum (docs/engineering.md R4). An update's sample count, its weight in FedAvg,
+// is bounded twice: it may not exceed what the client declared in its HELLO (else it is
+// rejected, samples_above_declared), and it weighs at most max_samples_per_client, so a
+// client claiming billions of samples cannot dominate the average.
+//
+// At close:
 //
 //   all selected answered                      -> complete (if at least min_clients accepted)
 //   deadline passed, accepted >= min_clients   -> complete at quorum; the silent are "timeout"
@@ -53,6 +58,11 @@ struct RoundSettings {
   std::int64_t round = 0;
   std::size_t min_clients = 1;
   UpdateChecks checks;
+  // The training samples each selected client declared in its HELLO; an update claiming
+  // more is rejected. A client absent from the map is not bounded by a declaration.
+  std::map<std::string, std::uint64_t> declared_samples;
+  // An accepted update weighs min(its samples, this) in the aggregate; 0 = no cap.
+  std::uint64_t max_samples_per_client = 0;
 };
 
 enum class UpdateVerdict {

@@ -59,6 +59,7 @@ result<RunConfig> run_config_from_json(const json& j) {
                                        "round_timeout_s",
                                        "seed",
                                        "max_update_norm",
+                                       "max_samples_per_client",
                                        "federated_evaluation",
                                        "server_test_set",
                                        "label_column",
@@ -104,7 +105,8 @@ result<RunConfig> run_config_from_json(const json& j) {
         read(j, "round_timeout_s", c.round_timeout_s, 0.1, 86400),
         read(j, "seed", c.seed, 0, 9.0e15), read(j, "max_update_norm", c.max_update_norm, 0, 1e12),
         read(j, "wait_for_clients_s", c.wait_for_clients_s, 0, 86400 * 7),
-        read(j, "max_retries", c.max_retries, 0, 100)}) {
+        read(j, "max_retries", c.max_retries, 0, 100),
+        read(j, "max_samples_per_client", c.max_samples_per_client, 0, 4294967296.0)}) {
     if (problem) {
       return *problem;
     }
@@ -169,6 +171,7 @@ std::string to_json_text(const RunConfig& c) {
          {"round_timeout_s", c.round_timeout_s},
          {"seed", c.seed},
          {"max_update_norm", c.max_update_norm},
+         {"max_samples_per_client", c.max_samples_per_client},
          {"federated_evaluation", c.federated_evaluation},
          {"server_test_set", c.server_test_set},
          {"label_column", c.label_column},

@@ -14,6 +14,7 @@
 //     "round_timeout_s": 60,
 //     "seed": 1,
 //     "max_update_norm": 0,                     // 0 = no norm bound
+//     "max_samples_per_client": 0,              // FedAvg weight cap per update; 0 = no cap
 //     "federated_evaluation": true,             // clients evaluate each global model
 //     "server_test_set": "",                    // a CSV path the server evaluates on, or ""
 //     "label_column": "",                       // label column of server_test_set
@@ -59,6 +60,10 @@ struct RunConfig {
   double round_timeout_s = 60;
   std::uint64_t seed = 1;
   double max_update_norm = 0;
+  // An update's FedAvg weight is min(its samples, this) (0 = no cap), so that no site,
+  // whatever it holds or claims, outweighs the others by more than the admin allows. Its
+  // samples are also bounded by what its HELLO declared (Round, round.hpp).
+  std::uint64_t max_samples_per_client = 0;
   bool federated_evaluation = true;
   // A CSV path, or "fashion-mnist" / "fashion-mnist:DIR" for that data set's test split.
   std::string server_test_set;

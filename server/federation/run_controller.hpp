@@ -56,6 +56,7 @@ struct Candidate {
   std::string client_id;
   std::vector<std::int64_t> input_shape;
   std::int32_t num_classes = 0;
+  std::uint64_t samples = 0;  // training samples declared at HELLO
 };
 
 // What the controller needs of the connected clients (SessionRegistry in the server,

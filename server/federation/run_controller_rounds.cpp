@@ -192,6 +192,10 @@ void RunController::begin_round() {
   settings.round = round.number;
   settings.min_clients = static_cast<std::size_t>(run.config.min_clients);
   settings.checks.max_update_norm = run.config.max_update_norm;
+  settings.max_samples_per_client = run.config.max_samples_per_client;
+  for (const auto& c : candidates) {
+    settings.declared_samples[c.client_id] = c.samples;  // from its HELLO
+  }
   round.judge.emplace(settings, nonces, *model.global, model.layout, *model.strategy);
   spdlog::info("run {} round {}: training on {} client(s)", run.record.id, round.number,
                candidates.size());

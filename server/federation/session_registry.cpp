@@ -22,7 +22,8 @@ std::vector<Candidate> SessionRegistry::online() const {
   std::vector<Candidate> out;
   out.reserve(sessions_.size());
   for (const auto& [id, session] : sessions_) {
-    out.push_back({id, session->hello.input_shape, session->hello.num_classes});
+    out.push_back(
+        {id, session->hello.input_shape, session->hello.num_classes, session->hello.samples});
   }
   return out;
 }

@@ -147,5 +147,94 @@ TEST(Round, DroppedClientsAnswerWithTheirReason) {
   EXPECT_EQ(round.outcomes()[1].reason, "connection lost mid-round");
 }
 
+// A rogue client's sample count is its weight in FedAvg. Claiming 4 billion samples after
+// declaring 100 at HELLO gets its update rejected; the average is the honest clients'.
+TEST(Round, ARogueClaimAboveItsDeclarationIsRejectedAndCannotDominate) {
+  Fixture f;
+  RoundSettings settings;
+  settings.run_id = 1;
+  settings.round = 2;
+  settings.min_clients = 2;
+  settings.declared_samples = {{"h0", 50}, {"h1", 150}, {"h2", 100}, {"h3", 40}};
+  Round round(settings, f.nonces, f.global, f.layout, *f.strategy);
+  auto claim = [&](std::size_t c, std::uint64_t samples) {
+    auto r = f.report(c);
+    r.samples = samples;
+    return r;
+  };
+  const std::vector<float> ones(3, 1.0f), threes(3, 3.0f), huge(3, 1000.0f);
+  EXPECT_EQ(round.on_update("h0", claim(0, 50), ones, 12, nullptr), UpdateVerdict::accepted);
+  EXPECT_EQ(round.on_update("h1", claim(1, 150), threes, 12, nullptr), UpdateVerdict::accepted);
+  std::string why;
+  EXPECT_EQ(round.on_update("h2", claim(2, 4'000'000'000), huge, 12, &why),
+            UpdateVerdict::rejected);
+  EXPECT_EQ(why, "update claims 4000000000 samples; the client declared 100 at HELLO");
+  // Fewer than declared is fine (a site may train on a subset).
+  EXPECT_EQ(round.on_update("h3", claim(3, 1), ones, 12, nullptr), UpdateVerdict::accepted);
+  ASSERT_TRUE(round.close().succeeded);
+  const auto& rogue = round.outcomes()[2];
+  EXPECT_EQ(rogue.status, ClientStatus::rejected);
+  ASSERT_TRUE(rogue.rejection.has_value());
+  EXPECT_EQ(*rogue.rejection, Rejection::samples_above_declared);
+  EXPECT_EQ(rejection_name(Rejection::samples_above_declared), "samples_above_declared");
+  // (50 * 1 + 150 * 3 + 1 * 1) / 201, exactly as FedAvg over the honest three.
+  const auto mean = f.strategy->finish_round();
+  for (float v : mean) {
+    EXPECT_FLOAT_EQ(v, 501.0f / 201.0f);
+  }
+}
+
+// A rogue that declares 4 billion samples at HELLO and claims them is within its word, but
+// weighs no more than the admin's cap (RunConfig::max_samples_per_client).
+TEST(Round, TheAdminsCapBoundsTheWeightOfAConsistentLiar) {
+  Fixture f;
+  RoundSettings settings;
+  settings.run_id = 1;
+  settings.round = 2;
+  settings.min_clients = 2;
+  settings.declared_samples = {{"h0", 50}, {"h1", 4'000'000'000}};
+  settings.max_samples_per_client = 50;
+  f.nonces.erase("h2");
+  f.nonces.erase("h3");
+  Round round(settings, f.nonces, f.global, f.layout, *f.strategy);
+  auto claim = [&](std::size_t c, std::uint64_t samples) {
+    auto r = f.report(c);
+    r.samples = samples;
+    return r;
+  };
+  EXPECT_EQ(round.on_update("h0", claim(0, 50), std::vector<float>(3, 1.0f), 12, nullptr),
+            UpdateVerdict::accepted);
+  EXPECT_EQ(
+      round.on_update("h1", claim(1, 4'000'000'000), std::vector<float>(3, 100.0f), 12, nullptr),
+      UpdateVerdict::accepted);
+  ASSERT_TRUE(round.close().succeeded);
+  EXPECT_EQ(round.outcomes()[1].samples, 4'000'000'000u);  // what it claimed, on record
+  // Equal weights: (1 + 100) / 2. Uncapped, the mean would be 99.99999...
+  const auto mean = f.strategy->finish_round();
+  for (float v : mean) {
+    EXPECT_FLOAT_EQ(v, 50.5f);
+  }
+}
+
+// Without a cap or declarations a Round behaves as before: the claim is the weight.
+TEST(Round, WithoutBoundsTheClaimIsTheWeight) {
+  Fixture f;
+  f.nonces.erase("h2");
+  f.nonces.erase("h3");
+  Round round = f.make(2);
+  auto r0 = f.report(0);
+  r0.samples = 1;
+  auto r1 = f.report(1);
+  r1.samples = 3;
+  EXPECT_EQ(round.on_update("h0", r0, std::vector<float>(3, 0.0f), 12, nullptr),
+            UpdateVerdict::accepted);
+  EXPECT_EQ(round.on_update("h1", r1, std::vector<float>(3, 4.0f), 12, nullptr),
+            UpdateVerdict::accepted);
+  ASSERT_TRUE(round.close().succeeded);
+  for (float v : f.strategy->finish_round()) {
+    EXPECT_FLOAT_EQ(v, 3.0f);
+  }
+}
+
 }  // namespace
 }  // namespace fedcore::federation

@@ -45,6 +45,32 @@ TEST(RunConfig, RejectsBadFieldsByName) {
   }
 }
 
+TEST(RunConfig, MaxSamplesPerClientIsParsedValidatedAndKept) {
+  auto absent = parse_run_config(R"({"model":{"type":"logreg"}})");
+  ASSERT_TRUE(absent);
+  EXPECT_EQ(absent->max_samples_per_client, 0u);  // no cap
+  auto capped = parse_run_config(R"({"model":{"type":"logreg"},"max_samples_per_client":5000})");
+  ASSERT_TRUE(capped) << capped.error().to_string();
+  EXPECT_EQ(capped->max_samples_per_client, 5000u);
+  auto again = parse_run_config(to_json_text(*capped));
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->max_samples_per_client, 5000u);
+  auto largest =
+      parse_run_config(R"({"model":{"type":"logreg"},"max_samples_per_client":4294967296})");
+  ASSERT_TRUE(largest) << largest.error().to_string();
+  EXPECT_EQ(largest->max_samples_per_client, std::uint64_t{1} << 32);
+  for (const char* bad : {R"({"model":{"type":"logreg"},"max_samples_per_client":-1})",
+                          R"({"model":{"type":"logreg"},"max_samples_per_client":2.5})",
+                          R"({"model":{"type":"logreg"},"max_samples_per_client":"100"})",
+                          R"({"model":{"type":"logreg"},"max_samples_per_client":4294967297})"}) {
+    auto c = parse_run_config(bad);
+    ASSERT_FALSE(c) << bad;
+    EXPECT_EQ(c.error().code, errc::invalid_argument);
+    EXPECT_NE(c.error().message.find("'max_samples_per_client'"), std::string::npos)
+        << c.error().message;
+  }
+}
+
 TEST(RunConfig, SamplesClientsPerRoundOrFraction) {
   auto fixed = parse_run_config(R"({"model":{"type":"logreg"},"clients_per_round":3})");
   EXPECT_EQ(clients_to_sample(*fixed, 10), 3u);

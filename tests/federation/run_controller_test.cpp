@@ -28,7 +28,9 @@ class FakeSessions final : public SessionDirectory {
     ASSERT_TRUE(request) << request.error().message;
     sent.push_back({client_id, *request, std::move(global)});
   }
-  void connect(const std::string& id) { clients.push_back({id, {4}, 2}); }
+  void connect(const std::string& id, std::uint64_t samples = 100) {
+    clients.push_back({id, {4}, 2, samples});  // samples: as declared in its HELLO
+  }
   void disconnect(const std::string& id) {
     std::erase_if(clients, [&](const Candidate& c) { return c.client_id == id; });
   }
@@ -144,8 +146,8 @@ class RunControllerTest : public ::testing::Test {
   }
 
   // A client with a live session, known to the history as the server's HELLO makes it.
-  void connect(const std::string& id) {
-    sessions_.connect(id);
+  void connect(const std::string& id, std::uint64_t declared_samples = 100) {
+    sessions_.connect(id, declared_samples);
     store::ClientRecord record;
     record.id = id;
     record.online = true;
@@ -227,6 +229,43 @@ TEST_F(RunControllerTest, AFullRoundCommitsTheWeightedMeanAndItsCheckpoint) {
   EXPECT_EQ(run(id).state, store::RunState::finished);
   EXPECT_EQ(ended_, std::vector{store::RunState::finished});
   EXPECT_FALSE(controller_->run_active());
+}
+
+// Sample counts weigh updates: each is bounded by the client's HELLO and by the run's cap.
+TEST_F(RunControllerTest, SampleCountsAreBoundedByTheHelloAndTheRunsCap) {
+  connect("a", 100);
+  connect("b", 100);
+  connect("c", 50);
+  const auto id = start(config(R"(,"max_samples_per_client":60)"));
+  ASSERT_EQ(controller_->round_stage(), RoundStage::collecting);
+  const auto global = *sessions_.sent[0].global;
+  answer("a", 1.0f, 10);
+  answer("b", 2.0f, 100);               // weighs 60, the cap
+  answer("c", 1000.0f, 4'000'000'000);  // declared 50: rejected
+  ASSERT_EQ(committed_.size(), 1u);
+  EXPECT_EQ(committed_[0].accepted, 2);
+  EXPECT_EQ(committed_[0].rejected, 1);
+  // global + (10 * 1 + 60 * 2) / 70
+  const auto& next = *sessions_.sent[3].global;
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    EXPECT_NEAR(next[i], global[i] + 130.0f / 70.0f, 1e-5f);
+  }
+  const auto rejected = std::find_if(events_.events.begin(), events_.events.end(),
+                                     [](const auto& e) { return e.kind == "update_rejected"; });
+  ASSERT_NE(rejected, events_.events.end());
+  EXPECT_EQ(rejected->client_id, "c");
+  EXPECT_EQ(nlohmann::json::parse(rejected->detail_json)["reason_code"], "samples_above_declared");
+  auto results = store_.list_client_results(id, 1);
+  ASSERT_TRUE(results) << results.error().message;
+  bool found = false;
+  for (const auto& r : *results) {
+    if (r.client_id == "c") {
+      found = true;
+      EXPECT_EQ(r.status, store::ResultStatus::rejected);
+      EXPECT_EQ(r.reason, "update claims 4000000000 samples; the client declared 50 at HELLO");
+    }
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST_F(RunControllerTest, QuorumAtTheDeadlineCommitsAndTheSilentClientTimesOut) {

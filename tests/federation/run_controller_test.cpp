@@ -268,6 +268,29 @@ TEST_F(RunControllerTest, SampleCountsAreBoundedByTheHelloAndTheRunsCap) {
   EXPECT_TRUE(found);
 }
 
+// A site whose policy refuses the run answers with an ERROR (client/session.cpp); the
+// server stores the site's words as that client's result for the round.
+TEST_F(RunControllerTest, ASitePolicyRefusalIsStoredAsTheClientsAnswerInItsWords) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  const auto id = start(config());
+  const std::string words = "site policy: model type 'logreg' is not allowed (allowed: mlp)";
+  controller_->on_client_error("c", words);
+  controller_->poll();
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  ASSERT_EQ(committed_.size(), 1u);  // everyone answered: no wait for the deadline
+  EXPECT_EQ(committed_[0].dropped, 1);
+  auto results = store_.list_client_results(id, 1);
+  ASSERT_TRUE(results) << results.error().message;
+  const auto c = std::find_if(results->begin(), results->end(),
+                              [](const auto& r) { return r.client_id == "c"; });
+  ASSERT_NE(c, results->end());
+  EXPECT_EQ(c->status, store::ResultStatus::dropped);
+  EXPECT_EQ(c->reason, "could not train: " + words);
+}
+
 TEST_F(RunControllerTest, QuorumAtTheDeadlineCommitsAndTheSilentClientTimesOut) {
   for (auto id : {"a", "b", "c"}) {
     connect(id);

@@ -115,9 +115,12 @@ class Federation {
     server_io_.reset();
   }
 
-  // Starts a client daemon on its own thread.
-  void start_client(const std::string& id, client::DataSource data) {
+  // Starts a client daemon on its own thread, with the site's policy and audit log if given.
+  void start_client(const std::string& id, client::DataSource data,
+                    client::SitePolicy policy = {}, std::string audit_log = {}) {
     client::ClientOptions options;
+    options.policy = std::move(policy);
+    options.audit_log = std::move(audit_log);
     options.port = port_;
     options.tls = pki_.client_config(id);
     options.data = std::move(data);

@@ -22,12 +22,13 @@
 namespace fedcore::testing {
 
 enum class Misbehaviour {
-  nan_update,     // answers with a NaN in the parameters
-  wrong_layout,   // answers claiming another layout fingerprint
-  silent,         // receives the model, never answers
-  drop_on_train,  // closes the connection when asked to train
-  replay,         // answers round r honestly, then replays that answer in round r + 1
-  cannot_train,   // answers every TRAIN with an ERROR message (local training failed)
+  nan_update,        // answers with a NaN in the parameters
+  wrong_layout,      // answers claiming another layout fingerprint
+  silent,            // receives the model, never answers
+  drop_on_train,     // closes the connection when asked to train
+  replay,            // answers round r honestly, then replays that answer in round r + 1
+  cannot_train,      // answers every TRAIN with an ERROR message (local training failed)
+  inflated_samples,  // declares 100 samples at HELLO, claims 4 billion in its UPDATE
 };
 
 class RogueClient {
@@ -123,6 +124,9 @@ class RogueClient {
         }
         case Misbehaviour::wrong_layout:
           report.layout_fingerprint = "0123456789abcdef";
+          break;
+        case Misbehaviour::inflated_samples:
+          report.samples = 4'000'000'000;
           break;
         case Misbehaviour::replay:
           if (saved) {

@@ -114,7 +114,14 @@ double log_a_fractional(double q, double sigma, double alpha) noexcept {
     } else if (!log_sub(log_a0, log_s0, log_a0) || !log_sub(log_a1, log_s1, log_a1)) {
       return kInf;
     }
-    if (std::max(log_s0, log_s1) < -30) {
+    // Stop only past i = (α-1)/2: from there on both sequences of terms shrink (|C(α,i)|
+    // decreases and the other factor is a moment of a ratio below 1), so a term below
+    // e^-30 means the rest is negligible. Before it the terms can still grow: at large
+    // fractional orders (above about 43) the first terms can both be below e^-30 while the
+    // bulk of the sum lies ahead. tensorflow/privacy and dp_accounting stop at the first
+    // such term and return a wrong (even negative) RDP there; none of orders_D/T/O has a
+    // fractional order that large.
+    if (di > (alpha - 1) / 2 && std::max(log_s0, log_s1) < -30) {
       return log_add(log_a0, log_a1);
     }
     // C(α, i+1) = C(α, i) (α - i) / (i + 1); α is not an integer, so α - i != 0.

@@ -227,6 +227,23 @@ TEST(RdpDefinition, FixedSizeBoundsExactSmallCase) {
   }
 }
 
+// RDP is nondecreasing in the order, so a fractional order's value lies between its
+// integer neighbours'. Regression: at large fractional orders the series used to stop at
+// its first (tiny) terms, as the reference implementations do, giving negative RDP.
+TEST(RdpDefinition, FractionalOrdersLieBetweenIntegerNeighbours) {
+  for (const double q : {1e-3, 0.1, 0.5, 0.99}) {
+    for (const double sigma : {0.5, 1.0, 10.0, 100.0, 1000.0}) {
+      for (const double alpha : {2.5, 10.5, 43.5, 63.5, 200.25, 512.5}) {
+        const double lo = *rdp_poisson_gaussian(q, sigma, std::floor(alpha));
+        const double hi = *rdp_poisson_gaussian(q, sigma, std::ceil(alpha));
+        const double mid = *rdp_poisson_gaussian(q, sigma, alpha);
+        EXPECT_GE(mid, lo * (1 - 1e-6)) << "q " << q << " sigma " << sigma << " alpha " << alpha;
+        EXPECT_LE(mid, hi * (1 + 1e-6)) << "q " << q << " sigma " << sigma << " alpha " << alpha;
+      }
+    }
+  }
+}
+
 // ---- Special cases and properties -------------------------------------------------------
 
 TEST(RdpSpecialCases, ZeroSamplingIsFree) {

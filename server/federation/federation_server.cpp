@@ -373,6 +373,14 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
       handle_client_error(*session, *frame);
       continue;
     }
+    if (frame->type == protocol::MessageType::secagg_keys ||
+        frame->type == protocol::MessageType::secagg_shares ||
+        frame->type == protocol::MessageType::secagg_masked ||
+        frame->type == protocol::MessageType::secagg_revealed) {
+      controller.on_secure_message(session->client_id, *frame);
+      drive();
+      continue;
+    }
     if (frame->type == protocol::MessageType::goodbye) {
       reason = "client said goodbye";
       break;

@@ -165,6 +165,29 @@ void Round::on_dropped(std::string_view client_id, std::string reason) {
   outcome->reason = std::move(reason);
 }
 
+void Round::on_secure_contribution(std::string_view client_id, std::uint64_t bytes_up,
+                                   std::uint64_t extra_bytes_down) {
+  ClientOutcome* outcome = find(client_id);
+  if (outcome == nullptr) {
+    return;
+  }
+  const auto index = static_cast<std::size_t>(outcome - outcomes_.data());
+  if (!has_answered_[index]) {
+    has_answered_[index] = true;
+    ++answered_;
+  }
+  outcome->status = ClientStatus::ok;
+  outcome->reason = "secure aggregation: part of the masked sum";
+  outcome->bytes_up = bytes_up;
+  outcome->bytes_down += extra_bytes_down;
+  ++accepted_;
+}
+
+const std::string* Round::nonce_of(std::string_view client_id) const {
+  const auto it = nonces_.find(std::string(client_id));
+  return it == nonces_.end() ? nullptr : &it->second;
+}
+
 void Round::set_bytes_down(std::string_view client_id, std::uint64_t bytes) {
   if (ClientOutcome* outcome = find(client_id)) {
     outcome->bytes_down = bytes;

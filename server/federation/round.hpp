@@ -108,6 +108,12 @@ class Round {
   // A selected client's session ended before it answered.
   void on_dropped(std::string_view client_id, std::string reason);
   void set_bytes_down(std::string_view client_id, std::uint64_t bytes);
+  // Secure aggregation: the client's masked update is part of the secure sum. It counts
+  // as accepted; there is no update, sample count or metric of its own to record.
+  void on_secure_contribution(std::string_view client_id, std::uint64_t bytes_up,
+                              std::uint64_t extra_bytes_down);
+  // The nonce issued to a selected client (nullptr for others).
+  const std::string* nonce_of(std::string_view client_id) const;
 
   bool is_selected(std::string_view client_id) const;
   // False for clients that were not selected.

@@ -21,6 +21,14 @@ constexpr std::array kTransitions{
     Transition{RoundStage::collecting, RoundEvent::deadline_passed, RoundStage::aggregating},
     Transition{RoundStage::aggregating, RoundEvent::aggregated, RoundStage::committing},
     Transition{RoundStage::aggregating, RoundEvent::quorum_missed, RoundStage::failed},
+    Transition{RoundStage::collecting, RoundEvent::keys_collected, RoundStage::sharing_keys},
+    Transition{RoundStage::collecting, RoundEvent::below_threshold, RoundStage::failed},
+    Transition{RoundStage::sharing_keys, RoundEvent::shares_collected, RoundStage::masking},
+    Transition{RoundStage::sharing_keys, RoundEvent::below_threshold, RoundStage::failed},
+    Transition{RoundStage::masking, RoundEvent::inputs_collected, RoundStage::unmasking},
+    Transition{RoundStage::masking, RoundEvent::below_threshold, RoundStage::failed},
+    Transition{RoundStage::unmasking, RoundEvent::unmasked, RoundStage::aggregating},
+    Transition{RoundStage::unmasking, RoundEvent::below_threshold, RoundStage::failed},
     Transition{RoundStage::committing, RoundEvent::committed, RoundStage::done},
     Transition{RoundStage::committing, RoundEvent::commit_failed, RoundStage::failed},
 };
@@ -51,6 +59,12 @@ std::string_view round_stage_name(RoundStage stage) noexcept {
       return "training";
     case RoundStage::collecting:
       return "collecting";
+    case RoundStage::sharing_keys:
+      return "sharing_keys";
+    case RoundStage::masking:
+      return "masking";
+    case RoundStage::unmasking:
+      return "unmasking";
     case RoundStage::aggregating:
       return "aggregating";
     case RoundStage::committing:
@@ -79,6 +93,16 @@ std::string_view round_event_name(RoundEvent event) noexcept {
       return "aggregated";
     case RoundEvent::quorum_missed:
       return "quorum_missed";
+    case RoundEvent::keys_collected:
+      return "keys_collected";
+    case RoundEvent::shares_collected:
+      return "shares_collected";
+    case RoundEvent::inputs_collected:
+      return "inputs_collected";
+    case RoundEvent::unmasked:
+      return "unmasked";
+    case RoundEvent::below_threshold:
+      return "below_threshold";
     case RoundEvent::committed:
       return "committed";
     case RoundEvent::commit_failed:

@@ -10,6 +10,16 @@
 //                                                              done ◀─committed─┘
 //   any stage before done/failed ──abandoned──▶ failed (shutdown or stop: nothing kept)
 //
+// A secure-aggregated round (SecAgg+, server/federation/secure_round.hpp) goes from
+// collecting (keys, instead of updates) through three more stages:
+//
+//   collecting ─keys_collected─▶ sharing_keys ─shares_collected─▶ masking
+//        │                            │                              │ inputs_collected
+//        │                            │                              ▼
+//        └──────────below_threshold───┴──────────────────────── unmasking ─unmasked─▶ aggregating
+//                         ▼                                          │
+//                       failed ◀──────────────below_threshold────────┘
+//
 // selecting   the eligible clients are sampled and each gets a fresh nonce;
 // training    every selected client is sent the global model (TRAIN);
 // collecting  updates, errors and lost sessions arrive until everyone answered or the
@@ -17,9 +27,9 @@
 // aggregating quorum is decided and the strategy produces the next global model;
 // committing  the checkpoint is written and the round commits in one transaction.
 //
-// New stages (secure aggregation's advertise-keys, share-keys, masked-input and unmask
-// stages go between collecting and aggregating) are new enumerators plus rows in the
-// transition table of round_stage.cpp; nothing else changes shape.
+// sharing_keys   each client's sealed Shamir shares are relayed to its neighbours;
+// masking        masked updates are summed as they arrive;
+// unmasking      survivors reveal the shares that remove the masks.
 #pragma once
 
 #include <optional>
@@ -31,6 +41,9 @@ enum class RoundStage {
   selecting,
   training,
   collecting,
+  sharing_keys,
+  masking,
+  unmasking,
   aggregating,
   committing,
   done,
@@ -45,6 +58,11 @@ enum class RoundEvent {
   deadline_passed,
   aggregated,
   quorum_missed,
+  keys_collected,
+  shares_collected,
+  inputs_collected,
+  unmasked,
+  below_threshold,
   committed,
   commit_failed,
   abandoned,

@@ -66,7 +66,8 @@ result<RunConfig> run_config_from_json(const json& j) {
                                        "wait_for_clients_s",
                                        "on_failed_round",
                                        "max_retries",
-                                       "manual"};
+                                       "manual",
+                                       "privacy"};
   for (const auto& [key, value] : j.items()) {
     if (std::none_of(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; })) {
@@ -155,6 +156,19 @@ result<RunConfig> run_config_from_json(const json& j) {
       return bad("'on_failed_round' must be \"pause\" or \"retry\"");
     }
   }
+  if (j.contains("privacy")) {
+    auto privacy = parse_privacy_config(j["privacy"]);
+    if (!privacy) {
+      return privacy.error();
+    }
+    c.privacy = *privacy;
+  }
+  if (auto compatible = check_compatibility(
+          c.privacy,
+          {c.strategy, c.max_update_norm, c.federated_evaluation, c.min_clients, "none"});
+      !compatible) {
+    return compatible.error();
+  }
   return c;
 }
 
@@ -178,7 +192,8 @@ std::string to_json_text(const RunConfig& c) {
          {"wait_for_clients_s", c.wait_for_clients_s},
          {"on_failed_round", c.on_failed_round == FailedRoundPolicy::pause ? "pause" : "retry"},
          {"max_retries", c.max_retries},
-         {"manual", c.manual}};
+         {"manual", c.manual},
+         {"privacy", to_json(c.privacy)}};
   if (c.clients_per_round > 0) {
     j["clients_per_round"] = c.clients_per_round;
   } else {

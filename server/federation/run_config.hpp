@@ -21,7 +21,8 @@
 //     "wait_for_clients_s": 300,                // how long a round waits for enough clients
 //     "on_failed_round": "pause",               // "pause" or "retry"
 //     "max_retries": 2,                         // retries of a failed round before pausing
-//     "manual": false                           // true: each round waits for an admin
+//     "manual": false,                          // true: each round waits for an admin
+//     "privacy": {...}                          // secure aggregation and DP (privacy_config.hpp)
 //   }
 //
 // A round that fails (no quorum) is recorded as failed. With "retry" it is run again
@@ -35,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/federation/privacy_config.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/util/error.hpp"
@@ -72,6 +74,7 @@ struct RunConfig {
   FailedRoundPolicy on_failed_round = FailedRoundPolicy::pause;
   std::int32_t max_retries = 2;
   bool manual = false;  // rounds start only on FederationServer::advance_round
+  PrivacyConfig privacy;
 };
 
 // Parses and validates; errc::invalid_argument naming the field for every problem.

@@ -270,6 +270,19 @@ void RunController::end_run(store::RunState state, const std::string& why) {
 void RunController::on_update(const std::string& client_id, const protocol::UpdateReport& report,
                               std::span<const float> params, std::uint64_t bytes) {
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
+  if (round != nullptr && round->secure) {
+    // A plain update in a secure round would put one client's parameters in the clear
+    // on the server: refused and not looked at.
+    spdlog::warn(
+        "run {} round {}: a plain update from '{}' refused: this round is "
+        "secure-aggregated",
+        active_->record.id, round->number, client_id);
+    event("update_stale", report.run_id, report.round, client_id,
+          json{{"reason", "this round is secure-aggregated; plain updates are refused"},
+               {"reason_code", "secure_round"}}
+              .dump());
+    return;
+  }
   if (round == nullptr || round->stage != RoundStage::collecting) {
     event("update_stale", report.run_id, report.round, client_id,
           json{{"reason", "no round in progress"},
@@ -311,6 +324,20 @@ void RunController::on_update(const std::string& client_id, const protocol::Upda
 // words), so the round closes as soon as everyone answered instead of at the deadline.
 void RunController::on_client_error(const std::string& client_id, const std::string& message) {
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
+  if (round != nullptr && round->secure && round->judge->is_selected(client_id) &&
+      !round->judge->has_answered(client_id)) {
+    // In a secure round a client may refuse at any stage (a neighbour's key that does not
+    // verify, too few survivors): it leaves the protocol; the threshold decides the rest.
+    spdlog::warn("run {} round {}: client '{}' left the secure aggregation: {}", active_->record.id,
+                 round->number, client_id, message);
+    round->secure->on_dropped(client_id);
+    if (!round->secure->contributed(client_id)) {
+      round->judge->on_dropped(client_id, "secure aggregation: " + message);
+    }
+    event("secure_aggregation_left", active_->record.id, round->number, client_id,
+          json{{"reason", message}}.dump());
+    return;
+  }
   if (round == nullptr || round->stage != RoundStage::collecting ||
       !round->judge->is_selected(client_id) || round->judge->has_answered(client_id)) {
     spdlog::warn("client '{}' reported an error outside its round: {}", client_id, message);
@@ -325,9 +352,38 @@ void RunController::on_client_error(const std::string& client_id, const std::str
 
 void RunController::on_session_lost(const std::string& client_id, const std::string& reason) {
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
+  if (round != nullptr && round->secure && round->judge->is_selected(client_id)) {
+    round->secure->on_dropped(client_id);
+    if (!round->secure->contributed(client_id) && !round->judge->has_answered(client_id)) {
+      round->judge->on_dropped(client_id, "connection lost during secure aggregation (" +
+                                              round->secure->progress_of(client_id) +
+                                              "): " + reason);
+    }
+    return;
+  }
   if (round != nullptr && round->stage == RoundStage::collecting &&
       round->judge->is_selected(client_id)) {
     round->judge->on_dropped(client_id, "connection lost: " + reason);
+  }
+}
+
+void RunController::on_secure_message(const std::string& client_id, const protocol::Frame& frame) {
+  RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
+  const bool in_secure_stage =
+      round != nullptr && round->secure &&
+      (round->stage == RoundStage::collecting || round->stage == RoundStage::sharing_keys ||
+       round->stage == RoundStage::masking || round->stage == RoundStage::unmasking);
+  auto accepted = in_secure_stage ? round->secure->on_message(client_id, frame)
+                                  : result<void>(fail(errc::failed_precondition,
+                                                      "no secure-aggregated round is in progress"));
+  if (!accepted) {
+    spdlog::warn("client '{}': {} refused: {}", client_id, protocol::message_type_name(frame.type),
+                 accepted.error().message);
+    event("secure_message_refused", active_ ? std::optional(active_->record.id) : std::nullopt,
+          round ? std::optional(round->number) : std::nullopt, client_id,
+          json{{"reason", accepted.error().message},
+               {"message", protocol::message_type_name(frame.type)}}
+              .dump());
   }
 }
 
@@ -352,6 +408,10 @@ std::optional<RoundStage> RunController::round_stage() const noexcept {
   return std::nullopt;
 }
 bool RunController::is_training(const std::string& client_id) const {
+  if (active_ && active_->round && active_->round->secure) {
+    return active_->round->judge->is_selected(client_id) &&
+           !active_->round->judge->has_answered(client_id);
+  }
   return active_ && active_->round && active_->round->judge &&
          active_->round->judge->is_selected(client_id) &&
          !active_->round->judge->has_answered(client_id);

@@ -45,6 +45,7 @@
 #include "server/federation/run_config.hpp"
 #include "server/federation/server_hooks.hpp"
 #include "server/store/history_store.hpp"
+#include "shared/protocol/frame.hpp"
 #include "shared/protocol/messages.hpp"
 #include "shared/util/clock.hpp"
 #include "shared/util/error.hpp"
@@ -70,6 +71,9 @@ class SessionDirectory {
   // (its loss reaches the controller through on_session_lost).
   virtual void send_train(const std::string& client_id, std::string metadata,
                           std::shared_ptr<const std::vector<float>> global) = 0;
+  // Queues any other frame (secure aggregation's stages), with the same skipping.
+  virtual void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
+                    std::shared_ptr<const std::vector<float>> payload = nullptr) = 0;
 };
 
 // Unpredictable values: the per-client nonce that binds an update to its round.
@@ -141,6 +145,10 @@ class RunController {
                  std::span<const float> params, std::uint64_t bytes);
   void on_client_error(const std::string& client_id, const std::string& message);
   void on_session_lost(const std::string& client_id, const std::string& reason);
+  // A secure-aggregation message (secagg_keys, _shares, _masked, _revealed). A message
+  // that is malformed, out of stage or not for this round is refused with a logged reason
+  // (and an event); it changes nothing.
+  void on_secure_message(const std::string& client_id, const protocol::Frame& frame);
 
   // Moves the active run as far as it can go now (see the class comment).
   void poll();
@@ -166,6 +174,9 @@ class RunController {
   void begin_waiting_for_clients();
   void begin_round();
   void close_round();
+  bool step_secure_stage();
+  void fail_secure_round(const std::string& why);
+  void record_failed_round();
   void commit_round();
   void finish_round_attempt(bool committed);
   void end_run(store::RunState state, const std::string& why);

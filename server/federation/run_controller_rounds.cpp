@@ -14,6 +14,7 @@
 #include "server/federation/round_report.hpp"
 #include "server/federation/run_controller.hpp"
 #include "server/federation/run_model.hpp"
+#include "server/federation/secure_round.hpp"
 #include "shared/protocol/frame.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/checksum.hpp"
@@ -53,7 +54,10 @@ std::optional<Clock::steady_time> RunController::next_wakeup() const {
     case RunPhase::waiting_for_clients:
       return active_->wait_deadline;
     case RunPhase::in_round:
-      if (active_->round && active_->round->stage == RoundStage::collecting) {
+      if (active_->round && (active_->round->stage == RoundStage::collecting ||
+                             active_->round->stage == RoundStage::sharing_keys ||
+                             active_->round->stage == RoundStage::masking ||
+                             active_->round->stage == RoundStage::unmasking)) {
         return active_->round->deadline;
       }
       return env_.clock.steady();  // a stage is ready to move: poll again at once
@@ -197,6 +201,31 @@ void RunController::begin_round() {
     settings.declared_samples[c.client_id] = c.samples;  // from its HELLO
   }
   round.judge.emplace(settings, nonces, *model.global, model.layout, *model.strategy);
+  protocol::PrivacyTerms privacy;
+  privacy.dp = run.config.privacy.dp.mode;
+  privacy.epsilon = run.config.privacy.dp.epsilon;
+  privacy.delta = run.config.privacy.dp.delta;
+  privacy.clip_norm = run.config.privacy.dp.clip_norm;
+  privacy.noise_multiplier = run.config.privacy.dp.noise_multiplier;
+  if (const auto& secure = run.config.privacy.secure_aggregation) {
+    privacy.secure_aggregation = true;
+    auto plan = secagg::plan_round(static_cast<std::uint32_t>(candidates.size()), secure->settings);
+    if (plan) {
+      // Weights are min(samples, cap) / cap: the largest sample count a selected client
+      // declared, so the best-provided site weighs 1 and nobody can weigh more.
+      std::uint64_t cap = 1;
+      for (const auto& c : candidates) {
+        cap = std::max(cap, c.samples);
+      }
+      if (run.config.max_samples_per_client > 0) {
+        cap = std::min<std::uint64_t>(cap, run.config.max_samples_per_client);
+      }
+      plan->weight_cap = cap;
+      round.secure.emplace(run.record.id, round.number, *plan, nonces, model.global->size());
+    } else {
+      spdlog::warn("run {} round {}: {}", run.record.id, round.number, plan.error().message);
+    }
+  }
   spdlog::info("run {} round {}: training on {} client(s)", run.record.id, round.number,
                candidates.size());
   event("round_started", run.record.id, round.number, "",
@@ -212,6 +241,7 @@ void RunController::begin_round() {
                         run.config.proximal_mu,
                         run.config.seed + static_cast<std::uint64_t>(round.number)};
     request.evaluate = run.config.federated_evaluation;
+    request.privacy = privacy;
     auto metadata = protocol::to_metadata(request);
     round.judge->set_bytes_down(c.client_id, protocol::kFrameHeaderSize + metadata.size() +
                                                  model.global->size() * sizeof(float));
@@ -219,13 +249,24 @@ void RunController::begin_round() {
   }
   round.deadline = env_.clock.steady() + seconds_to_ms(run.config.round_timeout_s);
   run.move(RoundEvent::requests_sent);
+  if (run.config.privacy.secure_aggregation && !round.secure) {
+    fail_secure_round("secure aggregation needs at least 3 clients in a round, " +
+                      std::to_string(candidates.size()) + " selected");
+  }
 }
 
 bool RunController::step_round() {
   auto& run = *active_;
   auto& round = *run.round;
   switch (round.stage) {
+    case RoundStage::sharing_keys:
+    case RoundStage::masking:
+    case RoundStage::unmasking:
+      return step_secure_stage();
     case RoundStage::collecting:
+      if (round.secure) {
+        return step_secure_stage();
+      }
       if (round.judge->all_answered()) {
         run.move(RoundEvent::all_answered);
       } else if (env_.clock.steady() >= round.deadline) {
@@ -250,8 +291,89 @@ bool RunController::step_round() {
     case RoundStage::failed:
       break;
   }
-  FEDCORE_ASSERT(false, "a round rests only in collecting, aggregating or committing");
+  FEDCORE_ASSERT(false,
+                 "a round rests only in collecting, the secure stages, aggregating or "
+                 "committing");
   return false;
+}
+
+// One of secure aggregation's stages: wait for everyone it expects (or its deadline),
+// then close it and send the next stage's messages; after unmasking, the weighted mean
+// update becomes the strategy's single input.
+bool RunController::step_secure_stage() {
+  auto& run = *active_;
+  auto& round = *run.round;
+  auto& secure = *round.secure;
+  const auto now = env_.clock.steady();
+  if (!secure.stage_complete() && now < round.deadline) {
+    return false;
+  }
+  const auto stage_timeout = seconds_to_ms(run.config.privacy.secure_aggregation->stage_timeout_s);
+  if (round.stage == RoundStage::unmasking) {
+    auto result = secure.finish();
+    if (!result) {
+      fail_secure_round(result.error().message);
+      return true;
+    }
+    for (const auto& id : result->contributors) {
+      const auto up = secure.bytes_up().count(id) ? secure.bytes_up().at(id) : 0;
+      round.judge->on_secure_contribution(id, up, secure.bytes_down(id));
+    }
+    // Whoever is not in the sum left at some stage: say which.
+    for (const auto& outcome : std::vector<ClientOutcome>(round.judge->outcomes())) {
+      if (!secure.contributed(outcome.client_id) && !round.judge->has_answered(outcome.client_id)) {
+        round.judge->on_dropped(outcome.client_id,
+                                "secure aggregation: " + secure.progress_of(outcome.client_id));
+      }
+    }
+    auto& model = *run.model;
+    std::vector<float> next(model.global->begin(), model.global->end());
+    for (std::size_t i = 0; i < next.size(); ++i) {
+      next[i] += result->mean_delta[i];
+    }
+    model.strategy->add_update(next, 1);
+    spdlog::info("run {} round {}: secure sum of {} masked updates unmasked", run.record.id,
+                 round.number, result->contributors.size());
+    run.move(RoundEvent::unmasked);
+    run.round_requested = false;
+    return true;
+  }
+  // The graph's layout: seeded like the sampling, so a run can be replayed; it is the
+  // server's choice in SecAgg+ and needs no secrecy.
+  Rng graph_rng(run.config.seed * 6364136223846793005ULL +
+                static_cast<std::uint64_t>(round.number) +
+                static_cast<std::uint64_t>(run.attempt) * 1442695040888963407ULL);
+  const auto stage_before = round.stage;
+  if (auto closed = secure.close_stage(env_.sessions, graph_rng); !closed) {
+    fail_secure_round(closed.error().message);
+    return true;
+  }
+  run.move(stage_before == RoundStage::collecting     ? RoundEvent::keys_collected
+           : stage_before == RoundStage::sharing_keys ? RoundEvent::shares_collected
+                                                      : RoundEvent::inputs_collected);
+  round.deadline = env_.clock.steady() + stage_timeout;
+  return true;
+}
+
+// Fewer than the threshold are left: the round fails visibly and the run follows its
+// failed-round policy, as for a missed quorum.
+void RunController::fail_secure_round(const std::string& why) {
+  auto& run = *active_;
+  auto& round = *run.round;
+  for (const auto& outcome : std::vector<ClientOutcome>(round.judge->outcomes())) {
+    if (!round.judge->has_answered(outcome.client_id)) {
+      round.judge->on_dropped(
+          outcome.client_id,
+          round.secure ? "secure aggregation: " + round.secure->progress_of(outcome.client_id)
+                       : std::string("secure aggregation impossible"));
+    }
+  }
+  round.closed = round.judge->close();
+  round.closed.succeeded = false;
+  round.closed.failure_reason = why;
+  run.move(RoundEvent::below_threshold);
+  run.round_requested = false;
+  record_failed_round();
 }
 
 // aggregating: quorum decides; a failed round is recorded, then retried or the run pauses.
@@ -264,6 +386,14 @@ void RunController::close_round() {
     return;
   }
   run.move(RoundEvent::quorum_missed);
+  record_failed_round();
+}
+
+// The round failed (no quorum, or below secure aggregation's threshold): recorded, then
+// retried or the run pauses.
+void RunController::record_failed_round() {
+  auto& run = *active_;
+  auto& round = *run.round;
   auto report =
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.failure_reason = round.closed.failure_reason;

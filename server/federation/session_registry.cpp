@@ -36,4 +36,13 @@ void SessionRegistry::send_train(const std::string& client_id, std::string metad
   }
 }
 
+void SessionRegistry::send(const std::string& client_id, protocol::MessageType type,
+                           std::string metadata,
+                           std::shared_ptr<const std::vector<float>> payload) {
+  const auto it = sessions_.find(client_id);
+  if (it != sessions_.end()) {
+    it->second->link->send(type, std::move(metadata), std::move(payload));
+  }
+}
+
 }  // namespace fedcore::federation

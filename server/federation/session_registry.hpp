@@ -44,6 +44,8 @@ class SessionRegistry final : public SessionDirectory {
   std::vector<Candidate> online() const override;
   void send_train(const std::string& client_id, std::string metadata,
                   std::shared_ptr<const std::vector<float>> global) override;
+  void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
+            std::shared_ptr<const std::vector<float>> payload) override;
 
   std::size_t size() const noexcept { return sessions_.size(); }
   const std::map<std::string, std::shared_ptr<Session>>& all() const noexcept { return sessions_; }

@@ -55,6 +55,20 @@ std::string_view message_type_name(MessageType type) noexcept {
       return "join";
     case MessageType::roster:
       return "roster";
+    case MessageType::secagg_keys:
+      return "secagg_keys";
+    case MessageType::secagg_neighbours:
+      return "secagg_neighbours";
+    case MessageType::secagg_shares:
+      return "secagg_shares";
+    case MessageType::secagg_relay:
+      return "secagg_relay";
+    case MessageType::secagg_masked:
+      return "secagg_masked";
+    case MessageType::secagg_unmask:
+      return "secagg_unmask";
+    case MessageType::secagg_revealed:
+      return "secagg_revealed";
   }
   return "unknown";
 }
@@ -165,6 +179,15 @@ result<std::span<const float>> payload_floats(std::span<const std::byte> payload
   }
   return std::span<const float>(reinterpret_cast<const float*>(payload.data()),
                                 payload.size() / sizeof(float));
+}
+
+result<std::span<const std::uint32_t>> payload_words(std::span<const std::byte> payload) {
+  auto floats = payload_floats(payload);
+  if (!floats) {
+    return floats.error();
+  }
+  return std::span<const std::uint32_t>(reinterpret_cast<const std::uint32_t*>(payload.data()),
+                                        payload.size() / sizeof(std::uint32_t));
 }
 
 }  // namespace fedcore::protocol

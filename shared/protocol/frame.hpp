@@ -44,6 +44,14 @@ enum class MessageType : std::uint16_t {
   collective = 18,    // rank -> rank: one collective message (envelope + data payload)
   join = 32,          // rank -> rendezvous: job, rank, world size, the rank's address
   roster = 33,        // rendezvous -> every rank: the addresses of all ranks
+  // Secure aggregation (SecAgg+, shared/secagg), in the order of a round.
+  secagg_keys = 40,        // client -> server: its round keys, signed (after training)
+  secagg_neighbours = 41,  // server -> client: the plan and its neighbours' keys
+  secagg_shares = 42,      // client -> server: sealed Shamir shares, one per neighbour
+  secagg_relay = 43,       // server -> client: the sealed shares addressed to it
+  secagg_masked = 44,      // client -> server: the masked update (payload: d + 1 words)
+  secagg_unmask = 45,      // server -> client: who survived, who dropped
+  secagg_revealed = 46,    // client -> server: the shares that remove the masks
 };
 
 // "hello", "train", ... or "unknown".
@@ -91,5 +99,7 @@ result<Frame> decode_frame(std::span<const std::byte> bytes, const FrameLimits& 
 // A float32 view of a payload. Errors: invalid_argument when the size is not a multiple
 // of 4 or the data is not 4-byte aligned.
 result<std::span<const float>> payload_floats(std::span<const std::byte> payload);
+// The same as 32-bit unsigned words (secure aggregation's masked inputs).
+result<std::span<const std::uint32_t>> payload_words(std::span<const std::byte> payload);
 
 }  // namespace fedcore::protocol

@@ -35,6 +35,9 @@ struct RoundPlan {
   std::uint32_t threshold = 0;
   double clip_range = 8.0;
   std::uint32_t quant_range = 1u << 22;  // after lowering for n
+  // A client's update is weighted min(samples, weight_cap) / weight_cap, in (0, 1]: the
+  // admin's per-client cap, or the largest sample count a selected client declared.
+  std::uint64_t weight_cap = 1;
 };
 
 // The plan for `clients` selected clients. Errors: invalid_argument when clients < 3

@@ -149,11 +149,9 @@ std::string to_metadata(const Envelope& e, const AdvertisedKeys& m) {
 
 std::string to_metadata(const Envelope& e, const NeighbourKeys& m) {
   auto j = envelope_json(e);
-  j["plan"] = {{"clients", m.plan.clients},
-               {"degree", m.plan.degree},
-               {"threshold", m.plan.threshold},
-               {"clip_range", m.plan.clip_range},
-               {"quant_range", m.plan.quant_range}};
+  j["plan"] = {{"clients", m.plan.clients},         {"degree", m.plan.degree},
+               {"threshold", m.plan.threshold},     {"clip_range", m.plan.clip_range},
+               {"quant_range", m.plan.quant_range}, {"weight_cap", m.plan.weight_cap}};
   j["neighbours"] = json::array();
   for (const auto& n : m.neighbours) {
     j["neighbours"].push_back(keys_json(n));
@@ -209,6 +207,11 @@ result<Wire<NeighbourKeys>> parse_neighbour_keys(std::string_view metadata) {
     m.plan.degree = u32(p, "degree");
     m.plan.threshold = u32(p, "threshold");
     m.plan.quant_range = u32(p, "quant_range");
+    const auto& cap = field(p, "weight_cap");
+    if (!cap.is_number_unsigned() || cap.get<std::uint64_t>() < 1) {
+      throw Bad{"'weight_cap' must be a positive integer"};
+    }
+    m.plan.weight_cap = cap.get<std::uint64_t>();
     const auto& clip = field(p, "clip_range");
     if (!clip.is_number() || !(clip.get<double>() > 0) || clip.get<double>() > 1e6) {
       throw Bad{"'clip_range' must be a positive number"};

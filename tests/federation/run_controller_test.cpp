@@ -1,8 +1,12 @@
 #include "server/federation/run_controller.hpp"
 
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include "shared/model/param_io.hpp"
+#include "shared/secagg/client.hpp"
+#include "shared/secagg/wire.hpp"
 #include "tests/temp_dir.hpp"
 
 // The run controller driven by hand: a ManualClock, fake sessions that record the TRAIN
@@ -28,6 +32,17 @@ class FakeSessions final : public SessionDirectory {
     ASSERT_TRUE(request) << request.error().message;
     sent.push_back({client_id, *request, std::move(global)});
   }
+  void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
+            std::shared_ptr<const std::vector<float>> payload) override {
+    others.push_back({client_id, type, std::move(metadata), std::move(payload)});
+  }
+  struct Other {
+    std::string client_id;
+    protocol::MessageType type;
+    std::string metadata;
+    std::shared_ptr<const std::vector<float>> payload;
+  };
+  std::vector<Other> others;
   void connect(const std::string& id, std::uint64_t samples = 100) {
     clients.push_back({id, {4}, 2, samples});  // samples: as declared in its HELLO
   }
@@ -535,6 +550,195 @@ TEST_F(RunControllerTest, FailActiveRunRecordsTheInternalError) {
   EXPECT_EQ(run(id).state, store::RunState::failed);
   EXPECT_EQ(run(id).error, "internal error while driving the run: boom");
   EXPECT_FALSE(controller_->run_active());
+}
+
+// ---------------------------------------------------------------- secure aggregation
+
+RunConfig secure_config() {
+  auto parsed = parse_run_config(
+      R"({"name":"s","model":{"type":"logreg","input_shape":[4],"num_classes":2},)"
+      R"("rounds":1,"clients_per_round":5,"min_clients":3,"round_timeout_s":10,)"
+      R"("wait_for_clients_s":5,"federated_evaluation":false,)"
+      R"("privacy":{"secure_aggregation":{"stage_timeout_s":5,"bind_keys":false}}})");
+  EXPECT_TRUE(parsed) << parsed.error().message;
+  return *parsed;
+}
+
+// Drives SecAgg+ clients (shared/secagg) against the controller through FakeSessions: the
+// controller sees only the frames a real client would send.
+class SecureSites {
+ public:
+  SecureSites(RunController& controller, FakeSessions& sessions)
+      : controller_(controller), sessions_(sessions) {}
+
+  void train(const std::string& id, float delta) {
+    const auto* sent = sessions_.last_sent_to(id);
+    ASSERT_NE(sent, nullptr);
+    ASSERT_TRUE(sent->request.privacy.secure_aggregation);
+    auto& site = sites_[id];
+    site.envelope = {sent->request.run_id, sent->request.round, sent->request.nonce};
+    site.client.emplace(secagg::SecAggClient::start(
+                            {sent->request.run_id, sent->request.round, id, nullptr, nullptr})
+                            .value());
+    site.delta.assign(sent->global->size(), delta);
+    deliver(id, protocol::MessageType::secagg_keys,
+            secagg::to_metadata(site.envelope, site.client->advertise()));
+  }
+  // Answers the latest message of the stage for `id`; false when there is none.
+  bool share(const std::string& id) {
+    auto* m = latest(id, protocol::MessageType::secagg_neighbours);
+    if (m == nullptr) {
+      return false;
+    }
+    auto keys = secagg::parse_neighbour_keys(m->metadata).value();
+    weight_cap_ = keys.body.plan.weight_cap;
+    auto upload = sites_[id].client->share_keys(keys.body).value();
+    deliver(id, protocol::MessageType::secagg_shares,
+            secagg::to_metadata(sites_[id].envelope, upload));
+    return true;
+  }
+  bool mask(const std::string& id, std::uint64_t samples) {
+    auto* m = latest(id, protocol::MessageType::secagg_relay);
+    if (m == nullptr) {
+      return false;
+    }
+    auto relayed = secagg::parse_relayed_shares(m->metadata).value();
+    Rng rounding(7);
+    const double weight =
+        double(std::min<std::uint64_t>(samples, weight_cap_)) / double(weight_cap_);
+    auto words =
+        sites_[id].client->masked_input(relayed.body, sites_[id].delta, weight, rounding).value();
+    protocol::Frame frame;
+    frame.type = protocol::MessageType::secagg_masked;
+    frame.metadata = secagg::to_metadata(sites_[id].envelope);
+    frame.payload.resize(words.size() * 4);
+    std::memcpy(frame.payload.data(), words.data(), frame.payload.size());
+    controller_.on_secure_message(id, frame);
+    controller_.poll();
+    return true;
+  }
+  bool unmask(const std::string& id) {
+    auto* m = latest(id, protocol::MessageType::secagg_unmask);
+    if (m == nullptr) {
+      return false;
+    }
+    auto request = secagg::parse_unmask_request(m->metadata).value();
+    auto response = sites_[id].client->unmask(request.body).value();
+    deliver(id, protocol::MessageType::secagg_revealed,
+            secagg::to_metadata(sites_[id].envelope, response));
+    return true;
+  }
+  void deliver(const std::string& id, protocol::MessageType type, std::string metadata) {
+    protocol::Frame frame;
+    frame.type = type;
+    frame.metadata = std::move(metadata);
+    controller_.on_secure_message(id, frame);
+    controller_.poll();
+  }
+
+ private:
+  struct Site {
+    secagg::Envelope envelope;
+    std::optional<secagg::SecAggClient> client;
+    std::vector<float> delta;
+  };
+  const FakeSessions::Other* latest(const std::string& id, protocol::MessageType type) const {
+    for (auto it = sessions_.others.rbegin(); it != sessions_.others.rend(); ++it) {
+      if (it->client_id == id && it->type == type) {
+        return &*it;
+      }
+    }
+    return nullptr;
+  }
+  RunController& controller_;
+  FakeSessions& sessions_;
+  std::map<std::string, Site> sites_;
+  std::uint64_t weight_cap_ = 1;
+};
+
+TEST_F(RunControllerTest, ASecureRoundCommitsTheWeightedMeanWithoutSeeingAnUpdate) {
+  const std::map<std::string, std::uint64_t> samples{
+      {"a", 100}, {"b", 100}, {"c", 50}, {"d", 100}, {"e", 25}};
+  for (const auto& [id, n] : samples) {
+    connect(id, n);
+  }
+  const auto run_id = start(secure_config());
+  ASSERT_EQ(sessions_.sent.size(), 5u);
+  const auto global = *sessions_.sent[0].global;
+  SecureSites sites(*controller_, sessions_);
+  const std::map<std::string, float> delta{{"a", 1}, {"b", 2}, {"c", 4}, {"d", -1}, {"e", 8}};
+  for (const auto& [id, d] : delta) {
+    sites.train(id, d);
+  }
+  ASSERT_EQ(controller_->round_stage(), RoundStage::sharing_keys);
+  for (const auto& [id, d] : delta) {
+    ASSERT_TRUE(sites.share(id)) << id;
+  }
+  ASSERT_EQ(controller_->round_stage(), RoundStage::masking);
+  // A plain update is refused in a secure round.
+  answer("a", 100.0f);
+  EXPECT_EQ(events_.count("update_stale"), 1u);
+  // "d" drops after sharing its keys: its pairwise masks are removed with its key shares.
+  controller_->on_session_lost("d", "gone");
+  for (const auto& [id, d] : delta) {
+    if (id != "d") {
+      ASSERT_TRUE(sites.mask(id, samples.at(id))) << id;
+    }
+  }
+  ASSERT_EQ(controller_->round_stage(), RoundStage::unmasking);
+  for (const auto& [id, d] : delta) {
+    if (id != "d") {
+      ASSERT_TRUE(sites.unmask(id)) << id;
+    }
+  }
+  ASSERT_EQ(committed_.size(), 1u) << (failed_.empty() ? "" : failed_[0].failure_reason);
+  EXPECT_EQ(committed_[0].accepted, 4);
+  EXPECT_EQ(committed_[0].dropped, 1);
+  EXPECT_EQ(committed_[0].train_loss, 0.0);  // no per-client metric exists to average
+  // weights min(n, 100) / 100: a 1, b 1, c 0.5, e 0.25
+  const double expected = (1 * 1 + 1 * 2 + 0.5 * 4 + 0.25 * 8) / (1 + 1 + 0.5 + 0.25);
+  auto checkpoint = store_.latest_checkpoint(run_id);
+  ASSERT_TRUE(checkpoint && *checkpoint);
+  auto bundle = model::load_params((*checkpoint)->ref.path);
+  ASSERT_TRUE(bundle);
+  for (std::size_t i = 0; i < global.size(); ++i) {
+    EXPECT_NEAR(bundle->params[i], global[i] + expected, 1e-4);
+  }
+  // The history says who took part and how far the dropout got, never an update.
+  auto results = store_.list_client_results(run_id, 1);
+  ASSERT_TRUE(results) << results.error().message;
+  bool found_d = false;
+  for (const auto& r : *results) {
+    if (r.client_id == "d") {
+      found_d = true;
+      EXPECT_NE(r.reason.find("shared keys"), std::string::npos) << r.reason;
+    } else {
+      EXPECT_EQ(r.samples, 0);
+      EXPECT_EQ(r.loss, 0.0);
+    }
+  }
+  EXPECT_TRUE(found_d);
+}
+
+TEST_F(RunControllerTest, ASecureRoundBelowTheThresholdFailsAndTheRunFollowsItsPolicy) {
+  for (auto id : {"a", "b", "c", "d", "e"}) {
+    connect(id);
+  }
+  const auto run_id = start(secure_config());
+  SecureSites sites(*controller_, sessions_);
+  // Only two of five send keys; the stage times out.
+  sites.train("a", 1);
+  sites.train("b", 1);
+  EXPECT_EQ(controller_->round_stage(), RoundStage::collecting);
+  clock_.advance(kRoundTimeout);
+  controller_->poll();
+  ASSERT_EQ(failed_.size(), 1u);
+  EXPECT_NE(failed_[0].failure_reason.find("fewer than the threshold"), std::string::npos)
+      << failed_[0].failure_reason;
+  EXPECT_EQ(run(run_id).state, store::RunState::paused);
+  // A message for the failed round changes nothing.
+  sites.deliver("a", protocol::MessageType::secagg_keys, "{}");
+  EXPECT_GE(events_.count("secure_message_refused"), 1u);
 }
 
 }  // namespace

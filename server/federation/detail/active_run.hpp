@@ -11,6 +11,7 @@
 #include "server/federation/run_config.hpp"
 #include "server/federation/run_controller.hpp"
 #include "server/federation/run_model.hpp"
+#include "server/federation/secure_round.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/clock.hpp"
@@ -23,8 +24,9 @@ struct RoundInFlight {
   RoundStage stage = RoundStage::selecting;
   std::int64_t started_ms = 0;
   Clock::steady_time deadline;
-  std::optional<Round> judge;  // from training on
-  RoundClose closed;           // from aggregating on
+  std::optional<Round> judge;         // from training on
+  std::optional<SecureRound> secure;  // secure-aggregated rounds, from training on
+  RoundClose closed;                  // from aggregating on
 };
 
 struct RunController::ActiveRun {

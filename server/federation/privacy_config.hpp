@@ -1,0 +1,70 @@
+// The privacy part of a run's configuration ("privacy" in the run JSON) and the
+// compatibility rules between secure aggregation, differential privacy, the aggregator
+// and compression (docs/privacy.md has the matrix as a table).
+//
+//   "privacy": {
+//     "secure_aggregation": {              // absent: updates reach the server in the clear
+//       "degree": 0, "threshold": 0,       // 0: chosen per round (secagg/plan.hpp)
+//       "clip_range": 8.0,                 // per-coordinate clip of weight * delta
+//       "quant_range": 4194304,            // 2^22 levels, lowered so n * q < 2^32
+//       "stage_timeout_s": 30,             // each of the three stages after training
+//       "bind_keys": true                  // keys signed with the TLS client key
+//     },
+//     "dp": {
+//       "mode": "record",                  // none | record | client_central | client_distributed
+//       "epsilon": 8.0, "delta": 1e-5,     // the run's whole budget
+//       "clip_norm": 1.0,                  // per example (record) or per update (client)
+//       "noise_multiplier": 0              // 0: the smallest that fits the budget
+//     }
+//   }
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "shared/protocol/messages.hpp"
+#include "shared/secagg/plan.hpp"
+#include "shared/util/error.hpp"
+
+namespace fedcore::federation {
+
+struct SecureAggregationConfig {
+  secagg::SecAggSettings settings;
+  double stage_timeout_s = 30;
+  bool bind_keys = true;
+};
+
+struct DpConfig {
+  protocol::DpMode mode = protocol::DpMode::none;
+  double epsilon = 0;
+  double delta = 0;
+  double clip_norm = 0;
+  double noise_multiplier = 0;  // 0 until calibrated
+};
+
+struct PrivacyConfig {
+  std::optional<SecureAggregationConfig> secure_aggregation;
+  DpConfig dp;
+};
+
+// Errors: invalid_argument naming the field ("run config: privacy.dp.epsilon ...").
+result<PrivacyConfig> parse_privacy_config(const nlohmann::json& j);
+nlohmann::json to_json(const PrivacyConfig& config);
+
+// What the rest of the run asks for, as the compatibility check sees it.
+struct RunFeatures {
+  std::string strategy;               // "fedavg", "fedprox", ...
+  double max_update_norm = 0;         // a server-side check of each update's norm
+  bool federated_evaluation = false;  // per-client evaluation metrics
+  std::int64_t min_clients = 1;
+  std::string compression = "none";
+};
+
+// Ok, or invalid_argument naming the combination and why it cannot work, e.g. "secure
+// aggregation hides each update, so the server cannot check its norm (max_update_norm);
+// clip at the clients with privacy.secure_aggregation.clip_range".
+result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures& run);
+
+}  // namespace fedcore::federation

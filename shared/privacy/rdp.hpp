@@ -12,10 +12,12 @@
 // for integer orders the binomial expansion of A_α (§3.2), for fractional orders the two
 // convergent series of §3.3 (the computation of tensorflow/privacy's
 // `_compute_log_a_frac` and dp_accounting's `_compute_log_a_frac`). It is NOT the newer
-// conservative upper bound some libraries use for fractional orders
-// (tests/privacy/rdp_accountant_test.cpp checks published values). Special cases: q = 0 gives 0 at
-// every order (the data is never looked at), q = 1 gives the unsampled Gaussian α/(2z²), order +inf
-// gives +inf (for q > 0), z = 0 gives +inf (for q > 0).
+// conservative upper bound some libraries use for fractional orders. One difference from
+// that code: the series stops only once its terms shrink (see rdp.cpp), which fixes wrong,
+// even negative, values at fractional orders above about 43. Special cases: q = 0 gives 0
+// at every order (the data is never looked at), q = 1 gives the unsampled Gaussian
+// α/(2z²), order +inf or z = 0 give +inf (for q > 0). Tests: published values and
+// quadrature in tests/privacy/rdp_accountant_test.cpp.
 //
 // Fixed-size sampling without replacement (replace-one neighbours, the population size N
 // public): a uniformly random subset of m = q·N records. `rdp_fixed_size_gaussian` is

@@ -54,6 +54,7 @@ struct ClientDaemon::Impl {
   std::shared_ptr<const Clock> clock;
   SitePolicyGate policy;
   std::unique_ptr<AuditLog> audit;  // when options.audit_log names a file
+  SecureIdentity identity;          // empty for in-process sessions (no PKI)
 
   asio::awaitable<result<void>> serve_one_connection();
   asio::awaitable<result<std::shared_ptr<net::Link>>> connect();
@@ -96,7 +97,22 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   if (!tls) {
     return tls.error();
   }
+  // Secure aggregation signs this site's keys with its TLS key and checks its neighbours'
+  // against the federation CA (shared/secagg/key_binding.hpp).
+  SecureIdentity identity;
+  if (!options.connect_local) {
+    auto signer = secagg::Signer::from_files(options.tls.key_file, options.tls.cert_file);
+    if (!signer) {
+      return signer.error();
+    }
+    auto trust = secagg::TrustAnchor::from_file(options.tls.ca_file);
+    if (!trust) {
+      return trust.error();
+    }
+    identity = {std::move(*signer), std::move(*trust)};
+  }
   auto impl = std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls));
+  impl->identity = std::move(identity);
   if (!impl->options.audit_log.empty()) {
     auto audit = AuditLog::open(impl->options.audit_log, *impl->clock);
     if (!audit) {
@@ -172,6 +188,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
     return policy.admit(request, parameter_count, clock->steady());
   };
   h.audit = audit.get();
+  h.secure = identity;
   return h;
 }
 

@@ -110,6 +110,11 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello) {
                      message ? message->message : std::string("(unreadable)"));
         break;
       }
+      case protocol::MessageType::secagg_neighbours:
+      case protocol::MessageType::secagg_relay:
+      case protocol::MessageType::secagg_unmask:
+        on_secure_message(*frame);
+        break;
       case protocol::MessageType::train:
         if (auto served = co_await on_train(*frame); !served) {
           *ended_ = true;
@@ -194,6 +199,23 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
       co_return fail(errc::aborted, "round " + std::to_string(request->round) + ": update dropped");
     }
   }
+  if (request->privacy.secure_aggregation) {
+    // The update leaves only masked, after the key exchange (on_secure_message).
+    auto secure =
+        SecureParticipation::begin(*request, identity_, *global, std::move(local), hooks_.secure);
+    if (!secure) {
+      spdlog::warn("round {}: cannot take part in secure aggregation: {}", request->round,
+                   secure.error().message);
+      send_error(*link_, secure.error().code, secure.error().message);
+      co_return result<void>{};
+    }
+    secure_.emplace(std::move(*secure));
+    send(secure_->advertise());
+    spdlog::info("round {}: trained {} samples in {:.1f} s; secure aggregation: keys sent",
+                 request->round, with_commas(secure_->report().samples),
+                 secure_->report().train_seconds);
+    co_return result<void>{};
+  }
   auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
   const auto bytes = payload->size() * sizeof(float);
   // Recorded before the bytes leave: the log may claim an update a broken link then lost,
@@ -214,6 +236,45 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
                request->round, with_commas(local.report.samples), local.report.train_seconds,
                local.report.loss, megabytes(bytes));
   co_return result<void>{};
+}
+
+void ClientSession::send(const OutgoingFrame& frame) {
+  link_->send(frame.type, frame.metadata, frame.payload);
+}
+
+// One step of secure aggregation. A step that fails (a neighbour's key binding does not
+// verify, a tampered share, too few survivors) is reported to the server, which counts
+// us as having left the round; nothing about our update is revealed by leaving.
+void ClientSession::on_secure_message(const protocol::Frame& frame) {
+  if (!secure_ || secure_->finished()) {
+    spdlog::warn("ignoring a {} message: no secure round in progress",
+                 protocol::message_type_name(frame.type));
+    return;
+  }
+  auto answer = secure_->on_message(frame);
+  if (!answer) {
+    spdlog::warn("round {}: leaving the secure aggregation: {}", secure_->round(),
+                 answer.error().message);
+    send_error(*link_, answer.error().code, answer.error().message);
+    secure_.reset();
+    return;
+  }
+  if (answer->type == protocol::MessageType::secagg_masked) {
+    // What leaves the site is recorded before it leaves (as for a plain update).
+    if (!audited(hooks_.audit, [&](AuditLog& log) {
+          return log.update_sent(secure_->request(), secure_->report(), answer->bytes());
+        })) {
+      send_error(*link_, errc::failed_precondition, kUnaudited);
+      secure_.reset();
+      return;
+    }
+    ++rounds_trained_;
+    spdlog::info("round {}: masked update sent ({})", secure_->round(), megabytes(answer->bytes()));
+  }
+  send(*answer);
+  if (secure_->finished()) {
+    spdlog::info("round {}: secure aggregation done (unmasking shares sent)", secure_->round());
+  }
 }
 
 }  // namespace fedcore::client

@@ -28,6 +28,7 @@
 
 #include "client/audit_log.hpp"
 #include "client/local_trainer.hpp"
+#include "client/secure_participation.hpp"
 #include "client/site_policy.hpp"
 #include "shared/net/link.hpp"
 #include "shared/net/sleeper.hpp"
@@ -63,6 +64,9 @@ struct SessionHooks {
   // The site's audit log (client/audit_log.hpp); may be null. When a line cannot be
   // written the round is answered with an ERROR and no update leaves the site.
   AuditLog* audit = nullptr;
+  // Key binding for secure aggregation (client/secure_participation.hpp); empty: keys are
+  // neither signed nor checked (in-process simulations without a PKI).
+  SecureIdentity secure;
 };
 
 class ClientSession {
@@ -88,6 +92,8 @@ class ClientSession {
 
  private:
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
+  void on_secure_message(const protocol::Frame& frame);
+  void send(const OutgoingFrame& frame);
 
   boost::asio::io_context& io_;
   std::shared_ptr<net::Link> link_;
@@ -97,6 +103,7 @@ class ClientSession {
   std::string identity_;
   std::shared_ptr<bool> ended_ = std::make_shared<bool>(false);  // shared with heartbeats
   std::uint64_t rounds_trained_ = 0;
+  std::optional<SecureParticipation> secure_;  // the secure round in progress, if any
 };
 
 }  // namespace fedcore::client

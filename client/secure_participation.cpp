@@ -1,0 +1,130 @@
+#include "client/secure_participation.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "shared/util/rng.hpp"
+
+namespace fedcore::client {
+
+std::uint64_t OutgoingFrame::bytes() const {
+  return protocol::kFrameHeaderSize + metadata.size() +
+         (payload ? payload->size() * sizeof(float) : 0);
+}
+
+SecureParticipation::SecureParticipation(protocol::TrainRequest request,
+                                         secagg::SecAggClient client, std::vector<float> delta,
+                                         protocol::UpdateReport report)
+    : request_(std::move(request)),
+      envelope_{request_.run_id, request_.round, request_.nonce},
+      client_(std::move(client)),
+      delta_(std::move(delta)),
+      report_(std::move(report)) {}
+
+result<SecureParticipation> SecureParticipation::begin(const protocol::TrainRequest& request,
+                                                       const std::string& identity,
+                                                       std::span<const float> global,
+                                                       LocalResult local,
+                                                       const SecureIdentity& keys) {
+  if (local.params.size() != global.size()) {
+    return fail(errc::invalid_argument,
+                "secure aggregation: trained " + std::to_string(local.params.size()) +
+                    " parameters for a model of " + std::to_string(global.size()));
+  }
+  // The update is what training changed; it is masked as (trained - global).
+  std::vector<float> delta(std::move(local.params));
+  for (std::size_t i = 0; i < delta.size(); ++i) {
+    delta[i] -= global[i];
+  }
+  auto client = secagg::SecAggClient::start(
+      {request.run_id, request.round, identity, keys.signer, keys.trust});
+  if (!client) {
+    return client.error();
+  }
+  return SecureParticipation(request, std::move(*client), std::move(delta), local.report);
+}
+
+OutgoingFrame SecureParticipation::advertise() {
+  return {protocol::MessageType::secagg_keys, secagg::to_metadata(envelope_, client_.advertise()),
+          nullptr};
+}
+
+result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& frame) {
+  auto same_round = [&](const secagg::Envelope& e) -> result<void> {
+    if (e.run != envelope_.run || e.round != envelope_.round || e.nonce != envelope_.nonce) {
+      return fail(errc::invalid_argument, "secure aggregation: a message for run " +
+                                              std::to_string(e.run) + " round " +
+                                              std::to_string(e.round) + ", not our round " +
+                                              std::to_string(envelope_.round));
+    }
+    return {};
+  };
+  switch (frame.type) {
+    case protocol::MessageType::secagg_neighbours: {
+      auto m = secagg::parse_neighbour_keys(frame.metadata);
+      if (!m) {
+        return m.error();
+      }
+      if (auto ok = same_round(m->envelope); !ok) {
+        return ok.error();
+      }
+      auto upload = client_.share_keys(m->body);
+      if (!upload) {
+        return upload.error();
+      }
+      weight_cap_ = m->body.plan.weight_cap;
+      return OutgoingFrame{protocol::MessageType::secagg_shares,
+                           secagg::to_metadata(envelope_, *upload), nullptr};
+    }
+    case protocol::MessageType::secagg_relay: {
+      auto m = secagg::parse_relayed_shares(frame.metadata);
+      if (!m) {
+        return m.error();
+      }
+      if (auto ok = same_round(m->envelope); !ok) {
+        return ok.error();
+      }
+      // min(samples, cap) / cap: a site cannot weigh more than the best-provided one (or
+      // the admin's cap), whatever it claims.
+      const double weight =
+          double(std::min<std::uint64_t>(report_.samples, weight_cap_)) / double(weight_cap_);
+      // Stochastic rounding needs no secrecy (the result is masked), only independence
+      // from the data: seeded from the round's nonce.
+      Rng rounding(std::hash<std::string>{}(envelope_.nonce));
+      auto words = client_.masked_input(m->body, delta_, std::max(weight, 1e-9), rounding);
+      if (!words) {
+        return words.error();
+      }
+      // The frame payload type is a float vector; the words travel in it bit for bit.
+      auto payload = std::make_shared<std::vector<float>>(words->size());
+      std::memcpy(payload->data(), words->data(), words->size() * sizeof(std::uint32_t));
+      std::fill(delta_.begin(), delta_.end(), 0.0f);  // not needed past this point
+      masked_sent_ = true;
+      return OutgoingFrame{protocol::MessageType::secagg_masked, secagg::to_metadata(envelope_),
+                           std::move(payload)};
+    }
+    case protocol::MessageType::secagg_unmask: {
+      auto m = secagg::parse_unmask_request(frame.metadata);
+      if (!m) {
+        return m.error();
+      }
+      if (auto ok = same_round(m->envelope); !ok) {
+        return ok.error();
+      }
+      auto response = client_.unmask(m->body);
+      if (!response) {
+        return response.error();
+      }
+      finished_ = true;
+      return OutgoingFrame{protocol::MessageType::secagg_revealed,
+                           secagg::to_metadata(envelope_, *response), nullptr};
+    }
+    default:
+      break;
+  }
+  return fail(errc::invalid_argument, "secure aggregation: a " +
+                                          std::string(protocol::message_type_name(frame.type)) +
+                                          " message is not for a client");
+}
+
+}  // namespace fedcore::client

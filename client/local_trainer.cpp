@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "client/dp_noise.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
@@ -10,9 +12,33 @@
 
 namespace fedcore::client {
 
+namespace {
+
+// Refuses DP terms that would train without a bound or without noise.
+std::optional<error> check_record_dp(const protocol::PrivacyTerms& terms) {
+  if (!(terms.clip_norm > 0) || !std::isfinite(terms.clip_norm) || !(terms.noise_multiplier > 0) ||
+      !std::isfinite(terms.noise_multiplier)) {
+    return fail(errc::invalid_argument,
+                "record-level DP needs a positive clip_norm and noise_multiplier (got " +
+                    std::to_string(terms.clip_norm) + " and " +
+                    std::to_string(terms.noise_multiplier) + ")");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
-                          const data::TrainTest& data, int threads) {
+                          const data::TrainTest& data, int threads,
+                          const std::optional<model::DpRandom>& dp_random) {
   LocalResult out;
+  const bool record_dp = request.privacy.dp == protocol::DpMode::record;
+  if (record_dp) {
+    if (auto refused = check_record_dp(request.privacy)) {
+      out.failure = std::move(refused);
+      return out;
+    }
+  }
   set_compute_threads(threads);
   auto spec = model::parse_model_spec(request.model_spec);
   if (spec) {
@@ -38,7 +64,7 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
   }
   std::copy(global.begin(), global.end(), model.params().begin());
   const auto loss = model::loss_for(*spec);
-  if (request.evaluate && data.test.size() > 0) {
+  if (request.evaluate && data.test.size() > 0 && !record_dp) {
     const auto eval = model::evaluate(model, loss, data.test);
     out.report.evaluation = protocol::LocalEvaluation{eval.loss, eval.accuracy, eval.samples};
   }
@@ -48,13 +74,32 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
     return out;
   }
   auto optimizer = model::make_optimizer(*optimizer_config, model.param_count());
-  model::TrainConfig config;
-  config.epochs = request.settings.epochs;
-  config.batch_size = request.settings.batch_size;
-  config.seed = request.settings.seed;
-  config.proximal_mu = request.settings.proximal_mu;
-  const auto report = model::train(model, loss, *optimizer, data.train, config,
-                                   config.proximal_mu > 0 ? global : std::span<const float>());
+  const auto anchor = request.settings.proximal_mu > 0 ? global : std::span<const float>();
+  model::TrainReport report;
+  if (record_dp) {
+    const model::DpSgdConfig config{.epochs = request.settings.epochs,
+                                    .expected_batch = request.settings.batch_size,
+                                    .clip_norm = request.privacy.clip_norm,
+                                    .noise_multiplier = request.privacy.noise_multiplier,
+                                    .proximal_mu = request.settings.proximal_mu};
+    CryptoDpRandom crypto;
+    auto trained = model::train_dp_sgd(model, loss, *optimizer, data.train, config,
+                                       dp_random ? *dp_random : crypto.random(), anchor);
+    if (!trained) {
+      out.failure = trained.error();
+      return out;
+    }
+    out.record_dp = RecordDpSteps{trained->sampling_rate, trained->noise_multiplier,
+                                  static_cast<std::uint64_t>(trained->steps)};
+    report.seconds = trained->seconds;  // loss and accuracy stay 0: see the header
+  } else {
+    model::TrainConfig config;
+    config.epochs = request.settings.epochs;
+    config.batch_size = request.settings.batch_size;
+    config.seed = request.settings.seed;
+    config.proximal_mu = request.settings.proximal_mu;
+    report = model::train(model, loss, *optimizer, data.train, config, anchor);
+  }
   out.params.assign(model.params().begin(), model.params().end());
   out.report.run_id = request.run_id;
   out.report.round = request.round;

@@ -7,6 +7,16 @@
 // nonce). A request the site cannot honour comes back as `failure`; the session then
 // tells the server with an ERROR frame, and the server records the client as dropped.
 //
+// Record-level DP (request.privacy.dp == DpMode::record): training is DP-SGD
+// (shared/model/dp_sgd.hpp) with the request's epochs, its batch size as the expected
+// batch, and its clip norm and noise multiplier, which must both be positive and finite
+// (else failure invalid_argument). The randomness comes from OpenSSL's private CSPRNG
+// (client/dp_noise.hpp) unless the caller injects it; the request's seed is not used.
+// `record_dp` then says what the site's own accountant needs. Under record-level DP the
+// report carries no training loss or accuracy (both 0) and no evaluation of the received
+// model: those are computed from private records without noise and are outside the
+// guarantee.
+//
 // Thread safety: a pure function of its arguments; runs on the daemon's worker thread.
 #pragma once
 
@@ -15,19 +25,30 @@
 #include <vector>
 
 #include "shared/data/dataset.hpp"
+#include "shared/model/dp_sgd.hpp"
 #include "shared/protocol/messages.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::client {
 
+// What one DP-SGD training spent, for the site's accountant (Poisson-sampled Gaussian).
+struct RecordDpSteps {
+  double sampling_rate = 0;     // q = expected batch / local records
+  double noise_multiplier = 0;  // z
+  std::uint64_t steps = 0;      // steps taken
+};
+
 struct LocalResult {
   std::optional<error> failure;  // set when the request could not be honoured
   std::vector<float> params;
   protocol::UpdateReport report;
+  std::optional<RecordDpSteps> record_dp;  // set when trained with record-level DP
 };
 
 // `threads`: compute threads for this training (set_compute_threads).
+// `dp_random`: DP-SGD's randomness; nullopt means a CSPRNG (tests pass seeded sources).
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
-                          const data::TrainTest& data, int threads);
+                          const data::TrainTest& data, int threads,
+                          const std::optional<model::DpRandom>& dp_random = std::nullopt);
 
 }  // namespace fedcore::client

@@ -1,21 +1,28 @@
 // fedcore-train: trains one model centrally on one machine and reports test accuracy and
 // throughput. It is the single-node baseline that federated runs are compared with.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <span>
 #include <string>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <openssl/rand.h>
 
 #include "shared/data/cifar10.hpp"
 #include "shared/data/csv.hpp"
 #include "shared/data/fashion_mnist.hpp"
 #include "shared/data/normalize.hpp"
 #include "shared/data/split.hpp"
+#include "shared/model/dp_sgd.hpp"
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
+#include "shared/privacy/noise_source.hpp"
+#include "shared/privacy/rdp_accountant.hpp"
 #include "shared/util/threads.hpp"
 
 namespace {
@@ -40,7 +47,56 @@ struct Options {
   std::string save;
   std::string export_npy;
   bool quiet = false;
+  // DP-SGD: on when dp_clip > 0; z from dp_noise, or the smallest z for dp_epsilon.
+  double dp_clip = 0;
+  double dp_noise = 0;
+  double dp_epsilon = 0;
+  double dp_delta = 1e-5;
+  bool dp_per_record = false;  // force one forward/backward per record (for comparison)
 };
+
+// DP-SGD's randomness: noise from OpenSSL's private CSPRNG; Poisson sampling from an Rng
+// whose seed comes from the same CSPRNG and is never shown (a uniform CSPRNG source
+// belongs in shared/privacy; client/dp_noise.hpp has one for the sites).
+struct DpSources {
+  fedcore::privacy::CryptoNormal normal;
+  fedcore::Rng sampler{0};
+
+  fedcore::result<void> seed() {
+    std::uint64_t secret = 0;
+    if (RAND_priv_bytes(reinterpret_cast<unsigned char*>(&secret), sizeof secret) != 1) {
+      return fedcore::fail(fedcore::errc::unavailable, "RAND_priv_bytes failed");
+    }
+    sampler = fedcore::Rng(secret);
+    return {};
+  }
+  fedcore::model::DpRandom random() {
+    return {[this](std::span<double> out) { return normal.fill_standard_normal(out); },
+            [this](std::span<double> out) -> fedcore::result<void> {
+              for (double& u : out) {
+                u = sampler.uniform_double();
+              }
+              return {};
+            }};
+  }
+};
+
+// The noise multiplier to train with: --dp-noise, or the smallest z whose epsilon over all
+// epochs (Poisson-sampled Gaussian, RDP accountant) is at most --dp-epsilon.
+fedcore::result<double> dp_noise_multiplier(const Options& o, std::size_t records) {
+  if (o.dp_noise > 0) {
+    return o.dp_noise;
+  }
+  if (o.dp_epsilon <= 0) {
+    return fedcore::fail(fedcore::errc::invalid_argument,
+                         "--dp-clip needs --dp-noise z or --dp-epsilon E");
+  }
+  const double q = std::min(1.0, double(o.batch) / double(records));
+  const auto steps =
+      fedcore::model::dp_sgd_steps_per_epoch(records, o.batch) * static_cast<std::size_t>(o.epochs);
+  return fedcore::privacy::noise_multiplier_for(o.dp_epsilon, o.dp_delta, q, steps,
+                                                fedcore::privacy::default_orders());
+}
 
 result<TrainTest> load_data(const Options& o) {
   if (o.data == "fashion-mnist") {
@@ -122,6 +178,32 @@ int run(const Options& o) {
               fedcore::compute_threads());
   std::fflush(stdout);
 
+  const bool dp = o.dp_clip > 0;
+  if (!dp && (o.dp_noise > 0 || o.dp_epsilon > 0)) {
+    std::fprintf(stderr, "fedcore-train: --dp-noise and --dp-epsilon need --dp-clip\n");
+    return 2;
+  }
+  double dp_z = 0;
+  DpSources dp_sources;
+  std::optional<fedcore::privacy::RdpAccountant> accountant;
+  if (dp) {
+    auto z = dp_noise_multiplier(o, data->train.size());
+    auto seeded = z ? dp_sources.seed() : fedcore::result<void>(z.error());
+    auto created = seeded ? fedcore::privacy::RdpAccountant::create()
+                          : fedcore::result<fedcore::privacy::RdpAccountant>(seeded.error());
+    if (!created) {
+      std::fprintf(stderr, "fedcore-train: %s\n", created.error().to_string().c_str());
+      return 2;
+    }
+    dp_z = *z;
+    accountant = std::move(*created);
+    std::printf(
+        "DP-SGD: clip %g, noise multiplier %.4f, expected batch %d (q = %.6f), %zu steps "
+        "per epoch, delta %g\n",
+        o.dp_clip, dp_z, o.batch, std::min(1.0, double(o.batch) / double(data->train.size())),
+        fedcore::model::dp_sgd_steps_per_epoch(data->train.size(), o.batch), o.dp_delta);
+  }
+
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const auto started = std::chrono::steady_clock::now();
   std::size_t next_report = 0;
@@ -129,6 +211,34 @@ int run(const Options& o) {
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     config.seed = o.seed + static_cast<std::uint64_t>(epoch);
     next_report = 0;
+    if (dp) {
+      const auto report = fedcore::model::train_dp_sgd(*model, loss, *optimizer, data->train,
+                                                       {.epochs = 1,
+                                                        .expected_batch = o.batch,
+                                                        .clip_norm = o.dp_clip,
+                                                        .noise_multiplier = dp_z,
+                                                        .batched_per_example = !o.dp_per_record},
+                                                       dp_sources.random());
+      if (!report) {
+        std::fprintf(stderr, "fedcore-train: %s\n", report.error().to_string().c_str());
+        return 1;
+      }
+      auto composed =
+          accountant->compose_poisson_gaussian(report->sampling_rate, dp_z, report->steps);
+      const auto spent = composed
+                             ? accountant->epsilon(o.dp_delta)
+                             : fedcore::result<fedcore::privacy::EpsilonAtOrder>(composed.error());
+      const auto test = fedcore::model::evaluate(*model, loss, data->test);
+      std::printf(
+          "epoch %d: DP-SGD train loss %.4f, test loss %.4f, test accuracy %.2f%%, epsilon %.3f "
+          "at delta %g, %zu of %zu records clipped, %.0f samples/s (%.1f s, %s per-example "
+          "gradients)\n",
+          epoch + 1, report->loss, test.loss, 100 * test.accuracy, spent ? spent->epsilon : -1.0,
+          o.dp_delta, report->clipped, report->samples, double(report->samples) / report->seconds,
+          report->seconds, report->batched ? "batched" : "per-record");
+      std::fflush(stdout);
+      continue;
+    }
     const auto report = fedcore::model::train(
         *model, loss, *optimizer, data->train, config, {},
         [&](const fedcore::model::TrainProgress& p) {
@@ -200,6 +310,23 @@ int main(int argc, char** argv) {
   app.add_option("--export-npy", o.export_npy,
                  "export the trained parameters as .npy files to this folder");
   app.add_flag("--quiet", o.quiet, "only the per-epoch lines");
+  app.add_option("--dp-clip", o.dp_clip,
+                 "train with DP-SGD, clipping each example's gradient to this L2 norm; --batch "
+                 "is the expected (Poisson) batch")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dp-noise", o.dp_noise, "DP-SGD noise multiplier z (noise std z * clip)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dp-epsilon", o.dp_epsilon,
+                 "DP-SGD: the smallest noise multiplier that spends at most this epsilon over "
+                 "all epochs (RDP accountant)")
+      ->check(CLI::PositiveNumber)
+      ->excludes("--dp-noise");
+  app.add_flag("--dp-per-record", o.dp_per_record,
+               "DP-SGD: per-example gradients one record at a time even where the batched "
+               "path applies (to compare their cost)");
+  app.add_option("--dp-delta", o.dp_delta, "DP-SGD delta")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-12, 0.1));
   CLI11_PARSE(app, argc, argv);
   return run(o);
 }

@@ -4,6 +4,12 @@
 //                                         (they echo the model back at once), R rounds;
 //                                         median wall time per round and the server's
 //                                         peak RSS (VmHWM), for 2, 8 and 32 clients.
+//   federation_bench secure   [options] : the cost of secure aggregation (SecAgg+) next to
+//                                         plain FedAvg: per client count, a plain run and
+//                                         SecAgg+ runs (keys bound, and not) back to back;
+//                                         round time, server and client CPU per round,
+//                                         bytes a client uploads, server peak RSS.
+//                                         bench/secagg_cost.sh runs it.
 //   federation_bench transfer MB        : one 40 MB-class parameter frame after another
 //                                         over our TLS channel on loopback; MB/s.
 //   federation_bench streams MB         : raw stream throughput of plain TCP,
@@ -11,18 +17,27 @@
 //
 // bench/federation_bench.sh runs both and `openssl speed` for the comparison.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <latch>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
 #include <time.h>
+#include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
@@ -35,9 +50,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "client/secure_participation.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/net/frame_channel.hpp"
 #include "shared/protocol/messages.hpp"
+#include "shared/secagg/key_binding.hpp"
+#include "shared/secagg/plan.hpp"
 #include "shared/tls/context.hpp"
 
 extern char** environ;
@@ -81,9 +99,130 @@ Pki make_pki(const std::string& dir, int clients) {
   return {dir};
 }
 
-// A no-op client: HELLO, then answers every TRAIN with the model it received.
-asio::awaitable<void> echo_client(asio::io_context& io, asio::ssl::context& ctx, std::uint16_t port,
-                                  std::vector<std::int64_t> shape) {
+// What the simulated clients do with a TRAIN.
+enum class Mode {
+  plain,            // echo the model back at once as the update (FedAvg in the clear)
+  secure_signed,    // SecAgg+ as a real site does it, keys signed with the TLS client key and
+                    // every neighbour's binding checked against the CA
+  secure_unsigned,  // SecAgg+ without key binding ("bind_keys": false, no signer, no anchor)
+};
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::plain:
+      return "plain FedAvg";
+    case Mode::secure_signed:
+      return "SecAgg+, keys bound";
+    case Mode::secure_unsigned:
+      return "SecAgg+, keys not bound";
+  }
+  return "?";
+}
+
+// What all simulated clients of one run sent in its rounds, by message, counted as on the
+// wire inside TLS (header + metadata + payload).
+struct Traffic {
+  std::atomic<std::uint64_t> update{0}, keys{0}, shares{0}, masked{0}, revealed{0};
+  std::atomic<std::uint64_t> completed{0};  // (client, round) pairs seen through to the end
+  std::atomic<std::uint64_t> failures{0};   // secure steps that failed at a client
+};
+
+struct TrafficTotals {
+  std::uint64_t update = 0, keys = 0, shares = 0, masked = 0, revealed = 0, completed = 0,
+                failures = 0;
+  std::uint64_t total() const { return update + keys + shares + masked + revealed; }
+};
+
+// utime + stime of a process in seconds (fields 14 and 15 of /proc/<pid>/stat).
+double process_cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto name_end = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (name_end == std::string::npos) {
+    return -1;
+  }
+  std::istringstream fields(text.substr(name_end + 1));
+  std::string skipped;
+  for (int field = 3; field <= 13; ++field) {
+    fields >> skipped;
+  }
+  unsigned long long user = 0, system = 0;
+  fields >> user >> system;
+  return double(user + system) / double(::sysconf(_SC_CLK_TCK));
+}
+
+// CPU time of the server and of the client threads, from the first TRAIN any client
+// receives (so connecting, handshakes and the server's start are left out) to the end.
+class CpuProbe {
+ public:
+  explicit CpuProbe(pid_t server) : server_(server) {}
+  // Before the client threads do any work.
+  void add_client_thread(std::thread& thread) {
+    clockid_t clock{};
+    pthread_getcpuclockid(thread.native_handle(), &clock);
+    clocks_.push_back(clock);
+  }
+  double clients_seconds() const {
+    double sum = 0;
+    for (clockid_t clock : clocks_) {
+      timespec t{};
+      clock_gettime(clock, &t);
+      sum += double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+    }
+    return sum;
+  }
+  double server_seconds() const { return process_cpu_seconds(server_); }
+  // Any client thread, at every TRAIN; only the first counts.
+  void on_train() {
+    std::lock_guard lock(mutex_);
+    if (!started_) {
+      started_ = true;
+      server_start_ = server_seconds();
+      clients_start_ = clients_seconds();
+    }
+  }
+  // {server, clients} CPU seconds since the first TRAIN (0, 0 if there was none).
+  std::pair<double, double> since_first_train() const {
+    std::lock_guard lock(mutex_);
+    if (!started_) {
+      return {0, 0};
+    }
+    return {server_seconds() - server_start_, clients_seconds() - clients_start_};
+  }
+
+ private:
+  pid_t server_;
+  std::vector<clockid_t> clocks_;
+  mutable std::mutex mutex_;
+  bool started_ = false;
+  double server_start_ = 0, clients_start_ = 0;
+};
+
+struct ClientOptions {
+  Mode mode = Mode::plain;
+  fedcore::client::SecureIdentity keys;  // key binding (secure_signed only)
+  Traffic* traffic = nullptr;
+  CpuProbe* probe = nullptr;
+};
+
+asio::awaitable<void> send(FrameChannel<TlsStream>& channel,
+                           const fedcore::client::OutgoingFrame& frame) {
+  std::span<const std::byte> payload;
+  if (frame.payload) {
+    payload = std::as_bytes(std::span<const float>(*frame.payload));
+  }
+  co_await channel.write_frame(frame.type, frame.metadata, payload);
+}
+
+// A no-op client: HELLO, then answers every TRAIN at once without training. In the clear
+// it echoes the model it received; when the TRAIN asks for secure aggregation it takes part
+// as a real site does (client::SecureParticipation, the code client/session.cpp runs): its
+// keys, then an answer to secagg_neighbours, secagg_relay and secagg_unmask, masking a zero
+// delta (trained = global).
+asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx,
+                                   std::uint16_t port, std::vector<std::int64_t> shape,
+                                   ClientOptions options) {
+  using fedcore::protocol::MessageType;
   TlsStream stream(io, ctx);
   (void)fedcore::tls::prepare_client_stream(stream, "localhost");
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -100,29 +239,94 @@ asio::awaitable<void> echo_client(asio::io_context& io, asio::ssl::context& ctx,
   if (hs) {
     co_return;
   }
-  fedcore::net::ChannelOptions options;
-  options.limits.max_payload_bytes = std::uint64_t{1} << 31;
-  FrameChannel<TlsStream> channel(std::move(stream), options);
+  fedcore::net::ChannelOptions channel_options;
+  channel_options.limits.max_payload_bytes = std::uint64_t{1} << 31;
+  FrameChannel<TlsStream> channel(std::move(stream), channel_options);
   fedcore::protocol::Hello hello{100, 0, shape, 2, {"train"}, "bench"};
-  co_await channel.write_frame(fedcore::protocol::MessageType::hello,
-                               fedcore::protocol::to_metadata(hello));
+  co_await channel.write_frame(MessageType::hello, fedcore::protocol::to_metadata(hello));
+  Traffic& traffic = *options.traffic;
+  std::string identity;  // from WELCOME: our certificate's CN
+  std::optional<fedcore::client::SecureParticipation> secure;
   while (true) {
     auto frame = co_await channel.read_frame();
     if (!frame) {
       co_return;
     }
-    if (frame->type != fedcore::protocol::MessageType::train) {
+    if (frame->type == MessageType::welcome) {
+      if (auto welcome = fedcore::protocol::parse_welcome(frame->metadata); welcome) {
+        identity = welcome->client_id;
+      }
       continue;
     }
-    auto request = fedcore::protocol::parse_train_request(frame->metadata);
-    fedcore::protocol::UpdateReport report;
-    report.run_id = request->run_id;
-    report.round = request->round;
-    report.nonce = request->nonce;
-    report.layout_fingerprint = request->layout_fingerprint;
-    report.samples = 100;
-    co_await channel.write_frame(fedcore::protocol::MessageType::update,
-                                 fedcore::protocol::to_metadata(report), frame->payload);
+    if (frame->type == MessageType::train) {
+      options.probe->on_train();
+      auto request = fedcore::protocol::parse_train_request(frame->metadata);
+      if (!request) {
+        continue;
+      }
+      fedcore::protocol::UpdateReport report;
+      report.run_id = request->run_id;
+      report.round = request->round;
+      report.nonce = request->nonce;
+      report.layout_fingerprint = request->layout_fingerprint;
+      report.samples = 100;
+      if (!request->privacy.secure_aggregation) {
+        const auto metadata = fedcore::protocol::to_metadata(report);
+        traffic.update +=
+            fedcore::protocol::kFrameHeaderSize + metadata.size() + frame->payload.size();
+        co_await channel.write_frame(MessageType::update, metadata, frame->payload);
+        ++traffic.completed;
+        continue;
+      }
+      auto global = fedcore::protocol::payload_floats(frame->payload);
+      if (!global) {
+        continue;
+      }
+      fedcore::client::LocalResult local;
+      local.params.assign(global->begin(), global->end());
+      local.report = report;
+      auto started = fedcore::client::SecureParticipation::begin(*request, identity, *global,
+                                                                 std::move(local), options.keys);
+      if (!started) {
+        std::fprintf(stderr, "  %s: cannot start secure aggregation: %s\n", identity.c_str(),
+                     started.error().message.c_str());
+        ++traffic.failures;
+        continue;
+      }
+      secure.emplace(std::move(*started));
+      const auto keys = secure->advertise();
+      traffic.keys += keys.bytes();
+      co_await send(channel, keys);
+      continue;
+    }
+    if (frame->type != MessageType::secagg_neighbours && frame->type != MessageType::secagg_relay &&
+        frame->type != MessageType::secagg_unmask) {
+      continue;  // heartbeats, goodbye
+    }
+    if (!secure) {
+      continue;
+    }
+    auto answer = secure->on_message(*frame);
+    if (!answer) {
+      std::fprintf(stderr, "  %s: leaving the secure round: %s\n", identity.c_str(),
+                   answer.error().message.c_str());
+      ++traffic.failures;
+      co_await channel.write_frame(
+          MessageType::error,
+          fedcore::protocol::to_metadata(fedcore::protocol::ErrorMessage{
+              std::string(fedcore::errc_name(answer.error().code)), answer.error().message}));
+      secure.reset();
+      continue;
+    }
+    auto& counter = answer->type == MessageType::secagg_shares   ? traffic.shares
+                    : answer->type == MessageType::secagg_masked ? traffic.masked
+                                                                 : traffic.revealed;
+    counter += answer->bytes();
+    co_await send(channel, *answer);
+    if (secure->finished()) {
+      ++traffic.completed;
+      secure.reset();
+    }
   }
 }
 
@@ -140,97 +344,335 @@ long peak_rss_kib(pid_t pid) {
   return -1;
 }
 
-void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
-                  const std::vector<int>& client_counts, int rounds) {
-  const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
+struct RunSpec {
+  long params = 0;  // asked for; logreg gets close (actual_params)
+  int clients = 0;
+  int rounds = 5;
+  Mode mode = Mode::plain;
+  int client_threads = 1;  // io threads the simulated clients share
+};
+
+struct RunResult {
+  bool finished = false;
+  long actual_params = 0;
+  std::vector<double> round_ms;  // committed rounds, wall time from the round rows
+  int failed_rounds = 0;
+  long peak_rss_kib = -1;
+  double server_cpu_s = 0;          // from the first TRAIN to the end of the run
+  double clients_cpu_s = 0;         // all client threads, same window
+  std::int64_t store_bytes_up = 0;  // what the server recorded, committed rounds
+  std::int64_t store_accepted = 0;
+  TrafficTotals traffic;
+  double seconds = 0;  // the whole run, server start to finish
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) {
+    return -1;
+  }
+  std::sort(values.begin(), values.end());
+  const auto n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// One run of the real fedcore-server with `spec.clients` no-op clients: a logreg of
+// about `spec.params` parameters, every client in every round.
+RunResult run_federation(const std::string& server_bin, const Pki& pki,
+                         const std::filesystem::path& root, const RunSpec& spec) {
+  const auto run_started = Clock::now();
+  static int serial = 0;
+  const auto dir = root / ("p" + std::to_string(spec.params) + "-c" + std::to_string(spec.clients) +
+                           "-" + std::to_string(++serial));
+  std::filesystem::create_directories(dir);
+  RunResult out;
+  // logreg on a two-class input of `params - 1` features has exactly `params` parameters.
+  const long features = spec.params - 1;
+  const std::vector<std::int64_t> shape = features > 65536
+                                              ? std::vector<std::int64_t>{features / 1000, 1000, 1}
+                                              : std::vector<std::int64_t>{features};
+  out.actual_params = (shape.size() == 3 ? shape[0] * shape[1] : shape[0]) + 1;
+  asio::io_context probe_io;
+  asio::ip::tcp::acceptor probe(probe_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = probe.local_endpoint().port();
+  probe.close();
+  std::ofstream(dir / "server.json")
+      << R"({"port":)" << port << R"(,"database":")" << (dir / "db").string()
+      << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(","tls":{"ca":")" << pki.ca()
+      << R"(","cert":")" << pki.server().cert_file << R"(","key":")" << pki.server().key_file
+      << R"(","crl":")" << pki.server().crl_file << R"("}})";
+  std::string shape_json = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    shape_json += std::to_string(shape[i]) + (i + 1 == shape.size() ? "]" : ",");
+  }
+  std::string privacy;
+  if (spec.mode != Mode::plain) {
+    privacy = std::string(R"(,"privacy":{"secure_aggregation":{"stage_timeout_s":300,)") +
+              R"("bind_keys":)" + (spec.mode == Mode::secure_signed ? "true" : "false") + "}}";
+  }
+  std::ofstream(dir / "run.json") << R"({"model":{"type":"logreg","input_shape":)" << shape_json
+                                  << R"(,"num_classes":2},"rounds":)" << spec.rounds
+                                  << R"(,"clients_per_round":)" << spec.clients
+                                  << R"(,"min_clients":)" << spec.clients
+                                  << R"(,"round_timeout_s":1200,"wait_for_clients_s":120,)"
+                                  << R"("federated_evaluation":false)" << privacy << "}";
+  std::string a0 = server_bin, a1 = "--config", a2 = (dir / "server.json").string(), a3 = "--run",
+              a4 = (dir / "run.json").string(), a5 = "--log-level", a6 = "warn";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(),
+                  a4.data(), a5.data(), a6.data(), nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, server_bin.c_str(), nullptr, nullptr, argv, environ) != 0) {
+    std::fprintf(stderr, "cannot start %s\n", server_bin.c_str());
+    std::exit(1);
+  }
+
+  Traffic traffic;
+  CpuProbe cpu(pid);
+  std::shared_ptr<const fedcore::secagg::TrustAnchor> trust;
+  if (spec.mode == Mode::secure_signed) {
+    trust = std::move(*fedcore::secagg::TrustAnchor::from_file(pki.ca()));
+  }
+  const int threads = std::max(1, std::min(spec.client_threads, spec.clients));
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  for (int t = 0; t < threads; ++t) {
+    ios.push_back(std::make_unique<asio::io_context>(1));
+  }
+  std::vector<asio::ssl::context> contexts;
+  contexts.reserve(static_cast<std::size_t>(spec.clients));
+  for (int c = 0; c < spec.clients; ++c) {
+    const auto tls = pki.client("c" + std::to_string(c));
+    contexts.push_back(std::move(*fedcore::tls::make_client_context(tls)));
+    ClientOptions options{spec.mode, {}, &traffic, &cpu};
+    if (spec.mode == Mode::secure_signed) {
+      options.keys = {std::move(*fedcore::secagg::Signer::from_files(tls.key_file, tls.cert_file)),
+                      trust};
+    }
+    auto& io = *ios[static_cast<std::size_t>(c % threads)];
+    asio::co_spawn(io, bench_client(io, contexts.back(), port, shape, std::move(options)),
+                   asio::detached);
+  }
+  std::latch go(1);
+  std::vector<std::thread> client_threads;
+  for (int t = 0; t < threads; ++t) {
+    client_threads.emplace_back([&, t] {
+      go.wait();
+      ios[static_cast<std::size_t>(t)]->run();
+    });
+    cpu.add_client_thread(client_threads.back());
+  }
+  go.count_down();
+  // Wait (bounded) until the run finishes, polling the server's database.
+  const auto deadline = Clock::now() + std::chrono::minutes(30);
+  while (!out.finished && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (auto store = fedcore::store::HistoryStore::open_read_only((dir / "db").string()); store) {
+      if (auto run = store->get_run(1); run) {
+        out.finished = run->state == fedcore::store::RunState::finished;
+      }
+    }
+  }
+  std::tie(out.server_cpu_s, out.clients_cpu_s) = cpu.since_first_train();
+  out.peak_rss_kib = peak_rss_kib(pid);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  for (auto& io : ios) {
+    io->stop();
+  }
+  for (auto& thread : client_threads) {
+    thread.join();
+  }
+  if (auto store = fedcore::store::HistoryStore::open_read_only((dir / "db").string()); store) {
+    if (auto rounds = store->list_rounds(1); rounds) {
+      for (const auto& r : *rounds) {
+        if (r.state == fedcore::store::RoundState::committed) {
+          out.round_ms.push_back(double(r.finished_ms - r.started_ms));
+          out.store_bytes_up += r.bytes_up;
+          out.store_accepted += r.accepted;
+        } else {
+          ++out.failed_rounds;
+        }
+      }
+    }
+  }
+  out.traffic = {traffic.update,   traffic.keys,      traffic.shares,  traffic.masked,
+                 traffic.revealed, traffic.completed, traffic.failures};
+  std::filesystem::remove_all(dir);
+  out.seconds = std::chrono::duration<double>(Clock::now() - run_started).count();
+  return out;
+}
+
+std::filesystem::path bench_root() {
   const auto root =
       std::filesystem::temp_directory_path() / ("fedcore-bench-" + std::to_string(::getpid()));
   std::filesystem::create_directories(root);
+  return root;
+}
+
+void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
+                  const std::vector<int>& client_counts, int rounds) {
+  const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
+  const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
   std::printf("%-10s %-8s %-18s %-18s %-14s %-14s\n", "params", "clients", "median round (ms)",
               "server peak RSS", "model size", "target RSS");
   for (long params : param_counts) {
     for (int clients : client_counts) {
-      const auto dir = root / ("p" + std::to_string(params) + "-c" + std::to_string(clients));
-      std::filesystem::create_directories(dir);
-      // logreg on a two-class input of `params - 1` features has exactly `params` parameters.
-      const long features = params - 1;
-      const std::vector<std::int64_t> shape =
-          features > 65536 ? std::vector<std::int64_t>{features / 1000, 1000, 1}
-                           : std::vector<std::int64_t>{features};
-      const long actual_params = (shape.size() == 3 ? shape[0] * shape[1] : shape[0]) + 1;
-      asio::io_context probe_io;
-      asio::ip::tcp::acceptor probe(probe_io, {asio::ip::make_address("127.0.0.1"), 0});
-      const auto port = probe.local_endpoint().port();
-      probe.close();
-      std::ofstream(dir / "server.json")
-          << R"({"port":)" << port << R"(,"database":")" << (dir / "db").string()
-          << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(","tls":{"ca":")"
-          << pki.ca() << R"(","cert":")" << pki.server().cert_file << R"(","key":")"
-          << pki.server().key_file << R"(","crl":")" << pki.server().crl_file << R"("}})";
-      std::string shape_json = "[";
-      for (auto d : shape) {
-        shape_json += std::to_string(d) + (d == shape.back() ? "]" : ",");
-      }
-      std::ofstream(dir / "run.json")
-          << R"({"model":{"type":"logreg","input_shape":)" << shape_json
-          << R"(,"num_classes":2},"rounds":)" << rounds << R"(,"clients_per_round":)" << clients
-          << R"(,"min_clients":)" << clients
-          << R"(,"round_timeout_s":600,"wait_for_clients_s":120,"federated_evaluation":false})";
-      std::string a0 = server_bin, a1 = "--config", a2 = (dir / "server.json").string(),
-                  a3 = "--run", a4 = (dir / "run.json").string(), a5 = "--log-level", a6 = "warn";
-      char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(),
-                      a4.data(), a5.data(), a6.data(), nullptr};
-      pid_t pid = 0;
-      posix_spawn(&pid, server_bin.c_str(), nullptr, nullptr, argv, environ);
-
-      asio::io_context io;
-      std::vector<asio::ssl::context> contexts;
-      contexts.reserve(static_cast<std::size_t>(clients));
-      for (int c = 0; c < clients; ++c) {
-        contexts.push_back(
-            std::move(*fedcore::tls::make_client_context(pki.client("c" + std::to_string(c)))));
-        asio::co_spawn(io, echo_client(io, contexts.back(), port, shape), asio::detached);
-      }
-      std::thread client_thread([&] { io.run(); });
-      // Wait (bounded) until the run finishes.
-      const auto deadline = Clock::now() + std::chrono::minutes(10);
-      bool finished = false;
-      while (!finished && Clock::now() < deadline) {
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(100));  // polling the server's database
-        if (auto store = fedcore::store::HistoryStore::open_read_only((dir / "db").string());
-            store) {
-          if (auto run = store->get_run(1); run) {
-            finished = run->state == fedcore::store::RunState::finished;
-          }
-        }
-      }
-      const long rss = peak_rss_kib(pid);
-      ::kill(pid, SIGTERM);
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-      io.stop();
-      client_thread.join();
-      std::vector<double> durations;
-      if (auto store = fedcore::store::HistoryStore::open_read_only((dir / "db").string()); store) {
-        for (const auto& r : *store->list_rounds(1)) {
-          durations.push_back(double(r.finished_ms - r.started_ms));
-        }
-      }
-      std::sort(durations.begin(), durations.end());
-      const double median = durations.empty() ? -1 : durations[durations.size() / 2];
-      const double model_mb = double(actual_params) * 4 / 1e6;
-      std::printf("%-10ld %-8d %-18.1f %-18s %-14s %-14s%s\n", actual_params, clients, median,
-                  (std::to_string(rss / 1024) + " MiB").c_str(),
+      const RunResult r =
+          run_federation(server_bin, pki, root, {params, clients, rounds, Mode::plain, 1});
+      const double model_mb = double(r.actual_params) * 4 / 1e6;
+      std::printf("%-10ld %-8d %-18.1f %-18s %-14s %-14s%s\n", r.actual_params, clients,
+                  median(r.round_ms), (std::to_string(r.peak_rss_kib / 1024) + " MiB").c_str(),
                   (std::to_string(int(model_mb)) + " MB").c_str(),
                   (std::to_string(int(3 * model_mb + 100)) + " MB").c_str(),
-                  finished ? "" : "  (did not finish)");
+                  r.finished ? "" : "  (did not finish)");
       std::fflush(stdout);
-      std::filesystem::remove_all(dir);
     }
   }
   std::filesystem::remove_all(root);
+}
+
+std::string with_commas(std::uint64_t n) {
+  auto digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
+    digits.insert(static_cast<std::size_t>(i), ",");
+  }
+  return digits;
+}
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+// The cost of secure aggregation next to plain FedAvg: for each client count, one run of
+// plain FedAvg, one of SecAgg+ with key binding and (optionally) one without, back to
+// back, so that all three see the same state of the machine; `repeats` times over.
+// Prints two markdown tables: time, CPU, upload and memory; and what a client uploads,
+// message by message.
+struct SecureBenchOptions {
+  long params = 1000000;
+  std::vector<std::pair<int, int>> clients_and_rounds{{10, 5}, {32, 5}, {100, 5}};
+  int client_threads = 2;
+  bool unsigned_too = true;
+};
+
+void secure_bench(const std::string& server_bin, const SecureBenchOptions& o) {
+  int max_clients = 0;
+  for (const auto& [clients, rounds] : o.clients_and_rounds) {
+    max_clients = std::max(max_clients, clients);
+  }
+  const auto root = bench_root();
+  const Pki pki = make_pki((root / "pki").string(), max_clients);
+  struct Row {
+    int clients;
+    Mode mode;
+    RunResult result;
+  };
+  std::vector<Row> rows;
+  for (const auto& [clients, rounds] : o.clients_and_rounds) {
+    std::vector<Mode> modes{Mode::plain, Mode::secure_signed};
+    if (o.unsigned_too) {
+      modes.push_back(Mode::secure_unsigned);
+    }
+    for (Mode mode : modes) {
+      std::fprintf(stderr, "%d clients, %s, %d rounds ...\n", clients, mode_name(mode), rounds);
+      RunResult r = run_federation(server_bin, pki, root,
+                                   {o.params, clients, rounds, mode, o.client_threads});
+      std::fprintf(stderr,
+                   "  %.1f s in all; median round %.0f ms; server CPU %.2f s, clients' CPU "
+                   "%.2f s; %zu committed, %d failed rounds; %llu client-rounds completed, "
+                   "%llu failures%s\n",
+                   r.seconds, median(r.round_ms), r.server_cpu_s, r.clients_cpu_s,
+                   r.round_ms.size(), r.failed_rounds,
+                   static_cast<unsigned long long>(r.traffic.completed),
+                   static_cast<unsigned long long>(r.traffic.failures),
+                   r.finished ? "" : " (DID NOT FINISH)");
+      rows.push_back({clients, mode, std::move(r)});
+    }
+  }
+  std::filesystem::remove_all(root);
+
+  auto plain_of = [&](int clients) -> const RunResult& {
+    for (const auto& row : rows) {
+      if (row.clients == clients && row.mode == Mode::plain) {
+        return row.result;
+      }
+    }
+    std::abort();
+  };
+  auto per_client_round = [](const RunResult& r, std::uint64_t bytes, int clients) {
+    const auto n = std::max<std::size_t>(1, r.round_ms.size()) * std::size_t(clients);
+    return double(bytes) / double(n);
+  };
+  std::printf("%s parameters (logreg), every client in every round; client threads: %d\n\n",
+              with_commas(std::uint64_t(rows.empty() ? 0 : rows[0].result.actual_params)).c_str(),
+              o.client_threads);
+  std::printf(
+      "| clients | k | variant | rounds | median round | secure / plain | server CPU / round | "
+      "clients' CPU / round (all; per client) | upload / client / round | upload / plain "
+      "update | server peak RSS |\n");
+  std::printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& row : rows) {
+    const RunResult& r = row.result;
+    const RunResult& plain = plain_of(row.clients);
+    const auto plan = fedcore::secagg::plan_round(std::uint32_t(row.clients), {});
+    const double rounds = double(std::max<std::size_t>(1, r.round_ms.size()));
+    const double upload = per_client_round(r, r.traffic.total(), row.clients);
+    const double plain_upload = per_client_round(plain, plain.traffic.total(), row.clients);
+    std::string status;
+    if (!r.finished || r.failed_rounds > 0 ||
+        r.traffic.completed != std::uint64_t(row.clients) * r.round_ms.size()) {
+      status = " (" + std::to_string(r.round_ms.size()) + " committed, " +
+               std::to_string(r.failed_rounds) + " failed, " + std::to_string(r.traffic.completed) +
+               " client-rounds completed)";
+    }
+    std::printf(
+        "| %d | %s | %s | %zu | %s ms | %s | %s s | %s s; %s ms | %s B | %s | %ld MiB |%s\n",
+        row.clients, row.mode == Mode::plain || !plan ? "–" : std::to_string(plan->degree).c_str(),
+        mode_name(row.mode), r.round_ms.size(),
+        with_commas(std::uint64_t(median(r.round_ms) + 0.5)).c_str(),
+        row.mode == Mode::plain
+            ? "1"
+            : format("%.2f", median(r.round_ms) / median(plain.round_ms)).c_str(),
+        format("%.2f", r.server_cpu_s / rounds).c_str(),
+        format("%.2f", r.clients_cpu_s / rounds).c_str(),
+        format("%.0f", 1e3 * r.clients_cpu_s / rounds / row.clients).c_str(),
+        with_commas(std::uint64_t(upload + 0.5)).c_str(),
+        format("%.4f", upload / plain_upload).c_str(), r.peak_rss_kib / 1024, status.c_str());
+  }
+  std::printf(
+      "\nUpload per client per round, by message (bytes, frame header + metadata + "
+      "payload):\n\n");
+  std::printf(
+      "| clients | variant | update | keys | shares | masked | revealed | masked / plain update "
+      "| (keys + shares + revealed) / k | server's count (bytes_up / accepted) |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& row : rows) {
+    const RunResult& r = row.result;
+    const RunResult& plain = plain_of(row.clients);
+    const auto plan = fedcore::secagg::plan_round(std::uint32_t(row.clients), {});
+    auto b = [&](std::uint64_t bytes) {
+      return with_commas(std::uint64_t(per_client_round(r, bytes, row.clients) + 0.5));
+    };
+    const double plain_update = per_client_round(plain, plain.traffic.update, row.clients);
+    const bool secure = row.mode != Mode::plain;
+    const double small =
+        per_client_round(r, r.traffic.keys + r.traffic.shares + r.traffic.revealed, row.clients);
+    std::printf(
+        "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.clients, mode_name(row.mode),
+        secure ? "–" : b(r.traffic.update).c_str(), secure ? b(r.traffic.keys).c_str() : "–",
+        secure ? b(r.traffic.shares).c_str() : "–", secure ? b(r.traffic.masked).c_str() : "–",
+        secure ? b(r.traffic.revealed).c_str() : "–",
+        secure ? format("%.6f", per_client_round(r, r.traffic.masked, row.clients) / plain_update)
+                     .c_str()
+               : "–",
+        secure && plan ? with_commas(std::uint64_t(small / plan->degree + 0.5)).c_str() : "–",
+        r.store_accepted > 0
+            ? with_commas(std::uint64_t(r.store_bytes_up / r.store_accepted)).c_str()
+            : "–");
+  }
+  std::fflush(stdout);
 }
 
 // CPU time of the calling thread, user and system, in seconds.
@@ -469,8 +911,48 @@ int main(int argc, char** argv) {
     rounds_bench(FEDCORE_SERVER_BIN, params, {2, 8, 32}, 5);
     return 0;
   }
+  if (mode == "secure") {
+    // secure [--params P] [--clients 10,32,100:3] [--rounds R] [--client-threads T]
+    //        [--no-unsigned]   (N:R runs R rounds at N clients)
+    SecureBenchOptions options;
+    std::string clients = "10,32,100";
+    int rounds = 5;
+    for (int i = 2; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const bool has_value = i + 1 < argc;
+      if (arg == "--params" && has_value) {
+        options.params = std::atol(argv[++i]);
+      } else if (arg == "--clients" && has_value) {
+        clients = argv[++i];
+      } else if (arg == "--rounds" && has_value) {
+        rounds = std::atoi(argv[++i]);
+      } else if (arg == "--client-threads" && has_value) {
+        options.client_threads = std::atoi(argv[++i]);
+      } else if (arg == "--no-unsigned") {
+        options.unsigned_too = false;
+      } else {
+        std::fprintf(stderr, "secure: unknown argument '%s'\n", arg.c_str());
+        return 2;
+      }
+    }
+    options.clients_and_rounds.clear();
+    std::istringstream list(clients);
+    for (std::string item; std::getline(list, item, ',');) {
+      const auto colon = item.find(':');
+      const int n = std::atoi(item.substr(0, colon).c_str());
+      const int r = colon == std::string::npos ? rounds : std::atoi(item.substr(colon + 1).c_str());
+      if (n < 3 || r < 1 || options.params < 2 || options.client_threads < 1) {
+        std::fprintf(stderr, "secure: need >= 3 clients, >= 1 round, >= 2 parameters\n");
+        return 2;
+      }
+      options.clients_and_rounds.emplace_back(n, r);
+    }
+    secure_bench(FEDCORE_SERVER_BIN, options);
+    return 0;
+  }
   std::fprintf(stderr,
-               "usage: federation_bench rounds [PARAMS] | transfer [MB] [FRAMES] | "
-               "transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
+               "usage: federation_bench rounds [PARAMS] | secure [--params P] [--clients "
+               "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
+               "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
   return 2;
 }

@@ -79,6 +79,8 @@ nlohmann::json round_json(const store::RoundRecord& r) {
           {"fed_eval_accuracy", number_or_null(r.fed_eval_accuracy)},
           {"bytes_up", r.bytes_up},
           {"bytes_down", r.bytes_down},
+          {"secure_aggregation", r.secure_aggregation},
+          {"epsilon", number_or_null(r.epsilon)},
           {"failure_reason", r.failure_reason}};
 }
 

@@ -89,6 +89,8 @@ class Strategy {
   virtual std::string_view name() const noexcept = 0;
   // Starts a round from the current global model.
   virtual void begin_round(std::span<const float> global) = 0;
+  // How many clients the round selected (DP-FedAvg divides by it); most ignore it.
+  virtual void expect_clients(std::size_t /*selected*/) {}
   // Folds in one validated update.
   virtual void add_update(std::span<const float> update, std::uint64_t samples) = 0;
   virtual std::size_t updates() const noexcept = 0;

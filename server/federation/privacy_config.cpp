@@ -85,7 +85,8 @@ result<DpConfig> parse_dp(const json& j) {
   if (!j.is_object()) {
     return bad("dp must be an object");
   }
-  if (!only_known(j, {"mode", "epsilon", "delta", "clip_norm", "noise_multiplier"}, unknown)) {
+  if (!only_known(j, {"mode", "epsilon", "delta", "clip_norm", "noise_multiplier", "adaptive_clip"},
+                  unknown)) {
     return bad("dp: unknown field '" + unknown + "'");
   }
   if (j.contains("mode")) {
@@ -110,6 +111,23 @@ result<DpConfig> parse_dp(const json& j) {
   c.delta = *delta;
   c.clip_norm = *clip;
   c.noise_multiplier = *noise;
+  if (j.contains("adaptive_clip")) {
+    const auto& a = j["adaptive_clip"];
+    if (!a.is_object() ||
+        !only_known(a, {"target_quantile", "learning_rate", "count_stddev"}, unknown)) {
+      return bad(
+          "dp.adaptive_clip must be an object of target_quantile, learning_rate, count_stddev");
+    }
+    auto quantile = number(a, "target_quantile", 0.01, 0.99, 0.5);
+    auto rate = number(a, "learning_rate", 1e-6, 10, 0.2);
+    auto stddev = number(a, "count_stddev", 1e-6, 1e6, 1);
+    for (const auto* r : {&quantile, &rate, &stddev}) {
+      if (!*r) {
+        return bad("dp.adaptive_clip." + r->error().message);
+      }
+    }
+    c.adaptive = AdaptiveClipConfig{*quantile, *rate, *stddev};
+  }
   if (c.mode != protocol::DpMode::none) {
     if (!(c.epsilon > 0) || !(c.delta > 0)) {
       return bad("dp: a DP run states its budget: epsilon > 0 and 0 < delta <= 0.1");
@@ -164,6 +182,11 @@ json to_json(const PrivacyConfig& c) {
                {"delta", c.dp.delta},
                {"clip_norm", c.dp.clip_norm},
                {"noise_multiplier", c.dp.noise_multiplier}};
+    if (c.dp.adaptive) {
+      j["dp"]["adaptive_clip"] = {{"target_quantile", c.dp.adaptive->target_quantile},
+                                  {"learning_rate", c.dp.adaptive->learning_rate},
+                                  {"count_stddev", c.dp.adaptive->count_stddev}};
+    }
   }
   return j;
 }
@@ -197,6 +220,17 @@ result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures
           "secure aggregation needs min_clients >= 3 (with two, each learns the "
           "other's update from the sum)");
     }
+  }
+  if (privacy.dp.adaptive && (privacy.dp.mode != protocol::DpMode::client_central || secure)) {
+    return refuse(
+        "adaptive clipping needs each update's norm at the server: dp.mode "
+        "client_central without secure aggregation");
+  }
+  if (privacy.dp.mode != protocol::DpMode::none && run.federated_evaluation) {
+    return refuse(
+        "per-client evaluation metrics are computed on the sites' data and are not "
+        "covered by the privacy accountant; set federated_evaluation to false (the "
+        "server's own test set still evaluates every round)");
   }
   if (privacy.dp.mode == protocol::DpMode::client_distributed && !secure) {
     return refuse(

@@ -14,7 +14,8 @@
 //       "mode": "record",                  // none | record | client_central | client_distributed
 //       "epsilon": 8.0, "delta": 1e-5,     // the run's whole budget
 //       "clip_norm": 1.0,                  // per example (record) or per update (client)
-//       "noise_multiplier": 0              // 0: the smallest that fits the budget
+//       "noise_multiplier": 0,             // 0: the smallest that fits the budget
+//       "adaptive_clip": {"target_quantile": 0.5, "learning_rate": 0.2, "count_stddev": 5}
 //     }
 //   }
 #pragma once
@@ -36,12 +37,20 @@ struct SecureAggregationConfig {
   bool bind_keys = true;
 };
 
+// Adaptive clipping (Andrew et al. 2021), client_central without secure aggregation.
+struct AdaptiveClipConfig {
+  double target_quantile = 0.5;  // γ: the clip follows this quantile of update norms
+  double learning_rate = 0.2;    // η
+  double count_stddev = 0;       // σ_b on the count of unclipped updates; 2σ_b > z
+};
+
 struct DpConfig {
   protocol::DpMode mode = protocol::DpMode::none;
   double epsilon = 0;
   double delta = 0;
-  double clip_norm = 0;
-  double noise_multiplier = 0;  // 0 until calibrated
+  double clip_norm = 0;         // initial clip when adaptive
+  double noise_multiplier = 0;  // 0: calibrated to the budget at the run's first round
+  std::optional<AdaptiveClipConfig> adaptive;
 };
 
 struct PrivacyConfig {

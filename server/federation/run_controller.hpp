@@ -47,6 +47,7 @@
 #include "server/store/history_store.hpp"
 #include "shared/protocol/frame.hpp"
 #include "shared/protocol/messages.hpp"
+#include "shared/secagg/server.hpp"
 #include "shared/util/clock.hpp"
 #include "shared/util/error.hpp"
 
@@ -177,6 +178,8 @@ class RunController {
   bool step_secure_stage();
   void fail_secure_round(const std::string& why);
   void record_failed_round();
+  bool spend_privacy_budget(const std::vector<Candidate>& selected);
+  result<void> privatize_secure_mean(secagg::SecAggResult& result, std::size_t selected);
   void commit_round();
   void finish_round_attempt(bool committed);
   void end_run(store::RunState state, const std::string& why);

@@ -3,6 +3,7 @@
 // selecting to committing (round_stage.hpp has the transitions).
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -10,11 +11,14 @@
 
 #include "server/federation/aggregate.hpp"
 #include "server/federation/detail/active_run.hpp"
+#include "server/federation/dp_fedavg.hpp"
 #include "server/federation/round.hpp"
 #include "server/federation/round_report.hpp"
 #include "server/federation/run_controller.hpp"
 #include "server/federation/run_model.hpp"
 #include "server/federation/secure_round.hpp"
+#include "shared/privacy/gaussian.hpp"
+#include "shared/privacy/noise_source.hpp"
 #include "shared/protocol/frame.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/checksum.hpp"
@@ -184,6 +188,9 @@ void RunController::begin_round() {
           static_cast<std::uint64_t>(run.attempt));
   rng.shuffle(std::span(candidates));
   candidates.resize(clients_to_sample(run.config, candidates.size()));
+  if (!spend_privacy_budget(candidates)) {
+    return;  // the run ended: the budget (or its accounting) does not allow this round
+  }
   std::map<std::string, std::string> nonces;
   for (const auto& c : candidates) {
     nonces[c.client_id] = env_.entropy.nonce();
@@ -191,6 +198,7 @@ void RunController::begin_round() {
   run.move(RoundEvent::clients_selected);
 
   model.strategy->begin_round(*model.global);
+  model.strategy->expect_clients(candidates.size());
   RoundSettings settings;
   settings.run_id = run.record.id;
   settings.round = round.number;
@@ -206,7 +214,7 @@ void RunController::begin_round() {
   privacy.epsilon = run.config.privacy.dp.epsilon;
   privacy.delta = run.config.privacy.dp.delta;
   privacy.clip_norm = run.config.privacy.dp.clip_norm;
-  privacy.noise_multiplier = run.config.privacy.dp.noise_multiplier;
+  privacy.noise_multiplier = run.budget ? run.budget->noise_multiplier() : 0.0;
   if (const auto& secure = run.config.privacy.secure_aggregation) {
     privacy.secure_aggregation = true;
     auto plan = secagg::plan_round(static_cast<std::uint32_t>(candidates.size()), secure->settings);
@@ -327,6 +335,10 @@ bool RunController::step_secure_stage() {
       }
     }
     auto& model = *run.model;
+    if (auto scaled = privatize_secure_mean(*result, round.judge->outcomes().size()); !scaled) {
+      fail_secure_round(scaled.error().message);
+      return true;
+    }
     std::vector<float> next(model.global->begin(), model.global->end());
     for (std::size_t i = 0; i < next.size(); ++i) {
       next[i] += result->mean_delta[i];
@@ -397,6 +409,8 @@ void RunController::record_failed_round() {
   auto report =
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.failure_reason = round.closed.failure_reason;
+  report.record.secure_aggregation = round.secure.has_value();
+  report.record.epsilon = round.epsilon;
   if (auto saved = env_.store.record_failed_round(report.record, report.results); !saved) {
     spdlog::error("run {} round {}: could not record the failure: {}", run.record.id, round.number,
                   saved.error().message);
@@ -436,9 +450,16 @@ void RunController::commit_round() {
   auto& model = *run.model;
   auto report =
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
+  report.record.secure_aggregation = round.secure.has_value();
+  report.record.epsilon = round.epsilon;
   // The judge viewed the old global model; it is not used past this point.
   round.judge.reset();
   model.global = std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  if (auto* dp = dynamic_cast<DpFedAvg*>(model.strategy.get()); dp && dp->noise_failed()) {
+    run.move(RoundEvent::commit_failed);
+    end_run(store::RunState::paused, "the DP noise source failed; the round was not committed");
+    return;
+  }
   if (auto eval = model.evaluate_global()) {
     report.record.eval_loss = eval->loss;
     report.record.eval_accuracy = eval->accuracy;
@@ -471,6 +492,111 @@ void RunController::commit_round() {
   if (env_.hooks.round_committed) {
     env_.hooks.round_committed(run.record.id, *committed);
   }
+}
+
+// ---------------------------------------------------------------- differential privacy
+
+// Before a DP round: what it will cost, and whether the budget allows it. The first DP
+// round of an activation sets the noise multiplier (calibrated when the config says 0)
+// and counts the attempts already in the history (a resumed run has spent them).
+bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected) {
+  auto& run = *active_;
+  const auto& dp = run.config.privacy.dp;
+  if (dp.mode == protocol::DpMode::none) {
+    return true;
+  }
+  std::uint64_t smallest = std::numeric_limits<std::uint64_t>::max();
+  for (const auto& c : selected) {
+    smallest = std::min(smallest, c.samples);
+  }
+  auto shape = dp_round_shape(dp, run.config.local_epochs, run.config.batch_size,
+                              selected.empty() ? 0 : smallest);
+  if (!shape) {
+    end_run(store::RunState::paused, "privacy: " + shape.error().message);
+    return false;
+  }
+  if (!run.budget) {
+    auto budget = PrivacyBudget::create(dp, run.config.rounds, *shape);
+    if (!budget) {
+      end_run(store::RunState::failed, "privacy: " + budget.error().message);
+      return false;
+    }
+    if (auto past = env_.store.list_rounds(run.record.id); past && !past->empty()) {
+      budget->restore(static_cast<std::int64_t>(past->size()), *shape);
+    }
+    run.budget = std::move(*budget);
+    spdlog::info("run {}: {} DP, budget epsilon {} at delta {}, noise multiplier {:.4f}",
+                 run.record.id, protocol::dp_mode_name(dp.mode), dp.epsilon, dp.delta,
+                 run.budget->noise_multiplier());
+    if (dp.mode == protocol::DpMode::client_central && !run.config.privacy.secure_aggregation) {
+      std::optional<privacy::AdaptiveClip> adaptive;
+      if (dp.adaptive) {
+        auto made =
+            privacy::AdaptiveClip::create(dp.clip_norm, dp.adaptive->target_quantile,
+                                          dp.adaptive->learning_rate, dp.adaptive->count_stddev);
+        auto split = privacy::update_noise_multiplier(run.budget->noise_multiplier(),
+                                                      dp.adaptive->count_stddev);
+        if (!made || !split) {
+          end_run(store::RunState::failed,
+                  "privacy: adaptive clipping: " +
+                      (!made ? made.error().message : split.error().message));
+          return false;
+        }
+        adaptive = *made;
+      }
+      run.model->strategy = std::make_unique<DpFedAvg>(
+          run.model->global->size(), dp.clip_norm, run.budget->noise_multiplier(),
+          std::make_unique<privacy::CryptoNormal>(), adaptive);
+    }
+  }
+  auto next = run.budget->epsilon_after_next(*shape);
+  if (!next) {
+    end_run(store::RunState::failed, "privacy accounting failed: " + next.error().message);
+    return false;
+  }
+  if (*next > dp.epsilon * (1 + 1e-9)) {
+    const auto number = run.record.last_round + 1;
+    end_run(store::RunState::finished,
+            "privacy budget: round " + std::to_string(number) + " would bring epsilon to " +
+                std::to_string(*next) + ", above the run's budget of " +
+                std::to_string(dp.epsilon) + " (delta " + std::to_string(dp.delta) + ")");
+    return false;
+  }
+  auto spent = run.budget->spend(*shape);
+  run.round->epsilon = *spent;
+  return true;
+}
+
+// Client-level DP under secure aggregation: clients clipped their updates and sent them
+// with weight 1, so the unmasked mean times the contributors is the clipped sum. Central
+// mode noises that sum here (the server sees only the sum, never an update); distributed
+// mode's sum arrives already noised by the clients' shares. Either way it is divided by
+// the number selected (public), as in DP-FedAvg.
+result<void> RunController::privatize_secure_mean(secagg::SecAggResult& result,
+                                                  std::size_t selected) {
+  const auto& run = *active_;
+  const auto& dp = run.config.privacy.dp;
+  if (dp.mode != protocol::DpMode::client_central &&
+      dp.mode != protocol::DpMode::client_distributed) {
+    return {};
+  }
+  const double contributors = double(result.contributors.size());
+  for (auto& v : result.mean_delta) {
+    v = static_cast<float>(double(v) * contributors);
+  }
+  if (dp.mode == protocol::DpMode::client_central) {
+    privacy::CryptoNormal noise;
+    if (auto ok = privacy::add_gaussian_noise(result.mean_delta, run.budget->noise_multiplier(),
+                                              dp.clip_norm, noise);
+        !ok) {
+      return ok.error();
+    }
+  }
+  const double divisor = double(std::max<std::size_t>(selected, 1));
+  for (auto& v : result.mean_delta) {
+    v = static_cast<float>(double(v) / divisor);
+  }
+  return {};
 }
 
 }  // namespace fedcore::federation

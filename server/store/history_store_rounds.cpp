@@ -97,9 +97,9 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
         "INSERT INTO rounds (run_id, round, attempt, state, started_ms, finished_ms, selected, "
         "  accepted, rejected, timed_out, dropped, train_loss, train_accuracy, eval_loss, "
         "  eval_accuracy, fed_eval_loss, fed_eval_accuracy, bytes_up, bytes_down, "
-        "  failure_reason, checkpoint_id) "
+        "  failure_reason, checkpoint_id, secure_aggregation, epsilon) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-        "        ?18, ?19, ?20, ?21)");
+        "        ?18, ?19, ?20, ?21, ?22, ?23)");
     if (!s) {
       return in(what, s.error());
     }
@@ -124,6 +124,8 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
         .bind_int64(19, stored.bytes_down)
         .bind_text(20, stored.failure_reason);
     bind_optional(*s, 21, stored.checkpoint_id);
+    s->bind_int64(22, stored.secure_aggregation ? 1 : 0);
+    bind_optional(*s, 23, stored.epsilon);
     if (auto ok = s->run(); !ok) {
       return in(what, ok.error());
     }

@@ -109,6 +109,15 @@ CREATE TABLE events (
 
 PRAGMA user_version = 1;
 )sql"},
+    // Migration 2: privacy. Whether a round was secure-aggregated (then its client rows
+    // hold no update, sample count or metric of a single client), and the privacy budget
+    // spent by the run up to and including the round (NULL: the run has no DP).
+    {2, R"sql(
+ALTER TABLE rounds ADD COLUMN secure_aggregation INTEGER NOT NULL DEFAULT 0
+  CHECK (secure_aggregation IN (0, 1));
+ALTER TABLE rounds ADD COLUMN epsilon REAL CHECK (epsilon IS NULL OR epsilon >= 0);
+PRAGMA user_version = 2;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

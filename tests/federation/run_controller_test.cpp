@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/model/param_io.hpp"
+#include "shared/privacy/rdp_accountant.hpp"
 #include "shared/secagg/client.hpp"
 #include "shared/secagg/wire.hpp"
 #include "tests/temp_dir.hpp"
@@ -739,6 +740,49 @@ TEST_F(RunControllerTest, ASecureRoundBelowTheThresholdFailsAndTheRunFollowsItsP
   // A message for the failed round changes nothing.
   sites.deliver("a", protocol::MessageType::secagg_keys, "{}");
   EXPECT_GE(events_.count("secure_message_refused"), 1u);
+}
+
+// ---------------------------------------------------------------- differential privacy
+
+TEST_F(RunControllerTest, ADpRunRecordsEpsilonPerRoundAndStopsBeforeTheBudgetIsExceeded) {
+  // z = 2 at q = 1: the budget is what two rounds cost (plus a hair), so the third round
+  // must not start.
+  auto accountant = privacy::RdpAccountant::create().value();
+  ASSERT_TRUE(accountant.compose_poisson_gaussian(1.0, 2.0, 2));
+  const double two_rounds = accountant.epsilon(1e-5)->epsilon;
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  auto c = parse_run_config(
+      R"({"model":{"type":"logreg","input_shape":[4],"num_classes":2},"rounds":5,)"
+      R"("clients_per_round":3,"min_clients":2,"federated_evaluation":false,)"
+      R"("privacy":{"dp":{"mode":"client_central","clip_norm":1.0,"noise_multiplier":2.0,)"
+      R"("delta":1e-5,"epsilon":)" +
+      std::to_string(two_rounds * 1.000001) + "}}}");
+  ASSERT_TRUE(c) << c.error().message;
+  const auto run_id = start(*c);
+  for (int round = 1; round <= 2; ++round) {
+    ASSERT_EQ(controller_->active_round(), round);
+    const auto& sent = *sessions_.last_sent_to("a");
+    EXPECT_EQ(sent.request.privacy.dp, protocol::DpMode::client_central);
+    EXPECT_DOUBLE_EQ(sent.request.privacy.noise_multiplier, 2.0);
+    for (auto id : {"a", "b", "c"}) {
+      answer(id, 0.5f);
+    }
+  }
+  ASSERT_EQ(committed_.size(), 2u);
+  ASSERT_TRUE(committed_[0].epsilon && committed_[1].epsilon);
+  EXPECT_LT(*committed_[0].epsilon, *committed_[1].epsilon);
+  EXPECT_NEAR(*committed_[1].epsilon, two_rounds, 1e-9);
+  const auto stored = run(run_id);
+  EXPECT_EQ(stored.state, store::RunState::finished);
+  EXPECT_EQ(stored.last_round, 2);
+  EXPECT_NE(stored.error.find("privacy budget: round 3"), std::string::npos) << stored.error;
+  // The history keeps the epsilon of each round.
+  auto rounds = store_.list_rounds(run_id);
+  ASSERT_TRUE(rounds);
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[1].epsilon, committed_[1].epsilon);
 }
 
 }  // namespace

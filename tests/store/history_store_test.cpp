@@ -52,7 +52,7 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   { open_store(path); }
   SideConnection side(path);
   EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 1);
+  EXPECT_EQ(kSchemaVersion, 2);
   auto names = side.db().prepare(
       "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
       "ORDER BY name");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "server/federation/privacy_budget.hpp"
 #include "server/federation/round.hpp"
 #include "server/federation/round_stage.hpp"
 #include "server/federation/run_config.hpp"
@@ -27,6 +28,7 @@ struct RoundInFlight {
   std::optional<Round> judge;         // from training on
   std::optional<SecureRound> secure;  // secure-aggregated rounds, from training on
   RoundClose closed;                  // from aggregating on
+  std::optional<double> epsilon;      // DP runs: the budget spent through this round
 };
 
 struct RunController::ActiveRun {
@@ -38,6 +40,7 @@ struct RunController::ActiveRun {
   std::int32_t attempt = 0;      // failed attempts at the current round number
   bool round_requested = false;  // manual runs: from advance_round() to the round's close
   std::optional<RoundInFlight> round;
+  std::optional<PrivacyBudget> budget;  // DP runs, from their first round on
 
   void move(RoundEvent event) {
     FEDCORE_ASSERT(round.has_value(), "round event without a round");

@@ -211,7 +211,7 @@ inline result<RunRecord> read_run(const Statement& s) {
   "d.run_id, d.round, d.attempt, d.state, d.started_ms, d.finished_ms, d.selected, " \
   "d.accepted, d.rejected, d.timed_out, d.dropped, d.train_loss, d.train_accuracy, " \
   "d.eval_loss, d.eval_accuracy, d.fed_eval_loss, d.fed_eval_accuracy, d.bytes_up, " \
-  "d.bytes_down, d.failure_reason, d.checkpoint_id "
+  "d.bytes_down, d.failure_reason, d.checkpoint_id, d.secure_aggregation, d.epsilon "
 
 inline result<RoundRecord> read_round(const Statement& s) {
   RoundRecord r;
@@ -240,6 +240,8 @@ inline result<RoundRecord> read_round(const Statement& s) {
   r.bytes_down = s.column_int64(18);
   r.failure_reason = s.column_text(19);
   r.checkpoint_id = read_optional_int64(s, 20);
+  r.secure_aggregation = s.column_int64(21) != 0;
+  r.epsilon = read_optional_double(s, 22);
   return r;
 }
 

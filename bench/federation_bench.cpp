@@ -17,14 +17,17 @@
 //
 // bench/federation_bench.sh runs both and `openssl speed` for the comparison.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <latch>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -125,12 +128,31 @@ struct Traffic {
   std::atomic<std::uint64_t> update{0}, keys{0}, shares{0}, masked{0}, revealed{0};
   std::atomic<std::uint64_t> completed{0};  // (client, round) pairs seen through to the end
   std::atomic<std::uint64_t> failures{0};   // secure steps that failed at a client
+
+  // When, per round, the first client received its TRAIN and the last client sent each
+  // of its answers (keys, shares, masked input, revealed shares; or its plain update):
+  // the spans between them say where a round's time goes.
+  enum Mark { first_train, last_keys, last_shares, last_masked, last_answer, kMarks };
+  void mark(std::int64_t round, Mark which) {
+    const auto now = Clock::now();
+    std::lock_guard lock(mutex);
+    auto& at = marks[round][which];
+    if (at == Clock::time_point{} || (which == first_train ? now < at : now > at)) {
+      at = now;
+    }
+  }
+  std::mutex mutex;
+  std::map<std::int64_t, std::array<Clock::time_point, kMarks>> marks;
 };
 
 struct TrafficTotals {
   std::uint64_t update = 0, keys = 0, shares = 0, masked = 0, revealed = 0, completed = 0,
                 failures = 0;
   std::uint64_t total() const { return update + keys + shares + masked + revealed; }
+  // Median over rounds of the spans between the marks, in ms: TRAIN -> last keys, ->
+  // last shares, -> last masked input, -> last revealed shares (plain: TRAIN -> last update
+  // in the last slot).
+  std::array<double, 4> spans_ms{};
 };
 
 // utime + stime of a process in seconds (fields 14 and 15 of /proc/<pid>/stat).
@@ -264,6 +286,7 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
       if (!request) {
         continue;
       }
+      traffic.mark(request->round, Traffic::first_train);
       fedcore::protocol::UpdateReport report;
       report.run_id = request->run_id;
       report.round = request->round;
@@ -275,6 +298,7 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
         traffic.update +=
             fedcore::protocol::kFrameHeaderSize + metadata.size() + frame->payload.size();
         co_await channel.write_frame(MessageType::update, metadata, frame->payload);
+        traffic.mark(request->round, Traffic::last_answer);
         ++traffic.completed;
         continue;
       }
@@ -297,6 +321,7 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
       const auto keys = secure->advertise();
       traffic.keys += keys.bytes();
       co_await send(channel, keys);
+      traffic.mark(request->round, Traffic::last_keys);
       continue;
     }
     if (frame->type != MessageType::secagg_neighbours && frame->type != MessageType::secagg_relay &&
@@ -323,6 +348,10 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
                                                                  : traffic.revealed;
     counter += answer->bytes();
     co_await send(channel, *answer);
+    traffic.mark(secure->round(), answer->type == MessageType::secagg_shares ? Traffic::last_shares
+                                  : answer->type == MessageType::secagg_masked
+                                      ? Traffic::last_masked
+                                      : Traffic::last_answer);
     if (secure->finished()) {
       ++traffic.completed;
       secure.reset();
@@ -419,8 +448,17 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
               a4 = (dir / "run.json").string(), a5 = "--log-level", a6 = "warn";
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(),
                   a4.data(), a5.data(), a6.data(), nullptr};
+  // The server's log goes to a file, shown only when the run did not finish.
+  const std::string server_log = (dir / "server.log").string();
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, server_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
   pid_t pid = 0;
-  if (posix_spawn(&pid, server_bin.c_str(), nullptr, nullptr, argv, environ) != 0) {
+  const int spawned = posix_spawn(&pid, server_bin.c_str(), &files, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (spawned != 0) {
     std::fprintf(stderr, "cannot start %s\n", server_bin.c_str());
     std::exit(1);
   }
@@ -494,8 +532,26 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
       }
     }
   }
-  out.traffic = {traffic.update,   traffic.keys,      traffic.shares,  traffic.masked,
-                 traffic.revealed, traffic.completed, traffic.failures};
+  out.traffic = {traffic.update,   traffic.keys,      traffic.shares,   traffic.masked,
+                 traffic.revealed, traffic.completed, traffic.failures, {}};
+  for (int span = 0; span < 4; ++span) {
+    std::vector<double> ms;
+    for (const auto& [round, at] : traffic.marks) {
+      // Plain rounds have only the first and the last mark: one span, in the last slot.
+      const auto from = spec.mode == Mode::plain ? at[Traffic::first_train] : at[span];
+      const auto to = spec.mode == Mode::plain ? at[Traffic::last_answer] : at[span + 1];
+      if ((spec.mode != Mode::plain || span == 3) && from != Clock::time_point{} &&
+          to != Clock::time_point{}) {
+        ms.push_back(std::chrono::duration<double, std::milli>(to - from).count());
+      }
+    }
+    out.traffic.spans_ms[static_cast<std::size_t>(span)] = median(ms);
+  }
+  if (!out.finished || out.failed_rounds > 0) {
+    std::fprintf(stderr, "  the server's log (%s):\n", server_log.c_str());
+    std::fflush(stderr);
+    sh("tail -n 20 '" + server_log + "' >&2");
+  }
   std::filesystem::remove_all(dir);
   out.seconds = std::chrono::duration<double>(Clock::now() - run_started).count();
   return out;
@@ -671,6 +727,26 @@ void secure_bench(const std::string& server_bin, const SecureBenchOptions& o) {
         r.store_accepted > 0
             ? with_commas(std::uint64_t(r.store_bytes_up / r.store_accepted)).c_str()
             : "–");
+  }
+  std::printf(
+      "\nWhere a round's time goes, as the clients see it (median over rounds, ms): from the "
+      "first TRAIN received to the last client's keys sent, then to the last shares, the last "
+      "masked input and the last revealed shares (plain: to the last update); the rest of "
+      "the round is the server's (unmasking or averaging, commit):\n\n");
+  std::printf(
+      "| clients | variant | median round | TRAIN → keys | → shares | → masked | → revealed "
+      "(plain: → update) | rest |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& row : rows) {
+    const RunResult& r = row.result;
+    const auto& t = r.traffic.spans_ms;
+    const bool secure = row.mode != Mode::plain;
+    const double covered = secure ? t[0] + t[1] + t[2] + t[3] : t[3];
+    auto ms = [](double v) { return format("%.0f", v); };
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s |\n", row.clients, mode_name(row.mode),
+                ms(median(r.round_ms)).c_str(), secure ? ms(t[0]).c_str() : "–",
+                secure ? ms(t[1]).c_str() : "–", secure ? ms(t[2]).c_str() : "–", ms(t[3]).c_str(),
+                ms(median(r.round_ms) - covered).c_str());
   }
   std::fflush(stdout);
 }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "shared/privacy/distributed_dp.hpp"
+#include "shared/privacy/gaussian.hpp"
+#include "shared/privacy/noise_source.hpp"
 #include "shared/util/rng.hpp"
 
 namespace fedcore::client {
@@ -73,6 +76,7 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
         return upload.error();
       }
       weight_cap_ = m->body.plan.weight_cap;
+      threshold_ = m->body.plan.threshold;
       return OutgoingFrame{protocol::MessageType::secagg_shares,
                            secagg::to_metadata(envelope_, *upload), nullptr};
     }
@@ -86,8 +90,13 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
       }
       // min(samples, cap) / cap: a site cannot weigh more than the best-provided one (or
       // the admin's cap), whatever it claims.
-      const double weight =
+      double weight =
           double(std::min<std::uint64_t>(report_.samples, weight_cap_)) / double(weight_cap_);
+      if (auto dp = apply_client_dp(); !dp) {
+        return dp.error();
+      } else if (*dp) {
+        weight = 1.0;  // DP-FedAvg weighs clipped updates equally
+      }
       // Stochastic rounding needs no secrecy (the result is masked), only independence
       // from the data: seeded from the round's nonce.
       Rng rounding(std::hash<std::string>{}(envelope_.nonce));
@@ -125,6 +134,36 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
   return fail(errc::invalid_argument, "secure aggregation: a " +
                                           std::string(protocol::message_type_name(frame.type)) +
                                           " message is not for a client");
+}
+
+// Client-level DP under secure aggregation: the server cannot clip what it cannot see, so
+// the site clips its update to the run's L2 norm here; with distributed DP it also adds
+// its share of the noise, sized so that any t survivors together add N(0, (zC)^2) and no
+// party ever sees an un-noised sum. The noise comes from OpenSSL's DRBG: a seed the
+// server knew would let it subtract the noise.
+result<bool> SecureParticipation::apply_client_dp() {
+  const auto& terms = request_.privacy;
+  if (terms.dp != protocol::DpMode::client_central &&
+      terms.dp != protocol::DpMode::client_distributed) {
+    return false;
+  }
+  if (auto clipped = privacy::clip_l2(delta_, terms.clip_norm); !clipped) {
+    return clipped.error();
+  }
+  if (terms.dp == protocol::DpMode::client_distributed) {
+    auto stddev =
+        privacy::per_client_noise_stddev(terms.noise_multiplier, terms.clip_norm, threshold_);
+    if (!stddev) {
+      return stddev.error();
+    }
+    privacy::CryptoNormal noise;
+    if (auto ok =
+            privacy::add_gaussian_noise(delta_, *stddev / terms.clip_norm, terms.clip_norm, noise);
+        !ok) {
+      return ok.error();
+    }
+  }
+  return true;
 }
 
 }  // namespace fedcore::client

@@ -6,7 +6,8 @@
 // (trained - global), weighted min(samples, cap) / cap with the cap the server announces.
 // Then every secagg_* frame from the server is answered with the next message; the
 // masked update is the only form in which the update leaves the site, and no loss or
-// accuracy is sent (per-client metrics would leak what secure aggregation hides).
+// accuracy is sent (per-client metrics would leak what secure aggregation hides). With
+// client-level DP the update is clipped (and, distributed, noised) here, before masking.
 //
 // Thread safety: none; the session's coroutine.
 #pragma once
@@ -72,7 +73,12 @@ class SecureParticipation {
   secagg::SecAggClient client_;
   std::vector<float> delta_;
   protocol::UpdateReport report_;
+  // Clips (and with distributed DP noises) the update for client-level DP; true when
+  // the run has client-level DP (the update then weighs 1).
+  result<bool> apply_client_dp();
+
   std::uint64_t weight_cap_ = 1;  // from the plan, with the neighbours' keys
+  std::uint32_t threshold_ = 1;   // t: distributed DP sizes each share of noise for it
   bool masked_sent_ = false;
   bool finished_ = false;
 };

@@ -100,6 +100,25 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
   } else {
     j["fraction"] = o.fraction;
   }
+  // Secure aggregation and DP hide or do not cover per-client evaluation metrics: the
+  // simulator evaluates every round's checkpoint on the test split itself.
+  nlohmann::json privacy = nlohmann::json::object();
+  if (o.secure_aggregation) {
+    privacy["secure_aggregation"] = {{"bind_keys", o.transport == Transport::tls},
+                                     {"stage_timeout_s", o.round_timeout_s}};
+    j["min_clients"] = 3;
+  }
+  if (o.dp != "none") {
+    privacy["dp"] = {{"mode", o.dp},
+                     {"epsilon", o.epsilon},
+                     {"delta", o.delta},
+                     {"clip_norm", o.clip_norm},
+                     {"noise_multiplier", o.noise_multiplier}};
+  }
+  if (!privacy.empty()) {
+    j["privacy"] = privacy;
+    j["federated_evaluation"] = false;
+  }
   return federation::run_config_from_json(j);
 }
 
@@ -470,7 +489,10 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   // round selected, and when the server has dealt with each update.
   server_thread.call([&] {
     return server_thread.server().subscribe_events([&](const store::EventRecord& e) {
-      if (o.unordered) {
+      // Secure aggregation sums in the 2^32 ring, where addition is exact and
+      // associative: arrival order cannot change a bit, and there are no per-update
+      // answers to order by. Its sites send as soon as they are ready.
+      if (o.unordered || o.secure_aggregation) {
         return;
       }
       if (e.kind == "round_started" && e.round) {
@@ -526,6 +548,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
         row.duration_s = double(r.finished_ms - r.started_ms) / 1000.0;
         row.train_loss = r.train_loss;
         row.fed_eval_accuracy = r.fed_eval_accuracy;
+        row.epsilon = r.epsilon;
         auto eval = evaluator->evaluate(r.run_id, r.round);
         if (!eval) {
           return fail(eval.error().code,

@@ -9,6 +9,7 @@
 #include "shared/data/partition.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
+#include "shared/protocol/messages.hpp"
 
 namespace fedcore::sim {
 namespace {
@@ -67,6 +68,15 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_flag("--unordered", o.unordered,
                "updates reach the server as they are ready (faster for thousands of clients; "
                "not reproducible bit for bit)");
+  app.add_flag("--secure-aggregation", o.secure_aggregation,
+               "SecAgg+: the server sees only the sum of the updates");
+  app.add_option("--dp", o.dp, "none | record | client_central | client_distributed")
+      ->capture_default_str();
+  app.add_option("--epsilon", o.epsilon, "the run's DP budget");
+  app.add_option("--delta", o.delta, "the run's DP delta")->capture_default_str();
+  app.add_option("--clip", o.clip_norm, "DP clip: per example (record) or per update (client)")
+      ->capture_default_str();
+  app.add_option("--noise-multiplier", o.noise_multiplier, "DP noise (0: calibrated to --epsilon)");
   app.add_option("--drop-prob", o.drop_prob, "probability that a selected client drops out");
   app.add_option("--slow-prob", o.slow_prob, "probability that a selected client is slow");
   app.add_option("--slow-factor", o.slow_factor, "a slow client takes this many times longer")
@@ -132,6 +142,13 @@ result<void> validate(const SimOptions& o) {
   }
   if (o.clients == 0) {
     return invalid("--clients must be at least 1");
+  }
+  if (!protocol::dp_mode_from_name(o.dp)) {
+    return invalid("--dp must be none, record, client_central or client_distributed, got '" + o.dp +
+                   "'");
+  }
+  if (o.dp != "none" && !(o.epsilon > 0)) {
+    return invalid("--dp " + o.dp + " needs --epsilon > 0 (the run's budget)");
   }
   if (o.clients > 100000) {
     return invalid("--clients must be at most 100000");
@@ -254,6 +271,12 @@ nlohmann::json to_json(const SimOptions& o) {
           {"unordered", o.unordered},
           {"drop_prob", o.drop_prob},
           {"slow_prob", o.slow_prob},
+          {"secure_aggregation", o.secure_aggregation},
+          {"dp", o.dp},
+          {"epsilon", o.epsilon},
+          {"delta", o.delta},
+          {"clip_norm", o.clip_norm},
+          {"noise_multiplier", o.noise_multiplier},
           {"slow_factor", o.slow_factor},
           {"baseline", o.baseline || o.baseline_only},
           {"baseline_only", o.baseline_only},

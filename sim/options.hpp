@@ -57,6 +57,14 @@ struct SimOptions {
   // thousands of clients (no hand-off per update), but not bit-for-bit reproducible.
   bool unordered = false;
 
+  // Privacy (server/federation/privacy_config.hpp): SecAgg+ and differential privacy.
+  bool secure_aggregation = false;
+  std::string dp = "none";  // none | record | client_central | client_distributed
+  double epsilon = 0;       // the run's budget (DP modes)
+  double delta = 1e-5;
+  double clip_norm = 1.0;       // per example (record) or per update (client-level)
+  double noise_multiplier = 0;  // 0: calibrated to the budget
+
   // Fault injection, decided per (seed, client, round) so that it is reproducible.
   double drop_prob = 0.0;    // a selected client closes its connection instead of answering
   double slow_prob = 0.0;    // a selected client answers late ...

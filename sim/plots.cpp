@@ -71,6 +71,24 @@ result<std::vector<std::string>> write_plots(const std::string& out_dir, const S
       return w.error();
     }
   }
+  if (fed != nullptr && !fed->rounds.empty() && fed->rounds.back().epsilon) {
+    // What the privacy budget bought: accuracy against the epsilon spent so far.
+    LineChart chart;
+    chart.title = "Accuracy against privacy spent (" + what + ", dp " + o.dp + ")";
+    chart.x_label = "epsilon spent (delta " + std::to_string(o.delta) + ")";
+    chart.y_label = "test accuracy";
+    Series s{"federated (" + o.dp + ")", {}, {}, "#1f77b4", false};
+    for (const auto& r : fed->rounds) {
+      if (r.epsilon) {
+        s.x.push_back(*r.epsilon);
+        s.y.push_back(r.accuracy);
+      }
+    }
+    chart.series.push_back(std::move(s));
+    if (auto w = write("accuracy_vs_epsilon.svg", render_svg(chart)); !w) {
+      return w.error();
+    }
+  }
   if (data != nullptr && !data->label_counts.empty()) {
     StackedBars chart;
     const std::size_t shown = std::min(kMaxBars, data->label_counts.size());

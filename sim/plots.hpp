@@ -1,5 +1,6 @@
 // The run's SVG plots, written into the output folder:
 //   accuracy.svg            test accuracy per round (and the baseline per epoch)
+//   accuracy_vs_epsilon.svg DP runs: test accuracy against the privacy budget spent
 //   loss.svg                test loss per round (and the baseline per epoch)
 //   federated_vs_centralized.svg  accuracy against passes over the training data
 //   label_distribution.svg  samples of each class held by each client (stacked bars;

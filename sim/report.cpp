@@ -42,14 +42,14 @@ std::optional<int> epochs_to_reach(const std::vector<EpochRow>& curve, double ta
 std::string rounds_csv(const std::vector<RoundRow>& rounds) {
   std::string out =
       "round,accuracy,loss,participants,rejected,dropped,timed_out,bytes_up,bytes_down,"
-      "duration_s,train_loss,elapsed_s\n";
+      "duration_s,train_loss,elapsed_s,epsilon\n";
   for (const auto& r : rounds) {
     out += std::to_string(r.round) + "," + fixed(r.accuracy, 6) + "," + fixed(r.loss, 6) + "," +
            std::to_string(r.participants) + "," + std::to_string(r.rejected) + "," +
            std::to_string(r.dropped) + "," + std::to_string(r.timed_out) + "," +
            std::to_string(r.bytes_up) + "," + std::to_string(r.bytes_down) + "," +
            fixed(r.duration_s, 3) + "," + fixed(r.train_loss, 6) + "," + fixed(r.elapsed_s, 3) +
-           "\n";
+           "," + (r.epsilon ? fixed(*r.epsilon, 6) : std::string()) + "\n";
   }
   return out;
 }

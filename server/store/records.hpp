@@ -105,8 +105,8 @@ struct RoundRecord {
   std::optional<double> fed_eval_accuracy;
   std::int64_t bytes_up = 0;  // client -> server
   std::int64_t bytes_down = 0;
-  bool secure_aggregation = false;    // only the sum of the updates was ever unmasked
-  std::optional<double> epsilon;      // DP budget spent by the run through this round
+  bool secure_aggregation = false;            // only the sum of the updates was ever unmasked
+  std::optional<double> epsilon;              // DP budget spent by the run through this round
   std::string failure_reason;                 // failed attempts only
   std::optional<std::int64_t> checkpoint_id;  // assigned by commit_round; ignored on write
 

@@ -214,8 +214,8 @@ std::string_view dp_mode_name(DpMode mode) noexcept {
 }
 
 std::optional<DpMode> dp_mode_from_name(std::string_view name) noexcept {
-  for (auto mode : {DpMode::none, DpMode::record, DpMode::client_central,
-                    DpMode::client_distributed}) {
+  for (auto mode :
+       {DpMode::none, DpMode::record, DpMode::client_central, DpMode::client_distributed}) {
     if (dp_mode_name(mode) == name) {
       return mode;
     }

@@ -116,8 +116,8 @@ class Federation {
   }
 
   // Starts a client daemon on its own thread, with the site's policy and audit log if given.
-  void start_client(const std::string& id, client::DataSource data,
-                    client::SitePolicy policy = {}, std::string audit_log = {}) {
+  void start_client(const std::string& id, client::DataSource data, client::SitePolicy policy = {},
+                    std::string audit_log = {}) {
     client::ClientOptions options;
     options.policy = std::move(policy);
     options.audit_log = std::move(audit_log);

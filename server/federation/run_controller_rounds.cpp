@@ -229,6 +229,7 @@ void RunController::begin_round() {
         cap = std::min<std::uint64_t>(cap, run.config.max_samples_per_client);
       }
       plan->weight_cap = cap;
+      plan->bind_keys = secure->bind_keys;
       round.secure.emplace(run.record.id, round.number, *plan, nonces, model.global->size());
     } else {
       spdlog::warn("run {} round {}: {}", run.record.id, round.number, plan.error().message);

@@ -123,6 +123,11 @@ result<SharesUpload> SecAggClient::share_keys(const NeighbourKeys& keys) {
                     " neighbours (the threshold must be a strict majority of the degree and "
                     "at most the neighbours)");
   }
+  if (plan.bind_keys && !s.round.trust) {
+    return fail(errc::failed_precondition,
+                "secure aggregation: the round binds keys to certificates and this site has no "
+                "CA to check them with");
+  }
   for (const auto& n : keys.neighbours) {
     if (n.client_id == s.round.client_id || s.neighbours.count(n.client_id) != 0) {
       return fail(errc::invalid_argument,
@@ -227,7 +232,7 @@ result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShare
   }
   std::vector<std::uint32_t> masked(delta.size() + 1);
   encode_weighted(delta, weight, s.plan, rounding, masked);
-  add_mask(masked, s.self_mask_seed, MaskSign::add);
+  std::vector<MaskStream> masks{{s.self_mask_seed, MaskSign::add}};
   for (const auto& [peer, unused] : s.held) {
     auto seed = s.mask_key.agree(s.neighbours[peer].mask_public,
                                  mask_label(s.round.run, s.round.round, s.round.client_id, peer));
@@ -235,7 +240,11 @@ result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShare
       return fail(errc::invalid_argument,
                   "secure aggregation: neighbour '" + peer + "': " + seed.error().message);
     }
-    add_mask(masked, *seed, pair_sign(s.round.client_id, peer));
+    masks.push_back({*seed, pair_sign(s.round.client_id, peer)});
+  }
+  add_masks(masked, masks);
+  for (auto& m : masks) {
+    OPENSSL_cleanse(m.seed.data(), m.seed.size());
   }
   s.step = Step::unmask;
   return masked;

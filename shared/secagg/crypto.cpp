@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
@@ -14,6 +15,9 @@ namespace {
 
 struct CipherCtx {
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  CipherCtx() = default;
+  CipherCtx(const CipherCtx&) = delete;
+  CipherCtx& operator=(const CipherCtx&) = delete;
   ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
 };
 
@@ -174,36 +178,49 @@ result<Bytes> open(const Seed& key, std::span<const std::uint8_t> sealed, std::s
   return out;
 }
 
-void add_mask(std::span<std::uint32_t> v, const Seed& seed, MaskSign sign) {
-  // 16 KiB of keystream at a time: the cost is AES-NI encryption of zeros, the memory
-  // stays constant whatever the model size.
+void add_masks(std::span<std::uint32_t> v, std::span<const MaskStream> masks) {
+  // 16 KiB of keystream per mask and block: the cost is AES-NI encrypting zeros, the
+  // block of v stays in L1/L2 while every mask is added, and memory stays constant
+  // whatever the model size. AES-128 (10 rounds) rather than AES-256 (14): the seed's
+  // 256 bits still choose key and counter, and 128-bit keys are the PRG's security level.
   constexpr std::size_t kBlockWords = 4096;
   static const std::array<std::uint8_t, kBlockWords * 4> zeros{};
   std::array<std::uint32_t, kBlockWords> stream{};
-  const std::array<std::uint8_t, 16> iv{};
-  CipherCtx c;
-  FEDCORE_ASSERT(c.ctx != nullptr && EVP_EncryptInit_ex(c.ctx, EVP_aes_256_ctr(), nullptr,
-                                                        seed.data(), iv.data()) == 1,
-                 "AES-256-CTR setup failed in OpenSSL");
+  std::vector<CipherCtx> ciphers(masks.size());
+  for (std::size_t m = 0; m < masks.size(); ++m) {
+    const auto& seed = masks[m].seed;
+    FEDCORE_ASSERT(
+        ciphers[m].ctx != nullptr && EVP_EncryptInit_ex(ciphers[m].ctx, EVP_aes_128_ctr(), nullptr,
+                                                        seed.data(), seed.data() + 16) == 1,
+        "AES-128-CTR setup failed in OpenSSL");
+  }
   for (std::size_t start = 0; start < v.size(); start += kBlockWords) {
     const std::size_t words = std::min(kBlockWords, v.size() - start);
-    int length = 0;
-    FEDCORE_ASSERT(EVP_EncryptUpdate(c.ctx, reinterpret_cast<unsigned char*>(stream.data()),
-                                     &length, zeros.data(), static_cast<int>(words * 4)) == 1,
-                   "AES-256-CTR failed in OpenSSL");
-    // Little-endian words on every platform we build for (x86-64); the keystream bytes are
-    // what both sides agree on, the word order only has to be the same on both.
     auto* out = v.data() + start;
-    if (sign == MaskSign::add) {
-      for (std::size_t i = 0; i < words; ++i) {
-        out[i] += stream[i];
-      }
-    } else {
-      for (std::size_t i = 0; i < words; ++i) {
-        out[i] -= stream[i];
+    for (std::size_t m = 0; m < masks.size(); ++m) {
+      int length = 0;
+      FEDCORE_ASSERT(
+          EVP_EncryptUpdate(ciphers[m].ctx, reinterpret_cast<unsigned char*>(stream.data()),
+                            &length, zeros.data(), static_cast<int>(words * 4)) == 1,
+          "AES-128-CTR failed in OpenSSL");
+      // Little-endian words on every platform we build for (x86-64); both sides only
+      // need to read the keystream the same way.
+      if (masks[m].sign == MaskSign::add) {
+        for (std::size_t i = 0; i < words; ++i) {
+          out[i] += stream[i];
+        }
+      } else {
+        for (std::size_t i = 0; i < words; ++i) {
+          out[i] -= stream[i];
+        }
       }
     }
   }
+}
+
+void add_mask(std::span<std::uint32_t> v, const Seed& seed, MaskSign sign) {
+  const MaskStream one{seed, sign};
+  add_masks(v, std::span(&one, 1));
 }
 
 std::string to_hex(std::span<const std::uint8_t> bytes) {

@@ -3,9 +3,11 @@
 //     keys into a 32-byte seed only they know;
 //   - AES-256-GCM (seal/open) for the Shamir shares one client sends another through the
 //     server, so the server relays them without reading them;
-//   - AES-256-CTR as the pseudo-random generator that expands a 32-byte seed into a mask
-//     of any length (add_mask), streamed in fixed-size blocks so that masking a
-//     million-parameter update never holds a second copy of it;
+//   - AES-128-CTR as the pseudo-random generator that expands a 32-byte seed (key: its
+//     first 16 bytes, initial counter block: the last 16) into a mask of any length
+//     (add_masks), streamed in fixed-size blocks so that masking a million-parameter update
+//     never holds a second copy of it, and all of a client's masks are added to each block
+//     while it is in cache;
 //   - random_bytes from OpenSSL's private DRBG for every secret.
 // Nothing here is hand-rolled: the functions only choose and label OpenSSL primitives.
 //
@@ -70,8 +72,16 @@ result<Bytes> open(const Seed& key, std::span<const std::uint8_t> sealed, std::s
 
 enum class MaskSign { add, subtract };
 
-// v[i] += (or -=) the i-th 32-bit word of AES-256-CTR(key = seed, iv = 0) keystream,
-// modulo 2^32. Streams the keystream in blocks of a few KiB.
+struct MaskStream {
+  Seed seed;
+  MaskSign sign = MaskSign::add;
+};
+
+// For every mask: v[i] += (or -=) the i-th little-endian 32-bit word of the AES-128-CTR
+// keystream of its seed, modulo 2^32. One pass over v in blocks of a few KiB, each block
+// receiving every mask.
+void add_masks(std::span<std::uint32_t> v, std::span<const MaskStream> masks);
+// One mask.
 void add_mask(std::span<std::uint32_t> v, const Seed& seed, MaskSign sign);
 
 // Lowercase hex of bytes, and back (errors: invalid_argument naming `what`).

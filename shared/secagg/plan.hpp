@@ -38,6 +38,10 @@ struct RoundPlan {
   // A client's update is weighted min(samples, weight_cap) / weight_cap, in (0, 1]: the
   // admin's per-client cap, or the largest sample count a selected client declared.
   std::uint64_t weight_cap = 1;
+  // Keys must be signed with certificates of the federation CA. A site that holds the CA
+  // checks its neighbours' keys whatever this says (the server cannot switch that off);
+  // this makes the server refuse unsigned keys and a site without the CA refuse to join.
+  bool bind_keys = false;
 };
 
 // The plan for `clients` selected clients. Errors: invalid_argument when clients < 3

@@ -78,6 +78,11 @@ result<void> SecAggServer::on_advertise(const std::string& client_id, Advertised
                 "secure aggregation: malformed keys from '" + client_id +
                     "' (another client's id, a wrong length, or one key used twice)");
   }
+  if (plan_.bind_keys && (keys.signature.empty() || keys.certificate_pem.empty())) {
+    return fail(errc::permission_denied,
+                "secure aggregation: '" + client_id +
+                    "' sent unsigned keys; this round binds keys to certificates");
+  }
   keys_[client_id] = std::move(keys);
   u1_.insert(client_id);
   return {};
@@ -227,16 +232,26 @@ result<SecAggResult> SecAggServer::finish() {
     return fail(errc::failed_precondition,
                 "secure aggregation: cannot rebuild the secret of '" + owner + "': " + e.message);
   };
+  // Every mask to take away, gathered first and removed in one pass over the sum.
+  std::vector<MaskStream> masks;
+  struct Wipe {
+    std::vector<MaskStream>& masks;
+    ~Wipe() {
+      for (auto& m : masks) {
+        OPENSSL_cleanse(m.seed.data(), m.seed.size());
+      }
+    }
+  } wipe{masks};
   // Survivors' self masks.
   for (const auto& u : u3_) {
     auto seed_bytes = shamir_combine(shares_[u], plan_.threshold, 32);
     if (!seed_bytes) {
       return lost(u, seed_bytes.error());
     }
-    Seed seed{};
-    std::copy(seed_bytes->begin(), seed_bytes->end(), seed.begin());
-    add_mask(sum_, seed, MaskSign::subtract);
-    OPENSSL_cleanse(seed.data(), seed.size());
+    MaskStream m{{}, MaskSign::subtract};
+    std::copy(seed_bytes->begin(), seed_bytes->end(), m.seed.begin());
+    OPENSSL_cleanse(seed_bytes->data(), seed_bytes->size());
+    masks.push_back(m);
   }
   // Pairwise masks survivors added with clients that dropped after sharing.
   for (const auto& v : u2_) {
@@ -261,9 +276,11 @@ result<SecAggResult> SecAggServer::finish() {
         return lost(v, seed.error());
       }
       // u added pair_sign(u, v); take it away.
-      add_mask(sum_, *seed, pair_sign(u, v) == MaskSign::add ? MaskSign::subtract : MaskSign::add);
+      masks.push_back(
+          {*seed, pair_sign(u, v) == MaskSign::add ? MaskSign::subtract : MaskSign::add});
     }
   }
+  add_masks(sum_, masks);
   SecAggResult out;
   out.mean_delta.assign(dimension_, 0.0f);
   out.total_weight =

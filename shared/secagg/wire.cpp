@@ -151,7 +151,8 @@ std::string to_metadata(const Envelope& e, const NeighbourKeys& m) {
   auto j = envelope_json(e);
   j["plan"] = {{"clients", m.plan.clients},         {"degree", m.plan.degree},
                {"threshold", m.plan.threshold},     {"clip_range", m.plan.clip_range},
-               {"quant_range", m.plan.quant_range}, {"weight_cap", m.plan.weight_cap}};
+               {"quant_range", m.plan.quant_range}, {"weight_cap", m.plan.weight_cap},
+               {"bind_keys", m.plan.bind_keys}};
   j["neighbours"] = json::array();
   for (const auto& n : m.neighbours) {
     j["neighbours"].push_back(keys_json(n));
@@ -212,6 +213,11 @@ result<Wire<NeighbourKeys>> parse_neighbour_keys(std::string_view metadata) {
       throw Bad{"'weight_cap' must be a positive integer"};
     }
     m.plan.weight_cap = cap.get<std::uint64_t>();
+    const auto& bind = field(p, "bind_keys");
+    if (!bind.is_boolean()) {
+      throw Bad{"'bind_keys' must be true or false"};
+    }
+    m.plan.bind_keys = bind.get<bool>();
     const auto& clip = field(p, "clip_range");
     if (!clip.is_number() || !(clip.get<double>() > 0) || clip.get<double>() > 1e6) {
       throw Bad{"'clip_range' must be a positive number"};

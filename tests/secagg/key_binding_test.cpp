@@ -45,7 +45,9 @@ class KeyBinding : public ::testing::Test {
 // Runs the advertise stage for four bound clients; returns site-a's neighbour message.
 NeighbourKeys neighbour_keys_for_a(std::vector<SecAggClient>& clients) {
   std::vector<std::string> ids{"site-a", "site-b", "site-c", "site-d"};
-  SecAggServer server(3, 9, plan_round(4, {}).value(), ids, 4);
+  auto plan = plan_round(4, {}).value();
+  plan.bind_keys = true;
+  SecAggServer server(3, 9, plan, ids, 4);
   for (std::size_t i = 0; i < clients.size(); ++i) {
     EXPECT_TRUE(server.on_advertise(ids[i], clients[i].advertise()));
   }
@@ -137,6 +139,24 @@ TEST_F(KeyBinding, KeysUnderAnotherIdentityOrCaOrUnsignedAreRefused) {
     (void)fresh.advertise();
     EXPECT_EQ(fresh.share_keys(keys).error().code, errc::permission_denied);
   }
+}
+
+TEST_F(KeyBinding, ABindingRoundRefusesUnsignedKeysAndSitesWithoutTheCa) {
+  auto plan = plan_round(4, {}).value();
+  plan.bind_keys = true;
+  SecAggServer server(3, 9, plan, {"site-a", "site-b", "site-c", "site-d"}, 4);
+  auto unsigned_site = SecAggClient::start({3, 9, "site-a", nullptr, nullptr}).value();
+  auto refused = server.on_advertise("site-a", unsigned_site.advertise());
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::permission_denied);
+  // A site without the CA cannot check its neighbours: it does not join.
+  std::vector<SecAggClient> clients;
+  for (const char* id : {"site-a", "site-b", "site-c", "site-d"}) {
+    clients.push_back(SecAggClient::start(bound(id)).value());
+  }
+  auto keys = neighbour_keys_for_a(clients);
+  (void)unsigned_site.advertise();
+  EXPECT_EQ(unsigned_site.share_keys(keys).error().code, errc::failed_precondition);
 }
 
 }  // namespace

@@ -75,6 +75,15 @@ TEST(SecAggCrypto, MasksCancelAndLookUniform) {
   EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), mask.begin()));
   add_mask(v, seed, MaskSign::subtract);
   EXPECT_EQ(v, original);
+  // Several masks in one pass equal the masks one by one.
+  const Seed a = random_seed(), b = random_seed();
+  auto one_by_one = original;
+  add_mask(one_by_one, a, MaskSign::add);
+  add_mask(one_by_one, b, MaskSign::subtract);
+  auto together = original;
+  const std::vector<MaskStream> both{{a, MaskSign::add}, {b, MaskSign::subtract}};
+  add_masks(together, both);
+  EXPECT_EQ(together, one_by_one);
 }
 
 TEST(SecAggShamir, AnyThresholdSharesRecoverTheSecretAndFewerDoNot) {

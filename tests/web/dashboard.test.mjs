@@ -505,6 +505,32 @@ async function scenario() {
     assert.ok(bytes.length > 128, `${bytes.length} bytes`);
   });
 
+  await step('a secure-aggregated run with record-level DP shows its budget and each round\'s epsilon', async () => {
+    const created = await apiCall('POST', '/api/v1/runs', {
+      name: 'browser-private', model: { type: 'logreg' }, rounds: 3, clients_per_round: 3, min_clients: 3,
+      local_epochs: 1, batch_size: 16, optimizer: { kind: 'sgd', lr: 0.1 }, round_timeout_s: 30, seed: 5,
+      federated_evaluation: false,
+      privacy: {
+        secure_aggregation: { stage_timeout_s: 20 },
+        dp: { mode: 'record', epsilon: 8, delta: 1e-5, clip_norm: 1 },
+      },
+    });
+    assert.equal(created.status, 201, created.text);
+    const privateId = created.json.id;
+    await page.goto(`${base}/#/runs/${privateId}`);
+    await page.locator('#run-state .badge', { hasText: 'finished' }).waitFor({ timeout: 90000 });
+    await page.locator('#rounds-table tr[data-round="3"][data-state="committed"]').waitFor();
+    const privacy = await page.textContent('#run-privacy');
+    const spent = /ε (\d+\.\d+) \/ 8/.exec(privacy);
+    assert.ok(spent, privacy);
+    assert.ok(Number(spent[1]) > 0 && Number(spent[1]) <= 8, privacy);
+    assert.match(privacy, /record DP/);
+    assert.match(privacy, /secure aggregation/);
+    const table = await page.textContent('#rounds-table');
+    assert.match(table, /SecAgg\+/);
+    await shot(page, '07b-run-private');
+  });
+
   await step('a run is stopped from its page, after a confirmation', async () => {
     await page.click('a[data-nav="new-run"]');
     await page.locator('#run-form').waitFor();
@@ -529,14 +555,14 @@ async function scenario() {
     const online = await rows.evaluateAll((trs) => trs.map((tr) => [tr.dataset.client, tr.dataset.online, Number(tr.dataset.rounds)]));
     assert.deepEqual(online.map(([id, on]) => [id, on]).sort(), clientIds.map((id) => [id, 'true']));
     for (const [id, , rounds] of online) {
-      assert.ok(rounds >= 8, `${id} joined the 3 manual and 5 automatic rounds (${rounds})`);
+      assert.ok(rounds >= 11, `${id} joined the 3 manual, 5 automatic and 3 private rounds (${rounds})`);
     }
     await shot(page, '09-clients');
   });
 
-  await step('the runs list and the overview show the three runs', async () => {
+  await step('the runs list and the overview show the four runs', async () => {
     await page.click('a[data-nav="runs"]');
-    await page.locator('#runs-list caption', { hasText: '3 runs' }).waitFor();
+    await page.locator('#runs-list caption', { hasText: '4 runs' }).waitFor();
     await shot(page, '10-runs');
     await page.click('a[data-nav="overview"]');
     await page.locator('#activity li.event').first().waitFor();

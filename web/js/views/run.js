@@ -143,12 +143,26 @@ export function mount(root, ctx) {
       stat('Server accuracy', percent(srvAcc), { hint: srvAcc === null ? 'no server test set' : `loss ${metric(lastOf('eval_loss'))}` }),
       stat('Federated accuracy', percent(fedAcc), { hint: fedAcc === null ? 'not reported' : `loss ${metric(lastOf('fed_eval_loss'))}` }),
       stat('Model', run.config?.model?.type ?? dash, { hint: `${run.config?.strategy ?? 'fedavg'} · ${run.manual ? 'manual rounds' : 'automatic rounds'}` }),
+      privacyStat(),
       stat('Started', h('time', { title: dateTime(run.created_ms) }, shortDateTime(run.created_ms)),
         { hint: `updated ${ago(run.updated_ms)}` }));
     summary.removeAttribute('aria-busy');
     if (run.reason) {
       summary.append(h('p.notice.span-all', { dataset: { kind: run.state === 'failed' ? 'bad' : 'info' } }, `Reason: ${run.reason}`));
     }
+  }
+
+  // The run's privacy: secure aggregation, and the DP budget spent of the stated one.
+  function privacyStat() {
+    const privacy = run.config?.privacy ?? {};
+    const dp = privacy.dp;
+    const secure = privacy.secure_aggregation ? 'secure aggregation' : 'updates in the clear';
+    if (!dp || dp.mode === 'none') {
+      return stat('Privacy', privacy.secure_aggregation ? 'SecAgg+' : 'none', { hint: `${secure} · no DP budget`, id: 'run-privacy' });
+    }
+    const spent = lastOf('epsilon');
+    const text = `ε ${spent === null ? '0' : spent.toFixed(2)} / ${dp.epsilon}`;
+    return stat('Privacy budget', text, { hint: `${dp.mode} DP, δ ${dp.delta} · ${secure}`, id: 'run-privacy' });
   }
 
   function renderFlight() {
@@ -194,6 +208,8 @@ export function mount(root, ctx) {
         { label: 'Fed. acc.', className: 'num', value: (r) => percent(r.fed_eval_accuracy) },
         { label: 'Fed. loss', className: 'num', value: (r) => metric(r.fed_eval_loss) },
         { label: 'Traffic ↑/↓', className: 'num', value: (r) => `${bytes(r.bytes_up)} / ${bytes(r.bytes_down)}` },
+        { label: 'ε spent', className: 'num', value: (r) => (r.epsilon === null || r.epsilon === undefined ? '' : r.epsilon.toFixed(3)) },
+        { label: 'Secure', value: (r) => (r.secure_aggregation ? 'SecAgg+' : '') },
         { label: 'Failure', value: (r) => r.failure_reason || '' },
       ],
       rows: rounds,
@@ -270,6 +286,8 @@ export function mount(root, ctx) {
           { label: 'Eval loss', className: 'num', value: (r) => metric(r.eval_loss) },
           { label: 'Eval acc.', className: 'num', value: (r) => percent(r.eval_accuracy) },
           { label: 'Traffic ↑/↓', className: 'num', value: (r) => `${bytes(r.bytes_up)} / ${bytes(r.bytes_down)}` },
+        { label: 'ε spent', className: 'num', value: (r) => (r.epsilon === null || r.epsilon === undefined ? '' : r.epsilon.toFixed(3)) },
+        { label: 'Secure', value: (r) => (r.secure_aggregation ? 'SecAgg+' : '') },
           { label: 'Reason', className: 'reason', value: (r) => r.reason || '' },
         ],
         rows: items,

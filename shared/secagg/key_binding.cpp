@@ -1,6 +1,9 @@
 #include "shared/secagg/key_binding.hpp"
 
+#include <ctime>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include <openssl/bio.h>
@@ -47,6 +50,14 @@ std::unique_ptr<X509, X509Free> parse_certificate(std::string_view pem) {
     return nullptr;
   }
   return std::unique_ptr<X509, X509Free>(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
+std::string pem_fingerprint(std::string_view pem) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  FEDCORE_ASSERT(EVP_Digest(pem.data(), pem.size(), digest, &length, EVP_sha256(), nullptr) == 1,
+                 "SHA-256 failed in OpenSSL");
+  return std::string(reinterpret_cast<const char*>(digest), length);
 }
 
 std::string common_name(X509* certificate) {
@@ -116,6 +127,13 @@ Bytes Signer::sign(std::string_view message) const {
   return signature;
 }
 
+// Verified certificates: SHA-256 of the PEM text -> (subject CN, notAfter).
+struct TrustAnchor::Cache {
+  static constexpr std::size_t kMaxEntries = 4096;
+  std::mutex mutex;
+  std::map<std::string, std::pair<std::string, std::time_t>> verified;
+};
+
 TrustAnchor::~TrustAnchor() {
   X509_STORE_free(store_);
 }
@@ -130,6 +148,7 @@ result<std::shared_ptr<const TrustAnchor>> TrustAnchor::from_file(const std::str
     return fail(errc::invalid_argument, "'" + ca_pem_path + "' is not a PEM certificate");
   }
   std::shared_ptr<TrustAnchor> anchor(new TrustAnchor());
+  anchor->cache_ = std::make_unique<Cache>();
   anchor->store_ = X509_STORE_new();
   FEDCORE_ASSERT(anchor->store_ != nullptr && X509_STORE_add_cert(anchor->store_, ca.get()) == 1,
                  "cannot build a certificate store");
@@ -145,19 +164,41 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
   if (!certificate) {
     return fail(errc::permission_denied, who + ": its certificate is not a PEM certificate");
   }
-  std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
-  if (!ctx || X509_STORE_CTX_init(ctx.get(), store_, certificate.get(), nullptr) != 1) {
-    return fail(errc::internal, "cannot set up certificate verification");
+  const std::string fingerprint = pem_fingerprint(certificate_pem);
+  const std::time_t now = std::time(nullptr);
+  bool known = false;
+  {
+    std::lock_guard lock(cache_->mutex);
+    const auto hit = cache_->verified.find(fingerprint);
+    known =
+        hit != cache_->verified.end() && hit->second.first == client_id && now < hit->second.second;
   }
-  X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_CLIENT);
-  if (X509_verify_cert(ctx.get()) != 1) {
-    return fail(errc::permission_denied,
-                who + ": its certificate does not chain to the federation CA (" +
-                    X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get())) + ")");
-  }
-  if (common_name(certificate.get()) != client_id) {
-    return fail(errc::permission_denied,
-                who + ": its certificate names '" + common_name(certificate.get()) + "'");
+  if (!known) {
+    std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
+    if (!ctx || X509_STORE_CTX_init(ctx.get(), store_, certificate.get(), nullptr) != 1) {
+      return fail(errc::internal, "cannot set up certificate verification");
+    }
+    X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_CLIENT);
+    if (X509_verify_cert(ctx.get()) != 1) {
+      return fail(errc::permission_denied,
+                  who + ": its certificate does not chain to the federation CA (" +
+                      X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get())) + ")");
+    }
+    if (common_name(certificate.get()) != client_id) {
+      return fail(errc::permission_denied,
+                  who + ": its certificate names '" + common_name(certificate.get()) + "'");
+    }
+    // Remembered until the certificate's notAfter (not at all if it cannot be read).
+    std::time_t not_after = now;
+    std::tm tm{};
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(certificate.get()), &tm) == 1) {
+      not_after = timegm(&tm);
+    }
+    std::lock_guard lock(cache_->mutex);
+    if (cache_->verified.size() >= Cache::kMaxEntries) {
+      cache_->verified.clear();  // rare: thousands of sites, or churn
+    }
+    cache_->verified[fingerprint] = {std::string(client_id), not_after};
   }
   std::unique_ptr<EVP_MD_CTX, MdCtxFree> md(EVP_MD_CTX_new());
   EVP_PKEY* key = X509_get0_pubkey(certificate.get());

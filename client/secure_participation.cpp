@@ -100,7 +100,20 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
       // Stochastic rounding needs no secrecy (the result is masked), only independence
       // from the data: seeded from the round's nonce.
       Rng rounding(std::hash<std::string>{}(envelope_.nonce));
-      auto words = client_.masked_input(m->body, delta_, std::max(weight, 1e-9), rounding);
+      // Federated evaluation, summed too: e = min(test samples, cap) / cap weighs this
+      // site's loss and accuracy on the received model; a site without one sends zeros.
+      std::vector<double> metrics;
+      if (client_.plan().metric_slots == 3) {
+        metrics = {0.0, 0.0, 0.0};
+        if (const auto& eval = report_.evaluation; eval && eval->samples > 0) {
+          const double e =
+              double(std::min<std::uint64_t>(eval->samples, weight_cap_)) / double(weight_cap_);
+          metrics = {e * eval->loss, e * eval->accuracy, e};
+        }
+      } else {
+        metrics.assign(client_.plan().metric_slots, 0.0);
+      }
+      auto words = client_.masked_input(m->body, delta_, std::max(weight, 1e-9), rounding, metrics);
       if (!words) {
         return words.error();
       }

@@ -100,8 +100,9 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
   } else {
     j["fraction"] = o.fraction;
   }
-  // Secure aggregation and DP hide or do not cover per-client evaluation metrics: the
-  // simulator evaluates every round's checkpoint on the test split itself.
+  // The simulator evaluates every round's checkpoint on the test split itself; per-client
+  // evaluation is not covered by a DP budget (and under secure aggregation would only add
+  // three summed coordinates), so privacy runs leave it off.
   nlohmann::json privacy = nlohmann::json::object();
   if (o.secure_aggregation) {
     privacy["secure_aggregation"] = {{"bind_keys", o.transport == Transport::tls},

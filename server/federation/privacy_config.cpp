@@ -206,10 +206,6 @@ result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures
           "secure aggregation hides each update, so the server cannot check its norm "
           "(max_update_norm); clip at the clients with privacy.secure_aggregation.clip_range");
     }
-    if (run.federated_evaluation) {
-      return refuse(
-          "secure aggregation hides per-client metrics; set federated_evaluation to false");
-    }
     if (run.compression != "none") {
       return refuse(
           "sparse compression sends each update's indices in the clear; secure "

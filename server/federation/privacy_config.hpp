@@ -66,7 +66,7 @@ nlohmann::json to_json(const PrivacyConfig& config);
 struct RunFeatures {
   std::string strategy;               // "fedavg", "fedprox", ...
   double max_update_norm = 0;         // a server-side check of each update's norm
-  bool federated_evaluation = false;  // per-client evaluation metrics
+  bool federated_evaluation = false;  // clients evaluate each global model
   std::int64_t min_clients = 1;
   std::string compression = "none";
 };

@@ -230,6 +230,8 @@ void RunController::begin_round() {
       }
       plan->weight_cap = cap;
       plan->bind_keys = secure->bind_keys;
+      // Federated evaluation travels inside the masked sum (secure_participation.cpp).
+      plan->metric_slots = run.config.federated_evaluation ? 3 : 0;
       round.secure.emplace(run.record.id, round.number, *plan, nonces, model.global->size());
     } else {
       spdlog::warn("run {} round {}: {}", run.record.id, round.number, plan.error().message);
@@ -345,6 +347,11 @@ bool RunController::step_secure_stage() {
       next[i] += result->mean_delta[i];
     }
     model.strategy->add_update(next, 1);
+    if (result->metric_sums.size() == 3 && result->metric_sums[2] > 0) {
+      // Only the sums exist: the federation's evaluation without any one site's.
+      round.secure_evaluation = std::pair(result->metric_sums[0] / result->metric_sums[2],
+                                          result->metric_sums[1] / result->metric_sums[2]);
+    }
     spdlog::info("run {} round {}: secure sum of {} masked updates unmasked", run.record.id,
                  round.number, result->contributors.size());
     run.move(RoundEvent::unmasked);
@@ -453,6 +460,10 @@ void RunController::commit_round() {
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.secure_aggregation = round.secure.has_value();
   report.record.epsilon = round.epsilon;
+  if (round.secure_evaluation) {
+    report.record.fed_eval_loss = round.secure_evaluation->first;
+    report.record.fed_eval_accuracy = round.secure_evaluation->second;
+  }
   // The judge viewed the old global model; it is not used past this point.
   round.judge.reset();
   model.global = std::make_shared<const std::vector<float>>(model.strategy->finish_round());

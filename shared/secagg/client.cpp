@@ -188,7 +188,8 @@ result<SharesUpload> SecAggClient::share_keys(const NeighbourKeys& keys) {
 
 result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShares& relayed,
                                                               std::span<const float> delta,
-                                                              double weight, Rng& rounding) {
+                                                              double weight, Rng& rounding,
+                                                              std::span<const double> metrics) {
   auto& s = *state_;
   if (auto ok = s.expect(Step::masked_input, "masked input"); !ok) {
     return ok.error();
@@ -230,8 +231,14 @@ result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShare
                                                " neighbours shared keys, the threshold is " +
                                                std::to_string(s.plan.threshold));
   }
-  std::vector<std::uint32_t> masked(delta.size() + 1);
-  encode_weighted(delta, weight, s.plan, rounding, masked);
+  if (metrics.size() != s.plan.metric_slots) {
+    return fail(errc::invalid_argument, "secure aggregation: " + std::to_string(metrics.size()) +
+                                            " metric values for " +
+                                            std::to_string(s.plan.metric_slots) + " slots");
+  }
+  std::vector<std::uint32_t> masked(delta.size() + 1 + metrics.size());
+  encode_weighted(delta, weight, s.plan, rounding, std::span(masked).first(delta.size() + 1));
+  encode_values(metrics, s.plan, rounding, std::span(masked).subspan(delta.size() + 1));
   std::vector<MaskStream> masks{{s.self_mask_seed, MaskSign::add}};
   for (const auto& [peer, unused] : s.held) {
     auto seed = s.mask_key.agree(s.neighbours[peer].mask_public,

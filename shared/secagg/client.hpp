@@ -61,14 +61,16 @@ class SecAggClient {
   // missing while we require it).
   result<SharesUpload> share_keys(const NeighbourKeys& keys);
 
-  // The masked encoding of weight·delta (d + 1 words). Shares that do not open are refused
-  // (data_loss): a server that corrupts one would otherwise make us mask with a peer whose
-  // mask it can later remove. Errors also: failed_precondition (out of order, or fewer
+  // The masked encoding of weight·delta, the weight and the plan's metric values
+  // (d + 1 + plan().metric_slots words; `metrics` must hold metric_slots values). Shares that do
+  // not open are refused (data_loss): a server that corrupts one would otherwise make us mask with
+  // a peer whose mask it can later remove. Errors also: failed_precondition (out of order, or fewer
   // than t neighbours shared), invalid_argument (a share from a non-neighbour, twice from
   // one, a non-finite delta or a weight outside (0, 1]).
   result<std::vector<std::uint32_t>> masked_input(const RelayedShares& relayed,
                                                   std::span<const float> delta, double weight,
-                                                  Rng& rounding);
+                                                  Rng& rounding,
+                                                  std::span<const double> metrics = {});
 
   // Errors: failed_precondition (out of order; fewer than t survivors; we are not a
   // survivor); permission_denied (a client in both lists, or asked for the other kind of

@@ -42,6 +42,9 @@ struct RoundPlan {
   // checks its neighbours' keys whatever this says (the server cannot switch that off);
   // this makes the server refuse unsigned keys and a site without the CA refuse to join.
   bool bind_keys = false;
+  // Values summed after the weight: 3 with federated evaluation (e·loss, e·accuracy, e,
+  // where e = min(test samples, cap) / cap), else 0. Clipped to ±clip_range like the rest.
+  std::uint32_t metric_slots = 0;
 };
 
 // The plan for `clients` selected clients. Errors: invalid_argument when clients < 3

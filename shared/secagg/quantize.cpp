@@ -30,6 +30,26 @@ void encode_weighted(std::span<const float> delta, double weight, const RoundPla
   out[delta.size()] = encode(weight, plan, rng);
 }
 
+void encode_values(std::span<const double> values, const RoundPlan& plan, Rng& rng,
+                   std::span<std::uint32_t> out) {
+  FEDCORE_ASSERT(out.size() == values.size(), "encode_values: one word per value");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out[i] = encode(values[i], plan, rng);
+  }
+}
+
+std::vector<double> decode_values(std::span<const std::uint32_t> sum, std::uint32_t clients,
+                                  const RoundPlan& plan) {
+  const double step = quantization_step(plan);
+  const double offset = double(clients) * plan.clip_range;
+  std::vector<double> out;
+  out.reserve(sum.size());
+  for (auto word : sum) {
+    out.push_back(double(word) * step - offset);
+  }
+  return out;
+}
+
 double decode_weighted_mean(std::span<const std::uint32_t> sum, std::uint32_t clients,
                             const RoundPlan& plan, std::span<float> out) {
   FEDCORE_ASSERT(out.size() + 1 == sum.size(), "decode_weighted_mean: sum holds d + 1 values");

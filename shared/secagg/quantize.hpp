@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "shared/secagg/plan.hpp"
 #include "shared/util/rng.hpp"
@@ -19,6 +20,13 @@ namespace fedcore::secagg {
 // REQUIRES: out.size() == delta.size() + 1, 0 < weight <= 1.
 void encode_weighted(std::span<const float> delta, double weight, const RoundPlan& plan, Rng& rng,
                      std::span<std::uint32_t> out);
+
+// out[i] = encode(values[i]): metrics summed beside the update (already weighted).
+void encode_values(std::span<const double> values, const RoundPlan& plan, Rng& rng,
+                   std::span<std::uint32_t> out);
+// The sums of `clients` encoded values.
+std::vector<double> decode_values(std::span<const std::uint32_t> sum, std::uint32_t clients,
+                                  const RoundPlan& plan);
 
 // The weighted mean sum_i w_i delta_i / sum_i w_i from the sum of `clients` encodings.
 // REQUIRES: out.size() + 1 == sum.size(). Returns the decoded sum of weights (> 0 when

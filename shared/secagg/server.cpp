@@ -163,7 +163,7 @@ result<std::map<std::string, RelayedShares>> SecAggServer::close_sharing() {
     }
   }
   relayed_.clear();
-  sum_.assign(dimension_ + 1, 0);
+  sum_.assign(dimension_ + 1 + plan_.metric_slots, 0);
   stage_ = ServerStage::masking;
   return out;
 }
@@ -173,10 +173,10 @@ result<void> SecAggServer::on_masked(const std::string& client_id,
   if (auto ok = in_stage(ServerStage::masking, client_id, u2_, u3_, "masked input"); !ok) {
     return ok;
   }
-  if (masked.size() != dimension_ + 1) {
+  if (masked.size() != sum_.size()) {
     return fail(errc::invalid_argument,
                 "secure aggregation: a masked input of " + std::to_string(masked.size()) +
-                    " words from '" + client_id + "', expected " + std::to_string(dimension_ + 1));
+                    " words from '" + client_id + "', expected " + std::to_string(sum_.size()));
   }
   // Summed at once and never kept: the server holds one running sum, not n inputs.
   for (std::size_t i = 0; i < masked.size(); ++i) {
@@ -283,8 +283,10 @@ result<SecAggResult> SecAggServer::finish() {
   add_masks(sum_, masks);
   SecAggResult out;
   out.mean_delta.assign(dimension_, 0.0f);
-  out.total_weight =
-      decode_weighted_mean(sum_, static_cast<std::uint32_t>(u3_.size()), plan_, out.mean_delta);
+  const auto contributors = static_cast<std::uint32_t>(u3_.size());
+  out.total_weight = decode_weighted_mean(std::span(sum_).first(dimension_ + 1), contributors,
+                                          plan_, out.mean_delta);
+  out.metric_sums = decode_values(std::span(sum_).subspan(dimension_ + 1), contributors, plan_);
   out.contributors.assign(u3_.begin(), u3_.end());
   shares_.clear();
   stage_ = ServerStage::finished;

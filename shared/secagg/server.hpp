@@ -39,6 +39,7 @@ struct SecAggResult {
   std::vector<float> mean_delta;          // sum_i w_i delta_i / sum_i w_i
   double total_weight = 0;                // sum_i w_i as decoded
   std::vector<std::string> contributors;  // U3
+  std::vector<double> metric_sums;        // the plan's metric slots, summed over U3
 };
 
 class SecAggServer {
@@ -57,7 +58,7 @@ class SecAggServer {
   result<void> on_shares(const std::string& client_id, const SharesUpload& upload);
   result<std::map<std::string, RelayedShares>> close_sharing();
 
-  // `masked`: d + 1 words.
+  // `masked`: d + 1 + plan.metric_slots words.
   result<void> on_masked(const std::string& client_id, std::span<const std::uint32_t> masked);
   // The same request for every survivor.
   result<UnmaskRequest> close_masking();

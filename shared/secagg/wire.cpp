@@ -152,7 +152,7 @@ std::string to_metadata(const Envelope& e, const NeighbourKeys& m) {
   j["plan"] = {{"clients", m.plan.clients},         {"degree", m.plan.degree},
                {"threshold", m.plan.threshold},     {"clip_range", m.plan.clip_range},
                {"quant_range", m.plan.quant_range}, {"weight_cap", m.plan.weight_cap},
-               {"bind_keys", m.plan.bind_keys}};
+               {"bind_keys", m.plan.bind_keys},     {"metric_slots", m.plan.metric_slots}};
   j["neighbours"] = json::array();
   for (const auto& n : m.neighbours) {
     j["neighbours"].push_back(keys_json(n));
@@ -218,6 +218,10 @@ result<Wire<NeighbourKeys>> parse_neighbour_keys(std::string_view metadata) {
       throw Bad{"'bind_keys' must be true or false"};
     }
     m.plan.bind_keys = bind.get<bool>();
+    m.plan.metric_slots = u32(p, "metric_slots");
+    if (m.plan.metric_slots > 16) {
+      throw Bad{"'metric_slots' must be at most 16"};
+    }
     const auto& clip = field(p, "clip_range");
     if (!clip.is_number() || !(clip.get<double>() > 0) || clip.get<double>() > 1e6) {
       throw Bad{"'clip_range' must be a positive number"};

@@ -56,7 +56,6 @@ TEST(PrivacyConfig, IncompatibleCombinationsAreRefusedWithANamedReason) {
   } cases[] = {
       {R"(,"federated_evaluation":false,"max_update_norm":5,"privacy":{)" + secure + "}",
        "max_update_norm"},
-      {R"(,"privacy":{)" + secure + "}", "federated_evaluation"},
       {R"(,"federated_evaluation":false,"min_clients":2,"clients_per_round":5,"privacy":{)" +
            secure + "}",
        "min_clients >= 3"},

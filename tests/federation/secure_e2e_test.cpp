@@ -45,7 +45,7 @@ RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy) {
   auto run = federation.start_run(
       R"({"name":"bc","model":{"type":"logreg"},"rounds":3,"clients_per_round":4,
       "min_clients":4,"local_epochs":2,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.1},
-      "round_timeout_s":60,"seed":1,"wait_for_clients_s":60,"federated_evaluation":false,
+      "round_timeout_s":60,"seed":1,"wait_for_clients_s":60,"federated_evaluation":true,
       "server_test_set":")" +
       data_dir.path("held-out.csv") + R"(","label_column":"benign")" + privacy + "}");
   EXPECT_TRUE(run) << run.error().to_string();
@@ -103,6 +103,15 @@ TEST(SecureFederation, FourHospitalsWithSecAggPlusMatchPlainFedAvg) {
   }
   EXPECT_NEAR(secure.eval_accuracy, plain.eval_accuracy, 0.011);
   EXPECT_GT(secure.eval_accuracy, 0.9);
+  // Federated evaluation comes out of the masked sum: the same means as the plain run's,
+  // which averages the sites' own reports (weights min(test samples, cap) / cap there,
+  // test samples here: equal ratios).
+  for (std::size_t r = 0; r < secure.rounds.size(); ++r) {
+    ASSERT_TRUE(secure.rounds[r].fed_eval_accuracy.has_value()) << "round " << r + 1;
+    ASSERT_TRUE(plain.rounds[r].fed_eval_accuracy.has_value());
+    EXPECT_NEAR(*secure.rounds[r].fed_eval_accuracy, *plain.rounds[r].fed_eval_accuracy, 2e-3);
+    EXPECT_NEAR(*secure.rounds[r].fed_eval_loss, *plain.rounds[r].fed_eval_loss, 2e-3);
+  }
   for (std::size_t r = 0; r < secure.rounds.size(); ++r) {
     EXPECT_EQ(secure.rounds[r].accepted, kHospitals);
     // Nothing per client that would leak an update: no loss, no sample count.

@@ -29,6 +29,8 @@ struct RoundInFlight {
   std::optional<SecureRound> secure;  // secure-aggregated rounds, from training on
   RoundClose closed;                  // from aggregating on
   std::optional<double> epsilon;      // DP runs: the budget spent through this round
+  // Secure rounds with federated evaluation: (loss, accuracy) from the masked sums.
+  std::optional<std::pair<double, double>> secure_evaluation;
 };
 
 struct RunController::ActiveRun {

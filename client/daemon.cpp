@@ -55,6 +55,7 @@ struct ClientDaemon::Impl {
   SitePolicyGate policy;
   std::unique_ptr<AuditLog> audit;  // when options.audit_log names a file
   SecureIdentity identity;          // empty for in-process sessions (no PKI)
+  RecordDpLedger dp_ledger{0};      // sized to the local records in create()
 
   asio::awaitable<result<void>> serve_one_connection();
   asio::awaitable<result<std::shared_ptr<net::Link>>> connect();
@@ -113,6 +114,7 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   }
   auto impl = std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls));
   impl->identity = std::move(identity);
+  impl->dp_ledger = RecordDpLedger(impl->data.train.size());
   if (!impl->options.audit_log.empty()) {
     auto audit = AuditLog::open(impl->options.audit_log, *impl->clock);
     if (!audit) {
@@ -189,6 +191,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
   };
   h.audit = audit.get();
   h.secure = identity;
+  h.dp_ledger = &dp_ledger;
   return h;
 }
 

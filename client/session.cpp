@@ -177,7 +177,23 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     send_error(*link_, errc::permission_denied, "site policy: " + refused->words);
     co_return result<void>{};
   }
+  if (hooks_.dp_ledger) {
+    if (auto over = hooks_.dp_ledger->check(*request)) {
+      spdlog::warn("run {} round {}: refused by the site's DP accountant: {}", request->run_id,
+                   request->round, *over);
+      send_error(*link_, errc::permission_denied, "site DP accountant: " + *over);
+      co_return result<void>{};
+    }
+  }
   LocalResult local = co_await hooks_.train(*request, *global);
+  if (hooks_.dp_ledger && local.record_dp) {
+    // What DP-SGD really did, not what was asked, goes into the site's ledger.
+    if (auto eps =
+            hooks_.dp_ledger->record(request->run_id, *local.record_dp, request->privacy.delta)) {
+      spdlog::info("run {} round {}: record-level DP, this site's epsilon now {:.4f} of {}",
+                   request->run_id, request->round, *eps, request->privacy.epsilon);
+    }
+  }
   if (local.failure) {
     spdlog::warn("round {}: not trained: {}", request->round, local.failure->message);
     (void)audited(hooks_.audit,

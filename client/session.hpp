@@ -27,6 +27,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "client/audit_log.hpp"
+#include "client/dp_ledger.hpp"
 #include "client/local_trainer.hpp"
 #include "client/secure_participation.hpp"
 #include "client/site_policy.hpp"
@@ -67,6 +68,8 @@ struct SessionHooks {
   // Key binding for secure aggregation (client/secure_participation.hpp); empty: keys are
   // neither signed nor checked (in-process simulations without a PKI).
   SecureIdentity secure;
+  // The site's own record-level DP accountant (client/dp_ledger.hpp); may be null.
+  RecordDpLedger* dp_ledger = nullptr;
 };
 
 class ClientSession {

@@ -86,6 +86,50 @@ result<double> PrivacyBudget::epsilon_after_next(DpRoundShape shape) const {
   return worst_epsilon(rounds_spent_ + 1, shape);
 }
 
+result<double> PrivacyBudget::epsilon_after_next(std::span<const DpRoundShape> shapes) const {
+  double worst = 0;
+  for (const auto& shape : shapes) {
+    auto eps = epsilon_after_next(shape);
+    if (!eps) {
+      return eps;
+    }
+    worst = std::max(worst, *eps);
+  }
+  return worst;
+}
+
+result<double> PrivacyBudget::spend(std::span<const DpRoundShape> shapes) {
+  auto eps = epsilon_after_next(shapes);
+  if (eps) {
+    for (const auto& shape : shapes) {
+      restore(rounds_spent_, shape);
+    }
+    ++rounds_spent_;
+  }
+  return eps;
+}
+
+result<PrivacyBudget> PrivacyBudget::create(const DpConfig& dp, std::int64_t planned_rounds,
+                                            std::span<const DpRoundShape> first_round) {
+  if (first_round.empty()) {
+    return fail(errc::invalid_argument, "a privacy budget needs the first round's shapes");
+  }
+  auto best = create(dp, planned_rounds, first_round.front());
+  for (const auto& shape : first_round.subspan(1)) {
+    if (!best) {
+      break;
+    }
+    auto other = create(dp, planned_rounds, shape);
+    if (!other) {
+      return other;
+    }
+    if (other->noise_multiplier() > best->noise_multiplier()) {
+      best = std::move(other);
+    }
+  }
+  return best;
+}
+
 result<double> PrivacyBudget::spend(DpRoundShape shape) {
   auto eps = epsilon_after_next(shape);
   if (eps) {

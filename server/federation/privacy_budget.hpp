@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "server/federation/privacy_config.hpp"
@@ -46,6 +47,9 @@ class PrivacyBudget {
   // cannot meet with any noise.
   static result<PrivacyBudget> create(const DpConfig& dp, std::int64_t planned_rounds,
                                       DpRoundShape first_round);
+  // Calibrated for the worst of the first round's shapes (the largest z any needs).
+  static result<PrivacyBudget> create(const DpConfig& dp, std::int64_t planned_rounds,
+                                      std::span<const DpRoundShape> first_round);
 
   double noise_multiplier() const noexcept { return noise_multiplier_; }
   double epsilon_budget() const noexcept { return dp_.epsilon; }
@@ -53,8 +57,12 @@ class PrivacyBudget {
 
   // ε after one more round of `shape` (the worst over the shapes seen so far).
   result<double> epsilon_after_next(DpRoundShape shape) const;
+  // The same for a round whose sites have these shapes (every selected site's: with
+  // steps rounded per site, the smallest site is not always the worst).
+  result<double> epsilon_after_next(std::span<const DpRoundShape> shapes) const;
   // Records that a round of `shape` ran (or was attempted); returns the ε now spent.
   result<double> spend(DpRoundShape shape);
+  result<double> spend(std::span<const DpRoundShape> shapes);
   // For a resumed run: `rounds` attempts already ran.
   void restore(std::int64_t rounds, DpRoundShape shape);
 

@@ -517,24 +517,33 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
   if (dp.mode == protocol::DpMode::none) {
     return true;
   }
-  std::uint64_t smallest = std::numeric_limits<std::uint64_t>::max();
+  // Every selected site's shape: steps are rounded per site, so the smallest site is not
+  // always the one that spends most (a site's own ledger, client/dp_ledger.hpp, would
+  // refuse a round the server under-accounted).
+  std::vector<DpRoundShape> shapes;
   for (const auto& c : selected) {
-    smallest = std::min(smallest, c.samples);
+    auto shape = dp_round_shape(dp, run.config.local_epochs, run.config.batch_size, c.samples);
+    if (!shape) {
+      end_run(store::RunState::paused,
+              "privacy: site '" + c.client_id + "': " + shape.error().message);
+      return false;
+    }
+    shapes.push_back(*shape);
   }
-  auto shape = dp_round_shape(dp, run.config.local_epochs, run.config.batch_size,
-                              selected.empty() ? 0 : smallest);
-  if (!shape) {
-    end_run(store::RunState::paused, "privacy: " + shape.error().message);
-    return false;
+  if (shapes.empty()) {
+    shapes.push_back(DpRoundShape{});
   }
+  const std::span<const DpRoundShape> shape(shapes);
   if (!run.budget) {
-    auto budget = PrivacyBudget::create(dp, run.config.rounds, *shape);
+    auto budget = PrivacyBudget::create(dp, run.config.rounds, shape);
     if (!budget) {
       end_run(store::RunState::failed, "privacy: " + budget.error().message);
       return false;
     }
     if (auto past = env_.store.list_rounds(run.record.id); past && !past->empty()) {
-      budget->restore(static_cast<std::int64_t>(past->size()), *shape);
+      for (const auto& s : shapes) {
+        budget->restore(static_cast<std::int64_t>(past->size()), s);
+      }
     }
     run.budget = std::move(*budget);
     spdlog::info("run {}: {} DP, budget epsilon {} at delta {}, noise multiplier {:.4f}",
@@ -561,7 +570,7 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
           std::make_unique<privacy::CryptoNormal>(), adaptive);
     }
   }
-  auto next = run.budget->epsilon_after_next(*shape);
+  auto next = run.budget->epsilon_after_next(shape);
   if (!next) {
     end_run(store::RunState::failed, "privacy accounting failed: " + next.error().message);
     return false;
@@ -574,7 +583,7 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
                 std::to_string(dp.epsilon) + " (delta " + std::to_string(dp.delta) + ")");
     return false;
   }
-  auto spent = run.budget->spend(*shape);
+  auto spent = run.budget->spend(shape);
   run.round->epsilon = *spent;
   return true;
 }

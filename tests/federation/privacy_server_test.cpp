@@ -127,6 +127,27 @@ TEST(PrivacyBudget, RecordLevelAccountsTheSmallestSite) {
   EXPECT_GT(*alone_small.epsilon_after_next(*small), *alone_large.epsilon_after_next(large));
 }
 
+TEST(PrivacyBudget, EverySitesShapeCountsNotOnlyTheSmallest) {
+  // 150 records at batch 16: q = 0.107, 9 steps; 160 records: q = 0.1, 10 steps. Steps are
+  // rounded per site, so neither is simply "the worst": the round costs the larger.
+  DpConfig dp{protocol::DpMode::record, 8.0, 1e-5, 1.0, 0.0, std::nullopt};
+  const DpRoundShape shapes[] = {*dp_round_shape(dp, 1, 16, 150), *dp_round_shape(dp, 1, 16, 160)};
+  auto budget = PrivacyBudget::create(dp, 3, shapes).value();
+  const double a = *budget.epsilon_after_next(shapes[0]);
+  const double b = *budget.epsilon_after_next(shapes[1]);
+  EXPECT_DOUBLE_EQ(*budget.epsilon_after_next(shapes), std::max(a, b));
+  // Calibrated for the worse of the two: three rounds fit the budget for both sites.
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(budget.spend(shapes));
+  }
+  for (const auto& shape : shapes) {
+    auto alone = PrivacyBudget::create(dp, 3, shape).value();
+    EXPECT_LE(alone.noise_multiplier(), budget.noise_multiplier());
+  }
+  // The fourth round would pass it.
+  EXPECT_GT(*budget.epsilon_after_next(shapes), 8.0);
+}
+
 class ZeroNoise final : public privacy::NoiseSource {
  public:
   result<void> fill_standard_normal(std::span<double> out) override {

@@ -172,6 +172,19 @@ result<void> RdpAccountant::claim(Neighbours relation) {
   return {};
 }
 
+// Adds `steps` copies of one step's RDP at every order
+// and records the neighbour relation; steps == 0 changes nothing.
+void RdpAccountant::add_steps(const std::vector<double>& step_rdp, std::uint64_t steps,
+                              Neighbours relation) {
+  if (steps == 0) {
+    return;
+  }
+  for (std::size_t i = 0; i < orders_.size(); ++i) {
+    rdp_[i] += step_rdp[i] == 0 ? 0.0 : step_rdp[i] * static_cast<double>(steps);
+  }
+  neighbours_ = relation;
+}
+
 result<void> RdpAccountant::compose_poisson_gaussian(double q, double noise_multiplier,
                                                      std::uint64_t steps) {
   if (auto ok = claim(Neighbours::add_or_remove_one); !ok) {
@@ -185,13 +198,7 @@ result<void> RdpAccountant::compose_poisson_gaussian(double q, double noise_mult
     }
     step_rdp[i] = *r;
   }
-  if (steps == 0) {
-    return {};
-  }
-  for (std::size_t i = 0; i < orders_.size(); ++i) {
-    rdp_[i] += step_rdp[i] == 0 ? 0.0 : step_rdp[i] * static_cast<double>(steps);
-  }
-  neighbours_ = Neighbours::add_or_remove_one;
+  add_steps(step_rdp, steps, Neighbours::add_or_remove_one);
   return {};
 }
 
@@ -218,13 +225,7 @@ result<void> RdpAccountant::compose_fixed_size_gaussian(std::uint64_t sample_siz
     }
     step_rdp[i] = *r;
   }
-  if (steps == 0) {
-    return {};
-  }
-  for (std::size_t i = 0; i < orders_.size(); ++i) {
-    rdp_[i] += step_rdp[i] == 0 ? 0.0 : step_rdp[i] * static_cast<double>(steps);
-  }
-  neighbours_ = Neighbours::replace_one;
+  add_steps(step_rdp, steps, Neighbours::replace_one);
   return {};
 }
 

@@ -98,6 +98,7 @@ class RdpAccountant {
  private:
   explicit RdpAccountant(std::vector<double> orders);
   result<void> claim(Neighbours relation);
+  void add_steps(const std::vector<double>& step_rdp, std::uint64_t steps, Neighbours relation);
 
   std::vector<double> orders_;
   std::vector<double> rdp_;

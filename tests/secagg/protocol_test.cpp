@@ -45,6 +45,7 @@ class RoundHarness {
   }
 
   std::vector<Site>& sites() { return sites_; }
+  const std::vector<std::string>& ids() const { return ids_; }
   const RoundPlan& plan() const { return plan_; }
 
   // The plain weighted mean of the sites that survive to the masked input.
@@ -224,10 +225,7 @@ TEST(SecAggClientRefusals, NeverRevealsBothSecretsOfOneNeighbour) {
   RoundHarness round(5, 10);
   // Drive a normal round up to the unmask request, then ask one client for both kinds.
   auto& sites = round.sites();
-  std::vector<std::string> ids;
-  for (auto& s : sites) {
-    ids.push_back(s.id);
-  }
+  const auto ids = round.ids();
   SecAggServer real(1, 7, round.plan(), ids, 10);
   for (auto& s : sites) {
     ASSERT_TRUE(real.on_advertise(s.id, s.client->advertise()));
@@ -263,10 +261,7 @@ TEST(SecAggClientRefusals, NeverRevealsBothSecretsOfOneNeighbour) {
 TEST(SecAggClientRefusals, RefusesMinorityThresholdsAndTamperedShares) {
   RoundHarness round(5, 10);
   auto& sites = round.sites();
-  std::vector<std::string> ids;
-  for (auto& s : sites) {
-    ids.push_back(s.id);
-  }
+  const auto ids = round.ids();
   SecAggServer server(1, 7, round.plan(), ids, 10);
   for (auto& s : sites) {
     ASSERT_TRUE(server.on_advertise(s.id, s.client->advertise()));
@@ -295,10 +290,7 @@ TEST(SecAggClientRefusals, RefusesMinorityThresholdsAndTamperedShares) {
 TEST(SecAggServerChecks, RefusesOutOfStageDuplicateAndMalformedInputs) {
   RoundHarness round(4, 10);
   auto& sites = round.sites();
-  std::vector<std::string> ids;
-  for (auto& s : sites) {
-    ids.push_back(s.id);
-  }
+  const auto ids = round.ids();
   SecAggServer server(1, 7, round.plan(), ids, 10);
   auto keys = sites[0].client->advertise();
   EXPECT_EQ(server.on_advertise("site-999", keys).error().code, errc::failed_precondition);

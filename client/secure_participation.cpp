@@ -113,13 +113,13 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
       } else {
         metrics.assign(client_.plan().metric_slots, 0.0);
       }
-      auto words = client_.masked_input(m->body, delta_, std::max(weight, 1e-9), rounding, metrics);
-      if (!words) {
-        return words.error();
+      // The frame payload type is a float vector; the words are written into it bit for bit.
+      auto payload = std::make_shared<std::vector<float>>(client_.masked_words(delta_.size()));
+      if (auto ok = client_.masked_input(m->body, delta_, std::max(weight, 1e-9), rounding, metrics,
+                                         std::as_writable_bytes(std::span(*payload)));
+          !ok) {
+        return ok.error();
       }
-      // The frame payload type is a float vector; the words travel in it bit for bit.
-      auto payload = std::make_shared<std::vector<float>>(words->size());
-      std::memcpy(payload->data(), words->data(), words->size() * sizeof(std::uint32_t));
       std::fill(delta_.begin(), delta_.end(), 0.0f);  // not needed past this point
       masked_sent_ = true;
       return OutgoingFrame{protocol::MessageType::secagg_masked, secagg::to_metadata(envelope_),

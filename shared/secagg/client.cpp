@@ -1,6 +1,7 @@
 #include "shared/secagg/client.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -186,10 +187,26 @@ result<SharesUpload> SecAggClient::share_keys(const NeighbourKeys& keys) {
   return upload;
 }
 
+std::size_t SecAggClient::masked_words(std::size_t parameters) const noexcept {
+  return parameters + 1 + state_->plan.metric_slots;
+}
+
 result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShares& relayed,
                                                               std::span<const float> delta,
                                                               double weight, Rng& rounding,
                                                               std::span<const double> metrics) {
+  std::vector<std::uint32_t> words(masked_words(delta.size()));
+  if (auto ok = masked_input(relayed, delta, weight, rounding, metrics,
+                             std::as_writable_bytes(std::span(words)));
+      !ok) {
+    return ok.error();
+  }
+  return words;
+}
+
+result<void> SecAggClient::masked_input(const RelayedShares& relayed, std::span<const float> delta,
+                                        double weight, Rng& rounding,
+                                        std::span<const double> metrics, std::span<std::byte> out) {
   auto& s = *state_;
   if (auto ok = s.expect(Step::masked_input, "masked input"); !ok) {
     return ok.error();
@@ -197,6 +214,11 @@ result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShare
   if (!(weight > 0 && weight <= 1)) {
     return fail(errc::invalid_argument,
                 "secure aggregation: the update's weight must be in (0, 1]");
+  }
+  if (out.size() != masked_words(delta.size()) * sizeof(std::uint32_t)) {
+    return fail(errc::invalid_argument, "secure aggregation: the output holds " +
+                                            std::to_string(out.size()) + " bytes, not " +
+                                            std::to_string(masked_words(delta.size()) * 4));
   }
   if (!std::all_of(delta.begin(), delta.end(), [](float v) { return std::isfinite(v); })) {
     return fail(errc::invalid_argument, "secure aggregation: the update is not finite");
@@ -236,9 +258,6 @@ result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShare
                                             " metric values for " +
                                             std::to_string(s.plan.metric_slots) + " slots");
   }
-  std::vector<std::uint32_t> masked(delta.size() + 1 + metrics.size());
-  encode_weighted(delta, weight, s.plan, rounding, std::span(masked).first(delta.size() + 1));
-  encode_values(metrics, s.plan, rounding, std::span(masked).subspan(delta.size() + 1));
   std::vector<MaskStream> masks{{s.self_mask_seed, MaskSign::add}};
   for (const auto& [peer, unused] : s.held) {
     auto seed = s.mask_key.agree(s.neighbours[peer].mask_public,
@@ -249,12 +268,32 @@ result<std::vector<std::uint32_t>> SecAggClient::masked_input(const RelayedShare
     }
     masks.push_back({*seed, pair_sign(s.round.client_id, peer)});
   }
-  add_masks(masked, masks);
+  // Word i is weight·delta[i] for i < d, then the weight, then the metrics; each block is
+  // encoded, masked with every stream and copied out while it is in L1.
+  MaskStreams streams(masks);
   for (auto& m : masks) {
     OPENSSL_cleanse(m.seed.data(), m.seed.size());
   }
+  Encoder encode(s.plan, rounding);
+  const std::size_t d = delta.size();
+  const std::size_t total = masked_words(d);
+  std::array<std::uint32_t, MaskStreams::kBlockWords> block{};
+  for (std::size_t start = 0; start < total; start += block.size()) {
+    const std::size_t n = std::min(block.size(), total - start);
+    const std::size_t from_delta = start < d ? std::min(n, d - start) : 0;
+    for (std::size_t i = 0; i < from_delta; ++i) {
+      block[i] = encode(weight * double(delta[start + i]));
+    }
+    for (std::size_t i = from_delta; i < n; ++i) {
+      const std::size_t word = start + i;
+      block[i] = word == d ? encode(weight) : encode(metrics[word - d - 1]);
+    }
+    streams.apply(std::span(block).first(n));
+    std::memcpy(out.data() + start * sizeof(std::uint32_t), block.data(),
+                n * sizeof(std::uint32_t));
+  }
   s.step = Step::unmask;
-  return masked;
+  return {};
 }
 
 result<UnmaskResponse> SecAggClient::unmask(const UnmaskRequest& request) {

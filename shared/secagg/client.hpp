@@ -18,6 +18,7 @@
 // Thread safety: none (one round, one coroutine).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,6 +72,14 @@ class SecAggClient {
                                                   std::span<const float> delta, double weight,
                                                   Rng& rounding,
                                                   std::span<const double> metrics = {});
+  // The same words written little-endian straight into `out` (a frame's payload), block by
+  // block: encoded, masked and copied while a block is in cache, with no d-sized buffer of
+  // its own. REQUIRES: out.size() == masked_words(delta.size()) * 4.
+  result<void> masked_input(const RelayedShares& relayed, std::span<const float> delta,
+                            double weight, Rng& rounding, std::span<const double> metrics,
+                            std::span<std::byte> out);
+  // d + 1 + plan().metric_slots: the words of a masked input for d parameters.
+  std::size_t masked_words(std::size_t parameters) const noexcept;
 
   // Errors: failed_precondition (out of order; fewer than t survivors; we are not a
   // survivor); permission_denied (a client in both lists, or asked for the other kind of

@@ -178,43 +178,66 @@ result<Bytes> open(const Seed& key, std::span<const std::uint8_t> sealed, std::s
   return out;
 }
 
-void add_masks(std::span<std::uint32_t> v, std::span<const MaskStream> masks) {
-  // 16 KiB of keystream per mask and block: the cost is AES-NI encrypting zeros, the
-  // block of v stays in L1/L2 while every mask is added, and memory stays constant
-  // whatever the model size. AES-128 (10 rounds) rather than AES-256 (14): the seed's
-  // 256 bits still choose key and counter, and 128-bit keys are the PRG's security level.
-  constexpr std::size_t kBlockWords = 4096;
-  static const std::array<std::uint8_t, kBlockWords * 4> zeros{};
+// 16 KiB of keystream per mask and block: the cost is AES-NI encrypting zeros, the block
+// stays in L1/L2 while every mask is added, and memory stays constant whatever the model
+// size. AES-128 (10 rounds) rather than AES-256 (14): the seed's 256 bits still choose key
+// and counter, and 128-bit keys are the PRG's security level.
+struct MaskStreams::Ciphers {
+  std::vector<CipherCtx> contexts;
+  std::vector<MaskSign> signs;
   std::array<std::uint32_t, kBlockWords> stream{};
-  std::vector<CipherCtx> ciphers(masks.size());
+};
+
+MaskStreams::MaskStreams(std::span<const MaskStream> masks)
+    : ciphers_(std::make_unique<Ciphers>()) {
+  ciphers_->contexts = std::vector<CipherCtx>(masks.size());
   for (std::size_t m = 0; m < masks.size(); ++m) {
     const auto& seed = masks[m].seed;
-    FEDCORE_ASSERT(
-        ciphers[m].ctx != nullptr && EVP_EncryptInit_ex(ciphers[m].ctx, EVP_aes_128_ctr(), nullptr,
-                                                        seed.data(), seed.data() + 16) == 1,
-        "AES-128-CTR setup failed in OpenSSL");
+    FEDCORE_ASSERT(ciphers_->contexts[m].ctx != nullptr &&
+                       EVP_EncryptInit_ex(ciphers_->contexts[m].ctx, EVP_aes_128_ctr(), nullptr,
+                                          seed.data(), seed.data() + 16) == 1,
+                   "AES-128-CTR setup failed in OpenSSL");
+    ciphers_->signs.push_back(masks[m].sign);
   }
-  for (std::size_t start = 0; start < v.size(); start += kBlockWords) {
-    const std::size_t words = std::min(kBlockWords, v.size() - start);
-    auto* out = v.data() + start;
-    for (std::size_t m = 0; m < masks.size(); ++m) {
-      int length = 0;
-      FEDCORE_ASSERT(
-          EVP_EncryptUpdate(ciphers[m].ctx, reinterpret_cast<unsigned char*>(stream.data()),
-                            &length, zeros.data(), static_cast<int>(words * 4)) == 1,
-          "AES-128-CTR failed in OpenSSL");
-      // Little-endian words on every platform we build for (x86-64); both sides only
-      // need to read the keystream the same way.
-      if (masks[m].sign == MaskSign::add) {
-        for (std::size_t i = 0; i < words; ++i) {
-          out[i] += stream[i];
-        }
-      } else {
-        for (std::size_t i = 0; i < words; ++i) {
-          out[i] -= stream[i];
-        }
+}
+
+MaskStreams::~MaskStreams() {
+  if (ciphers_) {
+    OPENSSL_cleanse(ciphers_->stream.data(), sizeof(ciphers_->stream));
+  }
+}
+
+void MaskStreams::apply(std::span<std::uint32_t> block) {
+  FEDCORE_ASSERT(block.size() <= kBlockWords, "MaskStreams::apply: block too large");
+  static const std::array<std::uint8_t, kBlockWords * 4> zeros{};
+  auto& c = *ciphers_;
+  const std::size_t words = block.size();
+  auto* out = block.data();
+  for (std::size_t m = 0; m < c.contexts.size(); ++m) {
+    int length = 0;
+    FEDCORE_ASSERT(
+        EVP_EncryptUpdate(c.contexts[m].ctx, reinterpret_cast<unsigned char*>(c.stream.data()),
+                          &length, zeros.data(), static_cast<int>(words * 4)) == 1,
+        "AES-128-CTR failed in OpenSSL");
+    // Little-endian words on every platform we build for (x86-64); both sides only need
+    // to read the keystream the same way.
+    const auto* stream = c.stream.data();
+    if (c.signs[m] == MaskSign::add) {
+      for (std::size_t i = 0; i < words; ++i) {
+        out[i] += stream[i];
+      }
+    } else {
+      for (std::size_t i = 0; i < words; ++i) {
+        out[i] -= stream[i];
       }
     }
+  }
+}
+
+void add_masks(std::span<std::uint32_t> v, std::span<const MaskStream> masks) {
+  MaskStreams streams(masks);
+  for (std::size_t start = 0; start < v.size(); start += MaskStreams::kBlockWords) {
+    streams.apply(v.subspan(start, std::min(MaskStreams::kBlockWords, v.size() - start)));
   }
 }
 

@@ -77,6 +77,26 @@ struct MaskStream {
   MaskSign sign = MaskSign::add;
 };
 
+// The keystreams of several masks read in order, block after block: the first apply()
+// adds (or subtracts) words 0..n-1 of every mask, the next one words n.., and so on. Lets
+// a caller encode, mask and copy out one cache-sized block at a time.
+class MaskStreams {
+ public:
+  static constexpr std::size_t kBlockWords = 4096;  // 16 KiB of keystream per mask and call
+
+  explicit MaskStreams(std::span<const MaskStream> masks);
+  MaskStreams(const MaskStreams&) = delete;
+  MaskStreams& operator=(const MaskStreams&) = delete;
+  ~MaskStreams();
+
+  // REQUIRES: block.size() <= kBlockWords.
+  void apply(std::span<std::uint32_t> block);
+
+ private:
+  struct Ciphers;
+  std::unique_ptr<Ciphers> ciphers_;
+};
+
 // For every mask: v[i] += (or -=) the i-th little-endian 32-bit word of the AES-128-CTR
 // keystream of its seed, modulo 2^32. One pass over v in blocks of a few KiB, each block
 // receiving every mask.

@@ -127,11 +127,17 @@ Bytes Signer::sign(std::string_view message) const {
   return signature;
 }
 
-// Verified certificates: SHA-256 of the PEM text -> (subject CN, notAfter).
+// Verified certificates: SHA-256 of the PEM text -> subject CN, notAfter and the parsed
+// public key, so that a hit costs a hash and a signature check, not a PEM parse.
 struct TrustAnchor::Cache {
   static constexpr std::size_t kMaxEntries = 4096;
+  struct Entry {
+    std::string client_id;
+    std::time_t not_after = 0;
+    std::shared_ptr<EVP_PKEY> key;
+  };
   std::mutex mutex;
-  std::map<std::string, std::pair<std::string, std::time_t>> verified;
+  std::map<std::string, Entry> verified;
 };
 
 TrustAnchor::~TrustAnchor() {
@@ -160,20 +166,22 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
                                  std::string_view message,
                                  std::span<const std::uint8_t> signature) const {
   const std::string who = "client '" + std::string(client_id) + "'";
-  auto certificate = parse_certificate(certificate_pem);
-  if (!certificate) {
-    return fail(errc::permission_denied, who + ": its certificate is not a PEM certificate");
-  }
   const std::string fingerprint = pem_fingerprint(certificate_pem);
   const std::time_t now = std::time(nullptr);
-  bool known = false;
+  std::shared_ptr<EVP_PKEY> key;
   {
     std::lock_guard lock(cache_->mutex);
     const auto hit = cache_->verified.find(fingerprint);
-    known =
-        hit != cache_->verified.end() && hit->second.first == client_id && now < hit->second.second;
+    if (hit != cache_->verified.end() && hit->second.client_id == client_id &&
+        now < hit->second.not_after) {
+      key = hit->second.key;
+    }
   }
-  if (!known) {
+  if (!key) {
+    auto certificate = parse_certificate(certificate_pem);
+    if (!certificate) {
+      return fail(errc::permission_denied, who + ": its certificate is not a PEM certificate");
+    }
     std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
     if (!ctx || X509_STORE_CTX_init(ctx.get(), store_, certificate.get(), nullptr) != 1) {
       return fail(errc::internal, "cannot set up certificate verification");
@@ -188,6 +196,11 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
       return fail(errc::permission_denied,
                   who + ": its certificate names '" + common_name(certificate.get()) + "'");
     }
+    EVP_PKEY* public_key = X509_get_pubkey(certificate.get());  // a reference of our own
+    if (public_key == nullptr) {
+      return fail(errc::permission_denied, who + ": its certificate has no usable public key");
+    }
+    key = std::shared_ptr<EVP_PKEY>(public_key, PkeyFree{});
     // Remembered until the certificate's notAfter (not at all if it cannot be read).
     std::time_t not_after = now;
     std::tm tm{};
@@ -198,12 +211,10 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
     if (cache_->verified.size() >= Cache::kMaxEntries) {
       cache_->verified.clear();  // rare: thousands of sites, or churn
     }
-    cache_->verified[fingerprint] = {std::string(client_id), not_after};
+    cache_->verified[fingerprint] = {std::string(client_id), not_after, key};
   }
   std::unique_ptr<EVP_MD_CTX, MdCtxFree> md(EVP_MD_CTX_new());
-  EVP_PKEY* key = X509_get0_pubkey(certificate.get());
-  if (!md || key == nullptr ||
-      EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, key) != 1 ||
+  if (!md || EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, key.get()) != 1 ||
       EVP_DigestVerify(md.get(), signature.data(), signature.size(),
                        reinterpret_cast<const unsigned char*>(message.data()),
                        message.size()) != 1) {

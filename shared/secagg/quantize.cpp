@@ -6,35 +6,47 @@
 #include "shared/util/assert.hpp"
 
 namespace fedcore::secagg {
-namespace {
+Encoder::Encoder(const RoundPlan& plan, Rng& rng) noexcept
+    : clip_(plan.clip_range),
+      scale_(double(plan.quant_range) / (2 * plan.clip_range)),
+      offset_(plan.clip_range * (double(plan.quant_range) / (2 * plan.clip_range))),
+      top_(double(plan.quant_range)),
+      rng_(rng) {}
 
-std::uint32_t encode(double x, const RoundPlan& plan, Rng& rng) {
-  const double c = plan.clip_range;
-  const double q = double(plan.quant_range);
-  const double scaled = (std::clamp(x, -c, c) + c) * (q / (2 * c));  // in [0, q]
+std::uint32_t Encoder::operator()(double x) noexcept {
+  const double scaled = std::clamp(x, -clip_, clip_) * scale_ + offset_;  // in [0, q]
   const double floor = std::floor(scaled);
-  // Stochastic rounding: up with probability equal to the fraction.
-  const double up = rng.uniform_double() < scaled - floor ? 1.0 : 0.0;
-  return static_cast<std::uint32_t>(std::min(floor + up, q));
+  // Stochastic rounding: up with probability equal to the fraction. The fraction needs no
+  // more than 32 bits of randomness, so one generator call serves two values.
+  std::uint32_t draw;
+  if (has_half_) {
+    draw = static_cast<std::uint32_t>(bits_ >> 32);
+  } else {
+    bits_ = rng_.next_u64();
+    draw = static_cast<std::uint32_t>(bits_);
+  }
+  has_half_ = !has_half_;
+  const double up = double(draw) * 0x1p-32 < scaled - floor ? 1.0 : 0.0;
+  return static_cast<std::uint32_t>(std::min(floor + up, top_));
 }
-
-}  // namespace
 
 void encode_weighted(std::span<const float> delta, double weight, const RoundPlan& plan, Rng& rng,
                      std::span<std::uint32_t> out) {
   FEDCORE_ASSERT(out.size() == delta.size() + 1, "encode_weighted: out must hold d + 1 values");
   FEDCORE_ASSERT(weight > 0 && weight <= 1, "encode_weighted: weight in (0, 1]");
+  Encoder encode(plan, rng);
   for (std::size_t i = 0; i < delta.size(); ++i) {
-    out[i] = encode(weight * double(delta[i]), plan, rng);
+    out[i] = encode(weight * double(delta[i]));
   }
-  out[delta.size()] = encode(weight, plan, rng);
+  out[delta.size()] = encode(weight);
 }
 
 void encode_values(std::span<const double> values, const RoundPlan& plan, Rng& rng,
                    std::span<std::uint32_t> out) {
   FEDCORE_ASSERT(out.size() == values.size(), "encode_values: one word per value");
+  Encoder encode(plan, rng);
   for (std::size_t i = 0; i < values.size(); ++i) {
-    out[i] = encode(values[i], plan, rng);
+    out[i] = encode(values[i]);
   }
 }
 

@@ -16,6 +16,25 @@
 
 namespace fedcore::secagg {
 
+// Encodes values one after another (clip to [-c, c], map to [0, q], round stochastically),
+// for callers that encode block by block; encode_weighted and encode_values are loops over
+// it. Each 64-bit draw of `rng` gives two 32-bit rounding uniforms (a rounding bias below
+// 2^-32 of a step). Keeps references to plan and rng: both must outlive it.
+class Encoder {
+ public:
+  Encoder(const RoundPlan& plan, Rng& rng) noexcept;
+  std::uint32_t operator()(double x) noexcept;
+
+ private:
+  double clip_;
+  double scale_;   // q / 2c
+  double offset_;  // c * q / 2c
+  double top_;     // q
+  Rng& rng_;
+  std::uint64_t bits_ = 0;
+  bool has_half_ = false;
+};
+
 // out[i] = encode(weight * delta[i]) for i < d, out[d] = encode(weight).
 // REQUIRES: out.size() == delta.size() + 1, 0 < weight <= 1.
 void encode_weighted(std::span<const float> delta, double weight, const RoundPlan& plan, Rng& rng,

@@ -245,22 +245,31 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
                                    std::uint16_t port, std::vector<std::int64_t> shape,
                                    ClientOptions options) {
   using fedcore::protocol::MessageType;
-  TlsStream stream(io, ctx);
-  (void)fedcore::tls::prepare_client_stream(stream, "localhost");
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    auto [ec] = co_await stream.next_layer().async_connect(
-        {asio::ip::make_address("127.0.0.1"), port}, kNoThrow);
-    if (!ec) {
-      break;
+  // Connect and handshake, retrying as a daemon does: the server may not listen yet, and
+  // it closes connections beyond its per-address limit of handshakes in progress (all the
+  // bench's clients come from 127.0.0.1 at once).
+  std::optional<TlsStream> connected;
+  for (int attempt = 0; attempt < 200 && !connected; ++attempt) {
+    if (attempt > 0) {
+      asio::steady_timer t(io, std::chrono::milliseconds(50 + 10 * (attempt % 8)));
+      co_await t.async_wait(kNoThrow);
     }
-    stream.next_layer().close();
-    asio::steady_timer t(io, std::chrono::milliseconds(100));
-    co_await t.async_wait(kNoThrow);
+    TlsStream candidate(io, ctx);
+    (void)fedcore::tls::prepare_client_stream(candidate, "localhost");
+    auto [ec] = co_await candidate.next_layer().async_connect(
+        {asio::ip::make_address("127.0.0.1"), port}, kNoThrow);
+    if (ec) {
+      continue;
+    }
+    auto [hs] = co_await candidate.async_handshake(asio::ssl::stream_base::client, kNoThrow);
+    if (!hs) {
+      connected.emplace(std::move(candidate));
+    }
   }
-  auto [hs] = co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
-  if (hs) {
+  if (!connected) {
     co_return;
   }
+  TlsStream stream(std::move(*connected));
   fedcore::net::ChannelOptions channel_options;
   channel_options.limits.max_payload_bytes = std::uint64_t{1} << 31;
   FrameChannel<TlsStream> channel(std::move(stream), channel_options);

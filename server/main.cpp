@@ -23,6 +23,7 @@
 #include "server/api/api_server.hpp"
 #include "server/api/config.hpp"
 #include "server/federation/federation_server.hpp"
+#include "shared/net/listener.hpp"
 
 namespace {
 
@@ -200,6 +201,8 @@ int main(int argc, char** argv) {
     spdlog::error("database '{}': {}", database, store.error().message);
     return 1;
   }
+  // The connection limits, not the default 1,024 descriptors, decide how many peers we hold.
+  spdlog::info("open-file limit: {}", fedcore::net::raise_open_file_limit());
   boost::asio::io_context io;
   auto server = fedcore::federation::FederationServer::create(io, options, *store);
   if (!server) {

@@ -7,6 +7,8 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -27,8 +29,10 @@
 
 #include "server/api/api.hpp"
 #include "server/api/events.hpp"
+#include "shared/net/connection_table.hpp"
 #include "shared/net/listener.hpp"
 #include "shared/tls/context.hpp"
+#include "shared/util/log_throttle.hpp"
 
 namespace fedcore::api {
 namespace {
@@ -80,7 +84,10 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                        .store = store,
                        .federation_listener = options.federation_listener,
                        .api_listener = ""},
-            TokenVerifier(options.tokens), StaticFiles(options.web_root)) {}
+            TokenVerifier(options.tokens), StaticFiles(options.web_root)),
+        table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
+                                    options.max_unauthenticated_per_address,
+                                    options.max_connections_per_address}) {}
 
   struct Connection {
     beast::tcp_stream* socket = nullptr;
@@ -95,12 +102,15 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
   EventHub hub;
   Api api;
   std::optional<std::uint64_t> subscription;
+  net::ConnectionTable table;
+  LogThrottle throttle{std::chrono::seconds(10)};
   std::map<std::uint64_t, Connection> connections;
   std::uint64_t next_connection = 1;
   bool stopping = false;
 
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> serve(tcp::socket socket, std::uint64_t id);
+  asio::awaitable<void> serve(tcp::socket socket, std::uint64_t id,
+                              net::ConnectionTable::Ticket ticket);
   asio::awaitable<bool> write_response(Stream& stream, Response r, unsigned version,
                                        bool keep_alive, bool head);
   asio::awaitable<void> stream_events(Stream& stream, unsigned version, std::uint64_t id);
@@ -109,36 +119,53 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
 
 asio::awaitable<void> ApiServer::Impl::accept_loop() {
   auto self = shared_from_this();
+  std::chrono::milliseconds pause{0};
+  asio::steady_timer pause_timer(io);
   while (!stopping) {
     auto [ec, socket] = co_await acceptor.async_accept(kNoThrow);
+    const auto now = std::chrono::steady_clock::now();
     if (ec) {
       if (stopping || ec == asio::error::operation_aborted) {
         co_return;
       }
-      // Out of descriptors and the like: wait a little instead of spinning.
-      spdlog::warn("admin API: accept failed: {}", ec.message());
-      asio::steady_timer pause(io, std::chrono::milliseconds(100));
-      co_await pause.async_wait(kNoThrow);
+      // Out of descriptors and the like: back off (10 ms doubling to 1 s) instead of
+      // spinning, and say so once per 10 s, not once per failure.
+      if (auto suppressed = throttle.admit("accept:" + ec.message(), now)) {
+        spdlog::warn("admin API: accept failed: {}{}", ec.message(),
+                     suppressed_suffix(*suppressed));
+      }
+      pause = net::is_resource_shortage(ec) ? std::clamp(pause * 2, std::chrono::milliseconds(10),
+                                                         std::chrono::milliseconds(1000))
+                                            : std::chrono::milliseconds(10);
+      pause_timer.expires_after(pause);
+      co_await pause_timer.async_wait(kNoThrow);
       continue;
     }
-    if (connections.size() >= options.max_connections) {
-      spdlog::warn("admin API: connection cap {} reached; closing a new connection",
-                   options.max_connections);
+    pause = std::chrono::milliseconds(0);
+    error_code ignored;
+    const auto address = socket.remote_endpoint(ignored).address().to_string();
+    auto ticket = table.admit(address);
+    if (!ticket) {
+      if (auto suppressed = throttle.admit("refused:" + address, now)) {
+        spdlog::warn("admin API: refusing a connection from {}: {}{}", address,
+                     ticket.error().message, suppressed_suffix(*suppressed));
+      }
       socket.close(ec);
       continue;
     }
     const auto id = next_connection++;
     connections[id] = Connection{};
-    asio::co_spawn(io, serve(std::move(socket), id), [self, id](std::exception_ptr e) {
-      self->connections.erase(id);
-      if (e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          spdlog::error("admin API connection {}: {}", id, ex.what());
-        }
-      }
-    });
+    asio::co_spawn(io, serve(std::move(socket), id, std::move(*ticket)),
+                   [self, id](std::exception_ptr e) {
+                     self->connections.erase(id);
+                     if (e) {
+                       try {
+                         std::rethrow_exception(e);
+                       } catch (const std::exception& ex) {
+                         spdlog::error("admin API connection {}: {}", id, ex.what());
+                       }
+                     }
+                   });
   }
 }
 
@@ -163,7 +190,8 @@ asio::awaitable<bool> ApiServer::Impl::write_response(Stream& stream, Response r
   co_return !ec;
 }
 
-asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t id) {
+asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t id,
+                                             net::ConnectionTable::Ticket ticket) {
   auto self = shared_from_this();
   Stream stream(std::move(socket), tls_context);
   auto& lowest = beast::get_lowest_layer(stream);
@@ -229,6 +257,9 @@ asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t i
       co_await write_response(stream, std::move(*refusal), version, false, head);
       break;
     }
+    // A whole request header arrived in time: this connection is no longer one of the
+    // anonymous sockets the per-address limit is for.
+    ticket.authenticated();
     auto& header = parser.get();
     const std::string method(header.method_string());
     const std::string target(header.target());

@@ -44,6 +44,12 @@ struct ApiServerOptions {
   std::vector<TokenEntry> tokens;
   std::string federation_listener;  // "host:port", shown by /api/v1/info
   std::size_t max_connections = 256;
+  // Connections that have not yet sent a whole request header (TLS handshake, slow or idle
+  // sockets), in all and per remote address; and every connection from one address (a
+  // browser needs a handful). See net/connection_table.hpp.
+  std::size_t max_unauthenticated = 128;
+  std::size_t max_unauthenticated_per_address = 16;
+  std::size_t max_connections_per_address = 32;
   std::size_t header_limit = 8 * 1024;
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};

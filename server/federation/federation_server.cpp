@@ -21,9 +21,11 @@
 #include "server/federation/orphan_checkpoints.hpp"
 #include "server/federation/run_controller.hpp"
 #include "server/federation/session_registry.hpp"
+#include "shared/net/connection_table.hpp"
 #include "shared/net/listener.hpp"
 #include "shared/net/payload_gate.hpp"
 #include "shared/util/clock.hpp"
+#include "shared/util/log_throttle.hpp"
 
 namespace fedcore::federation {
 namespace asio = boost::asio;
@@ -34,6 +36,8 @@ using net::TlsStream;
 namespace {
 
 constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+// A HELLO names the client's schema, capabilities and software: a few hundred bytes.
+constexpr std::uint32_t kMaxHelloMetadata = 16 * 1024;
 
 // Nonces come from OpenSSL's CSPRNG.
 class OpenSslEntropy final : public Entropy {
@@ -77,8 +81,13 @@ struct FederationServer::Impl final : EventSink {
         tls_context(std::move(tls)),
         acceptor(io_context),
         wakeup(io_context),
+        own_sleeper(options.sleeper == nullptr ? std::make_unique<net::SteadySleeper>(io_context)
+                                               : nullptr),
+        sleeper(options.sleeper != nullptr ? *options.sleeper : *own_sleeper),
         controller(RunEnvironment{s, sessions, clock, entropy, *this, std::move(h),
-                                  options.checkpoint_dir}) {}
+                                  options.checkpoint_dir}),
+        table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
+                                    options.max_unauthenticated_per_address}) {}
 
   asio::io_context& io;
   ServerOptions options;
@@ -90,13 +99,18 @@ struct FederationServer::Impl final : EventSink {
   OpenSslEntropy entropy;
   SessionRegistry sessions;
   asio::steady_timer wakeup;  // armed for the controller's next_wakeup()
+  std::unique_ptr<net::SteadySleeper> own_sleeper;
+  net::Sleeper& sleeper;  // the heartbeat loops' clock
   RunController controller;
+  net::ConnectionTable table;  // sockets from the listener
+  LogThrottle throttle{std::chrono::seconds(10)};
   std::size_t connections = 0;
   std::uint64_t next_serial = 1;
   bool stopping = false;
   std::map<std::uint64_t, std::function<void(const store::EventRecord&)>> listeners;
   std::uint64_t next_listener = 1;
   TrafficCounters ended_sessions_traffic;
+  std::uint64_t heartbeats_sent = 0;
 
   // EventSink: the store's events table, then every subscriber.
   void record(std::string_view kind, std::optional<std::int64_t> run,
@@ -147,9 +161,12 @@ struct FederationServer::Impl final : EventSink {
   }
 
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> serve(tcp::socket socket);
+  asio::awaitable<void> serve(tcp::socket socket, net::ConnectionTable::Ticket ticket);
   asio::awaitable<void> serve_local(std::string client_id, net::LocalStream stream);
-  asio::awaitable<void> session_loop(std::shared_ptr<Session> session);
+  // `ticket` (null for in-process clients) is marked authenticated once HELLO is accepted.
+  asio::awaitable<void> session_loop(std::shared_ptr<Session> session,
+                                     net::ConnectionTable::Ticket* ticket = nullptr);
+  asio::awaitable<void> heartbeats(std::shared_ptr<Session> session);
   void handle_update(Session& session, protocol::Frame& frame);
   void handle_client_error(Session& session, const protocol::Frame& frame);
 };
@@ -213,24 +230,44 @@ result<std::uint16_t> FederationServer::listen() {
 }
 
 asio::awaitable<void> FederationServer::Impl::accept_loop() {
+  // Out of descriptors (or buffers): accept() fails at once until something closes, so
+  // wait, doubling from 10 ms to 1 s, instead of spinning and logging every failure.
+  std::chrono::milliseconds pause{0};
+  asio::steady_timer pause_timer(io);
   while (!stopping) {
     auto [ec, socket] = co_await acceptor.async_accept(kNoThrow);
     if (ec) {
       if (stopping || ec == asio::error::operation_aborted) {
         break;
       }
-      spdlog::warn("accept failed: {}", ec.message());
+      if (auto suppressed = throttle.admit("accept:" + ec.message(), clock.steady())) {
+        spdlog::warn("accept failed: {}{}", ec.message(), suppressed_suffix(*suppressed));
+      }
+      if (net::is_resource_shortage(ec)) {
+        pause =
+            std::clamp(pause * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+        pause_timer.expires_after(pause);
+        co_await pause_timer.async_wait(kNoThrow);
+      }
       continue;
     }
-    if (connections >= options.max_connections) {
-      spdlog::warn("refusing a connection: {} connections open (limit)", connections);
+    pause = std::chrono::milliseconds(0);
+    error_code ignored;
+    const auto address = socket.remote_endpoint(ignored).address().to_string();
+    auto ticket = table.admit(address);
+    if (!ticket) {
+      if (auto suppressed = throttle.admit("refused:" + address, clock.steady())) {
+        spdlog::warn("refusing a connection from {}: {}{}", address, ticket.error().message,
+                     suppressed_suffix(*suppressed));
+      }
       continue;  // the socket closes as it goes out of scope
     }
-    asio::co_spawn(io, serve(std::move(socket)), log_session_exception);
+    asio::co_spawn(io, serve(std::move(socket), std::move(*ticket)), log_session_exception);
   }
 }
 
-asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket) {
+asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket,
+                                                    net::ConnectionTable::Ticket ticket) {
   ++connections;
   struct Release {
     std::size_t& n;
@@ -272,7 +309,7 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket) {
   session->client_id = *client_id;
   session->peer = peer;
   session->link = std::make_unique<net::StreamLink<TlsStream>>(std::move(stream), options.channel);
-  co_await session_loop(session);
+  co_await session_loop(session, &ticket);
 }
 
 // An in-process client: no handshake, the caller vouched for the identity.
@@ -293,7 +330,8 @@ asio::awaitable<void> FederationServer::Impl::serve_local(std::string client_id,
   co_await session_loop(session);
 }
 
-asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Session> session) {
+asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Session> session,
+                                                           net::ConnectionTable::Ticket* ticket) {
   auto& channel = *session->link;
   struct CountTraffic {
     TrafficCounters& total;
@@ -305,6 +343,18 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   } count_traffic{ended_sessions_traffic, channel};
   const auto idle = options.channel.idle_timeout;
   channel.set_timeouts(options.hello_timeout, options.channel.transfer_timeout);
+  // Memory is earned: before HELLO a peer may send nothing but a small HELLO.
+  channel.set_admission([](const protocol::FrameHeader& header) {
+    if (header.type != protocol::MessageType::hello) {
+      return net::Admission::refuse("expected HELLO, got " +
+                                    std::string(protocol::message_type_name(header.type)));
+    }
+    if (header.payload_length != 0 || header.metadata_length > kMaxHelloMetadata) {
+      return net::Admission::refuse("a HELLO carries no payload and at most " +
+                                    std::to_string(kMaxHelloMetadata) + " bytes of metadata");
+    }
+    return net::Admission::accept(false);
+  });
   auto first = co_await channel.read_frame();
   if (!first || first->type != protocol::MessageType::hello) {
     spdlog::warn("client '{}' ({}) did not say hello: {}", session->client_id, session->peer,
@@ -321,7 +371,22 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     co_return;
   }
   session->hello = *hello;
+  if (ticket != nullptr) {
+    ticket->authenticated();  // certificate and HELLO: no longer an anonymous slot
+  }
   channel.set_timeouts(idle, options.channel.transfer_timeout);
+  // From now on a payload is at most what the run expects of this client now, and only a
+  // client selected in the round in flight may hold an upload slot.
+  channel.set_admission([this, id = session->client_id](const protocol::FrameHeader& header) {
+    const auto allowed = controller.upload_allowance(id, header.type);
+    if (header.payload_length > allowed.max_payload_bytes) {
+      return net::Admission::refuse("a " + std::string(protocol::message_type_name(header.type)) +
+                                    " with " + std::to_string(header.payload_length) +
+                                    " payload bytes; at most " +
+                                    std::to_string(allowed.max_payload_bytes) + " expected now");
+    }
+    return net::Admission::accept(allowed.in_round);
+  });
 
   if (auto replaced = sessions.add(session)) {
     spdlog::warn("client '{}' connected again from {}; closing its previous session from {}",
@@ -352,6 +417,9 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   session->link->send(
       protocol::MessageType::welcome,
       protocol::to_metadata(protocol::Welcome{session->client_id, options.heartbeat_seconds}));
+  // Heartbeats go both ways: without ours, an idle client's read deadline would end a
+  // healthy session every idle_timeout.
+  asio::co_spawn(io, heartbeats(session), log_session_exception);
   // After WELCOME is queued: the controller may start a round and send TRAIN at once.
   drive();
 
@@ -391,6 +459,7 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     break;
   }
   channel.close();
+  sleeper.cancel(session.get());  // its heartbeats stop now, not one interval later
   if (sessions.remove(*session)) {
     if (auto saved = store.set_client_online(session->client_id, false, clock.wall_ms()); !saved) {
       spdlog::error("could not record client '{}' offline: {}", session->client_id,
@@ -404,6 +473,20 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   }
   spdlog::info("client '{}' offline: {}", session->client_id, reason);
   event("client_disconnected", session->client_id, {{"reason", reason}});
+}
+
+asio::awaitable<void> FederationServer::Impl::heartbeats(std::shared_ptr<Session> session) {
+  const std::chrono::milliseconds interval =
+      std::chrono::seconds(std::max<std::uint32_t>(options.heartbeat_seconds, 1));
+  while (!stopping && session->link->is_open()) {
+    // Awaited into a variable: GCC 12 miscompiles `if (!co_await ...)` here.
+    const bool slept = co_await sleeper.sleep_for(interval, session.get());
+    if (!slept || stopping || !session->link->is_open()) {
+      break;
+    }
+    session->link->send(protocol::MessageType::heartbeat, "{}");
+    ++heartbeats_sent;
+  }
 }
 
 // A client says it could not do what it was asked (typically: local training failed).
@@ -468,6 +551,7 @@ void FederationServer::shutdown() {
   s.options.channel.payload_gate->close();
   for (const auto& [id, session] : s.sessions.all()) {
     session->link->close();
+    s.sleeper.cancel(session.get());
   }
   spdlog::info("federation server stopping");
 }

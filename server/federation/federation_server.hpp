@@ -45,6 +45,7 @@
 #include "server/federation/server_hooks.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/net/frame_channel.hpp"
+#include "shared/net/sleeper.hpp"
 #include "shared/tls/context.hpp"
 #include "shared/util/error.hpp"
 
@@ -56,10 +57,18 @@ struct ServerOptions {
   tls::ServerTlsConfig tls;
   std::string checkpoint_dir = "checkpoints";
   std::size_t max_connections = 1024;
+  // Connections that have not finished TLS and HELLO, in all and per remote address: the
+  // slots an anonymous peer can take (net/connection_table.hpp).
+  std::size_t max_unauthenticated = 256;
+  std::size_t max_unauthenticated_per_address = 64;
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
-  std::uint32_t heartbeat_seconds = 5;  // told to clients in WELCOME
-  net::ChannelOptions channel;          // idle_timeout should exceed 3 heartbeats
+  std::uint32_t heartbeat_seconds = 5;  // told to clients in WELCOME; the server sends its own
+                                        // at the same interval (heartbeats go both ways)
+  // How the server's heartbeat loops wait; null = real time (a SteadySleeper). Tests pass a
+  // net::ManualSleeper to run an idle hour in microseconds. Must outlive the server.
+  net::Sleeper* sleeper = nullptr;
+  net::ChannelOptions channel;  // idle_timeout should exceed 3 heartbeats
   // At most this many large updates (>= large_payload_bytes) are received at once; the
   // server's memory for uploads is this many model sizes, whatever the client count.
   std::size_t max_inflight_updates = 2;

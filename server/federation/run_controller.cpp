@@ -417,4 +417,24 @@ bool RunController::is_training(const std::string& client_id) const {
          !active_->round->judge->has_answered(client_id);
 }
 
+RunController::UploadAllowance RunController::upload_allowance(const std::string& client_id,
+                                                               protocol::MessageType type) const {
+  UploadAllowance allowance;
+  if (!active_ || !active_->model || !active_->model->global) {
+    return allowance;  // no run, or no model yet: nobody has anything to upload
+  }
+  // A masked input carries the weight and up to a few metric words (3 for federated evaluation)
+  // beside the parameters; a few words of slack cost nothing.
+  constexpr std::uint64_t kExtraWords = 8;
+  const std::uint64_t model_bytes = active_->model->global->size() * sizeof(float);
+  if (type == protocol::MessageType::update) {
+    allowance.max_payload_bytes = model_bytes;
+  } else if (type == protocol::MessageType::secagg_masked) {
+    allowance.max_payload_bytes = model_bytes + kExtraWords * sizeof(std::uint32_t);
+  }
+  allowance.in_round =
+      active_->round && active_->round->judge && active_->round->judge->is_selected(client_id);
+  return allowance;
+}
+
 }  // namespace fedcore::federation

@@ -165,6 +165,15 @@ class RunController {
   std::optional<RoundStage> round_stage() const noexcept;
   // Selected in the round in flight and not yet answered.
   bool is_training(const std::string& client_id) const;
+  // What a client's frame of `type` may carry now (its session's admission policy): an
+  // update at most the active run's model, a masked input that plus the weight and metric
+  // words, anything else no payload; and whether the client is selected in the round in
+  // flight (only then may it hold one of the server's upload slots).
+  struct UploadAllowance {
+    std::uint64_t max_payload_bytes = 0;
+    bool in_round = false;
+  };
+  UploadAllowance upload_allowance(const std::string& client_id, protocol::MessageType type) const;
 
  private:
   struct ActiveRun;

@@ -1,6 +1,8 @@
 #include "shared/net/frame_channel.hpp"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/read.hpp>
@@ -38,6 +40,12 @@ struct TransferAllInLargeSteps {
     return ec ? 0 : std::size_t{4} << 20;
   }
 };
+
+// A payload that is not read into warm spare memory becomes resident kPayloadPieceBytes
+// at a time, as it arrives; a gated payload is read in pieces of kGatedPieceBytes, each of
+// which must arrive within the stall timeout.
+constexpr std::uint64_t kPayloadPieceBytes = std::uint64_t{4} << 20;
+constexpr std::uint64_t kGatedPieceBytes = std::uint64_t{1} << 20;
 
 bool is_end_of_stream(const error_code& ec) {
   return ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
@@ -104,6 +112,7 @@ struct FrameChannel<Stream>::Impl : std::enable_shared_from_this<Impl> {
   ChannelOptions options;
   Deadline read;
   Deadline write;
+  AdmissionPolicy admission;
   bool reading = false;
   bool writing = false;
   std::uint64_t bytes_read = 0;
@@ -160,6 +169,12 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
   if (ec) {
     co_return failure(ec, s.read.expired, false);
   }
+  auto transfer_end = std::chrono::steady_clock::now() + s.options.transfer_timeout;
+  auto time_left = [&transfer_end] {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        transfer_end - std::chrono::steady_clock::now()),
+                    std::chrono::milliseconds(1));
+  };
   s.arm(s.read, s.options.transfer_timeout);
   std::tie(ec, n) =
       co_await asio::async_read(s.stream, asio::buffer(head.data() + 1, head.size() - 1), kNoThrow);
@@ -173,9 +188,20 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     Impl::disarm(s.read);
     co_return header.error();
   }
+  bool may_take_slot = true;
+  if (s.admission) {
+    const Admission admitted = s.admission(*header);
+    if (!admitted.accepted) {
+      Impl::disarm(s.read);
+      s.close();
+      co_return fail(errc::resource_exhausted, "frame refused: " + admitted.reason);
+    }
+    may_take_slot = admitted.may_take_gate_slot;
+  }
   // Large payloads wait for a slot of the gate before their memory is allocated; the
   // peer meanwhile is held back by TCP flow control, so the wait is not its fault and
-  // the transfer deadline restarts once the slot is granted.
+  // the transfer deadline restarts once the slot is granted. The wait has its own
+  // deadline: slots held by stalled peers must not park everyone else for ever.
   struct Slot {
     PayloadGate* gate = nullptr;
     ~Slot() {
@@ -186,28 +212,77 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
   } slot;
   if (auto& gate = s.options.payload_gate; gate && header->payload_length >= gate->threshold()) {
     Impl::disarm(s.read);
-    if (!co_await gate->acquire()) {
-      co_return fail(errc::aborted, "shutting down: payload not read");
+    if (!may_take_slot) {
+      s.close();
+      co_return fail(errc::resource_exhausted,
+                     "frame refused: a large payload from a peer that may not take an upload slot");
+    }
+    switch (co_await gate->acquire(s.options.gate_wait_timeout)) {
+      case PayloadGate::Wait::granted:
+        break;
+      case PayloadGate::Wait::closed:
+        co_return fail(errc::aborted, "shutting down: payload not read");
+      case PayloadGate::Wait::timed_out:
+        s.close();
+        co_return fail(errc::deadline_exceeded, "no upload slot within the gate's wait timeout");
     }
     slot.gate = gate.get();
-    s.arm(s.read, s.options.transfer_timeout);
+    transfer_end = std::chrono::steady_clock::now() + s.options.transfer_timeout;
   }
   protocol::Frame frame;
   frame.type = header->type;
   frame.metadata.resize(header->metadata_length);
-  if (spare.capacity() >= header->payload_length) {
-    frame.payload = std::move(spare);  // shrinking or growing within capacity: no new pages
-  }
-  frame.payload.resize(header->payload_length);
-  const std::array<asio::mutable_buffer, 2> body{
-      asio::buffer(frame.metadata.data(), frame.metadata.size()),
-      asio::buffer(frame.payload.data(), frame.payload.size())};
-  std::tie(ec, n) = co_await asio::async_read(s.stream, body, TransferAllInLargeSteps{}, kNoThrow);
-  Impl::disarm(s.read);
+  s.arm(s.read, time_left());
+  std::tie(ec, n) = co_await asio::async_read(
+      s.stream, asio::buffer(frame.metadata.data(), frame.metadata.size()), kNoThrow);
   if (ec) {
+    Impl::disarm(s.read);
     co_return failure(ec, s.read.expired, true);
   }
   s.bytes_read += n;
+  // The payload: into the caller's spare memory when it is large enough (warm pages);
+  // otherwise into memory that grows as the bytes arrive. A slot holder reads piece by
+  // piece, each piece within the stall timeout, the whole within the transfer timeout.
+  const std::uint64_t length = header->payload_length;
+  const bool warm = spare.capacity() >= length;
+  if (warm) {
+    frame.payload = std::move(spare);  // shrinking or growing within capacity: no new pages
+    frame.payload.resize(length);
+  } else {
+    // Address space only: the pages are touched (and become resident) piece by piece below,
+    // as the bytes arrive, and nothing is ever copied to a larger buffer.
+    frame.payload.reserve(length);
+  }
+  std::uint64_t received = 0;
+  while (received < length) {
+    std::uint64_t piece = length - received;
+    if (slot.gate != nullptr) {
+      piece = std::min<std::uint64_t>(piece, kGatedPieceBytes);
+    }
+    if (!warm) {
+      piece = std::min<std::uint64_t>(piece, kPayloadPieceBytes);
+      frame.payload.resize(received + piece);  // within capacity: zero-fills this piece only
+    }
+    auto budget = time_left();
+    const bool stall_bound = slot.gate != nullptr && s.options.stall_timeout < budget;
+    if (stall_bound) {
+      budget = s.options.stall_timeout;
+    }
+    s.arm(s.read, budget);
+    std::tie(ec, n) =
+        co_await asio::async_read(s.stream, asio::buffer(frame.payload.data() + received, piece),
+                                  TransferAllInLargeSteps{}, kNoThrow);
+    Impl::disarm(s.read);
+    if (ec) {
+      if (s.read.expired && stall_bound) {
+        co_return fail(errc::deadline_exceeded,
+                       "peer stalled while holding an upload slot: slot and connection dropped");
+      }
+      co_return failure(ec, s.read.expired, true);
+    }
+    received += n;
+    s.bytes_read += n;
+  }
   co_return frame;  // the metadata is parsed once, by the message's handler
 }
 
@@ -261,6 +336,11 @@ Stream& FrameChannel<Stream>::stream() noexcept {
 template <class Stream>
 const ChannelOptions& FrameChannel<Stream>::options() const noexcept {
   return impl_->options;
+}
+
+template <class Stream>
+void FrameChannel<Stream>::set_admission(AdmissionPolicy policy) {
+  impl_->admission = std::move(policy);
 }
 
 template <class Stream>

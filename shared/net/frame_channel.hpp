@@ -12,8 +12,13 @@
 // `transfer_timeout`. Each direction has its own timer, so writing heartbeats never
 // extends the deadline of a read from a silent peer.
 //
-// Limits (R3). The header's lengths are checked against `limits` before any buffer is
-// allocated; a violation returns the codec's error and the caller closes the channel.
+// Limits (R3). The header's lengths are checked against `limits`, and then against the
+// admission policy if one is set, before any buffer is allocated; a violation returns the
+// codec's error (or resource_exhausted with the policy's reason) and closes the channel.
+// The payload's memory becomes resident as its bytes arrive (its address space is
+// reserved at once, its pages are touched a few MiB at a time), so a header that announces
+// more than the peer sends costs no memory. A gated payload is read
+// piece by piece; a slot holder that stalls for `stall_timeout` loses the slot.
 //
 // Zero copy. `write_frame` sends header, metadata and payload as one gather write; the
 // payload span (e.g. a model's flat parameters) is handed to the stream as it is.
@@ -26,8 +31,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -47,12 +54,29 @@ using LocalStream = boost::asio::local::stream_protocol::socket;
 
 class PayloadGate;
 
+// What a frame may carry, decided from its header before any memory is allocated for it.
+// A server sets one per session (set_admission) from the session's state: tiny before
+// HELLO, at most the run's model size for an update, and no gate slot for a client that
+// is not in the current round.
+struct Admission {
+  bool accepted = true;
+  bool may_take_gate_slot = true;  // for payloads at or above the gate's threshold
+  std::string reason;              // why not, when refused
+  static Admission accept(bool may_take_gate_slot = true) { return {true, may_take_gate_slot, {}}; }
+  static Admission refuse(std::string why) { return {false, false, std::move(why)}; }
+};
+using AdmissionPolicy = std::function<Admission(const protocol::FrameHeader&)>;
+
 struct ChannelOptions {
   protocol::FrameLimits limits;
   // Optional: bounds how many large payloads are received at once (net/payload_gate.hpp).
   std::shared_ptr<PayloadGate> payload_gate;
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(120)};
   std::chrono::milliseconds transfer_timeout{std::chrono::seconds(60)};
+  // How long a frame may wait for a gate slot, and how long a slot holder may go without
+  // delivering the next piece (kGatedPieceBytes) of its payload before it loses the slot.
+  std::chrono::milliseconds gate_wait_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds stall_timeout{std::chrono::seconds(10)};
 };
 
 template <class Stream>
@@ -67,10 +91,12 @@ class FrameChannel {
   FrameChannel& operator=(const FrameChannel&) = delete;
 
   // Reads one whole frame. With a payload gate, a large payload is read only once the
-  // gate grants a slot; the transfer deadline starts then. Errors: deadline_exceeded; unavailable
-  // when the peer closed the connection between frames or the socket failed; out_of_range when it
-  // closed inside a frame; the codec's errors (data_loss, unimplemented, invalid_argument,
-  // resource_exhausted) for a bad header or metadata; aborted if the gate was closed.
+  // gate grants a slot; the transfer deadline starts then. Errors: deadline_exceeded (also: no
+  // slot within gate_wait_timeout, or a slot holder stalled); unavailable when the peer closed
+  // the connection between frames or the socket failed; out_of_range when it closed inside a
+  // frame; the codec's errors (data_loss, unimplemented, invalid_argument, resource_exhausted)
+  // for a bad header or metadata; resource_exhausted when the admission policy refuses the
+  // frame; aborted if the gate was closed.
   //
   // `spare` (optional) is memory the caller is done with, typically the payload of its
   // previous frame: when its capacity is enough, the payload is received into it. A receiver
@@ -91,6 +117,8 @@ class FrameChannel {
 
   Stream& stream() noexcept;
   const ChannelOptions& options() const noexcept;
+  // The policy frames read from now on must pass (see Admission); none = only `limits`.
+  void set_admission(AdmissionPolicy policy);
   // Changes the deadlines for operations started afterwards (e.g. a short deadline for a
   // HELLO, then the session's idle timeout).
   void set_timeouts(std::chrono::milliseconds idle, std::chrono::milliseconds transfer) noexcept;

@@ -23,6 +23,8 @@ class Link {
  public:
   virtual ~Link() = default;
   virtual boost::asio::awaitable<result<protocol::Frame>> read_frame() = 0;
+  // What frames may carry from now on (shared/net/frame_channel.hpp, Admission).
+  virtual void set_admission(AdmissionPolicy policy) = 0;
   // The channel's idle and transfer deadlines (shared/net/frame_channel.hpp).
   virtual void set_timeouts(std::chrono::milliseconds idle,
                             std::chrono::milliseconds transfer) noexcept = 0;
@@ -43,6 +45,9 @@ class StreamLink final : public Link {
         outbox_(channel_) {}
   boost::asio::awaitable<result<protocol::Frame>> read_frame() override {
     return channel_->read_frame();
+  }
+  void set_admission(AdmissionPolicy policy) override {
+    channel_->set_admission(std::move(policy));
   }
   void set_timeouts(std::chrono::milliseconds idle,
                     std::chrono::milliseconds transfer) noexcept override {

@@ -1,5 +1,8 @@
 #include "shared/net/listener.hpp"
 
+#include <algorithm>
+#include <sys/resource.h>
+
 namespace fedcore::net {
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -28,6 +31,28 @@ result<std::uint16_t> open_listener(tcp::acceptor& acceptor, const std::string& 
                 "cannot listen on " + address + ":" + std::to_string(port) + ": " + ec.message());
   }
   return acceptor.local_endpoint().port();
+}
+
+bool is_resource_shortage(const boost::system::error_code& ec) noexcept {
+  return ec == boost::system::errc::too_many_files_open ||
+         ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == boost::system::errc::no_buffer_space || ec == boost::system::errc::not_enough_memory;
+}
+
+std::uint64_t raise_open_file_limit(std::uint64_t wanted) noexcept {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return 0;
+  }
+  const rlim_t target = std::min<rlim_t>(limit.rlim_max, static_cast<rlim_t>(wanted));
+  if (limit.rlim_cur < target) {
+    rlimit raised = limit;
+    raised.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      return raised.rlim_cur;
+    }
+  }
+  return limit.rlim_cur;
 }
 
 }  // namespace fedcore::net

@@ -13,21 +13,30 @@ PayloadGate::PayloadGate(boost::asio::any_io_executor executor, std::size_t slot
   FEDCORE_ASSERT(slots > 0, "PayloadGate needs at least one slot");
 }
 
-boost::asio::awaitable<bool> PayloadGate::acquire() {
+boost::asio::awaitable<PayloadGate::Wait> PayloadGate::acquire(std::chrono::milliseconds timeout) {
   if (closed_) {
-    co_return false;
+    co_return Wait::closed;
   }
   if (free_ > 0 && waiters_.empty()) {
     --free_;
-    co_return true;
+    co_return Wait::granted;
   }
-  // A timer that never expires on its own is the waiter's wake-up call: release()
-  // cancels it after marking it granted.
+  // The waiter's timer is both its deadline and its wake-up call: release() and close()
+  // cancel it after deciding, expiry means nobody did.
   auto waiter = std::make_shared<Waiter>(Waiter{boost::asio::steady_timer(executor_), false});
-  waiter->timer.expires_at(boost::asio::steady_timer::time_point::max());
+  waiter->timer.expires_after(timeout);
   waiters_.push_back(waiter);
   co_await waiter->timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
-  co_return waiter->granted;
+  if (waiter->granted) {
+    co_return Wait::granted;
+  }
+  if (closed_) {
+    co_return Wait::closed;
+  }
+  // Timed out: leave the queue (release() may already have passed us by, it did not if we
+  // are still in it; either way nothing was granted).
+  std::erase(waiters_, waiter);
+  co_return Wait::timed_out;
 }
 
 void PayloadGate::release() {

@@ -11,6 +11,7 @@
 // single-threaded io_context (or strand).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -27,8 +28,10 @@ class PayloadGate {
   // REQUIRES: slots > 0.
   PayloadGate(boost::asio::any_io_executor executor, std::size_t slots, std::uint64_t threshold);
 
-  // Waits for a free slot (FIFO). Returns false if the gate was closed while waiting.
-  boost::asio::awaitable<bool> acquire();
+  enum class Wait { granted, timed_out, closed };
+  // Waits for a free slot (FIFO), at most `timeout`; a waiter that times out leaves the
+  // queue. Returns closed if the gate was closed while waiting.
+  boost::asio::awaitable<Wait> acquire(std::chrono::milliseconds timeout);
   // Returns a slot; hands it straight to the longest waiter if there is one.
   void release();
   // Wakes every waiter with false; later acquire() calls return false at once.

@@ -418,6 +418,36 @@ TEST(ApiLimits, ConnectionsOverTheCapAreClosedAtOnce) {
   EXPECT_EQ(client.get("/api/v1/health").status, 200);
 }
 
+// 260 silent TCP sockets (no TLS, no token) once kept the admin API unreachable. Now
+// one host's sockets take at most its per-address share, and an admin elsewhere (here:
+// 127.0.0.1 while the sockets come from 127.0.0.2) is answered at once.
+TEST(ApiLimits, SilentSocketsFromOneHostDoNotKeepTheAdminOut) {
+  ApiFixture fixture({.tune = [](ApiServerOptions& o) {
+    o.max_connections = 64;
+    o.max_unauthenticated = 48;
+    o.max_unauthenticated_per_address = 8;
+  }});
+  boost::asio::io_context io;
+  std::vector<boost::asio::ip::tcp::socket> silent;
+  for (int i = 0; i < 300; ++i) {
+    boost::asio::ip::tcp::socket socket(io);
+    boost::system::error_code ec;
+    socket.open(boost::asio::ip::tcp::v4(), ec);
+    socket.bind({boost::asio::ip::make_address("127.0.0.2"), 0}, ec);
+    ASSERT_FALSE(ec) << "cannot bind 127.0.0.2: " << ec.message();
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), fixture.api_port()}, ec);
+    if (!ec) {
+      silent.push_back(std::move(socket));
+    }
+  }
+  EXPECT_GT(silent.size(), 8u);
+  const auto start = std::chrono::steady_clock::now();
+  auto health = fixture.client().get("/api/v1/health");
+  EXPECT_EQ(health.status, 200) << health.describe();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LE(fixture.api_connections(), 8u + 1u);
+}
+
 TEST_F(ApiHttp, TheOpenApiDocumentListsExactlyTheRoutesServed) {
   auto r = fixture_.client().get("/api/v1/openapi.json");
   ASSERT_EQ(r.status, 200) << r.describe();

@@ -160,6 +160,54 @@ TEST(FederationFaults, AReplayedUpdateFromAnEarlierRoundIsRefused) {
   EXPECT_TRUE(refused) << "the replay should be recorded as a stale/replayed update event";
 }
 
+// Four selected clients that announce their uploads and stall once took the server's two
+// upload slots for the whole transfer deadline, and the real clients' updates timed out
+// behind them. A slot holder now loses its slot when it stalls; the round completes with
+// the honest clients and records the stallers as dropped.
+TEST(FederationFaults, ClientsThatStallTheirUploadsLoseTheirSlotsAndTheRoundCompletes) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "good-2", "stall-1", "stall-2", "stall-3", "stall-4"}) {
+    federation.add_client_certificate(id);
+  }
+  federation::ServerOptions options;
+  options.large_payload_bytes = 64;  // the 31-parameter logreg goes through the gate too
+  options.max_inflight_updates = 2;
+  options.channel.stall_timeout = std::chrono::milliseconds(500);
+  options.channel.gate_wait_timeout = std::chrono::seconds(20);
+  const auto port = federation.start_server(options);
+  std::vector<std::unique_ptr<RogueClient>> stallers;
+  for (const char* id : {"stall-1", "stall-2", "stall-3", "stall-4"}) {
+    stallers.push_back(std::make_unique<RogueClient>(Misbehaviour::stall_upload,
+                                                     federation.pki().client_config(id), port));
+  }
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 4; }, std::chrono::seconds(30)));
+  federation.start_client("good-1", breast_cancer());
+  federation.start_client("good-2", breast_cancer());
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 6; }, std::chrono::seconds(30)));
+  auto run = federation.start_run(
+      R"({"model":{"type":"logreg"},"rounds":1,"clients_per_round":6,"min_clients":2,
+      "round_timeout_s":30,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
+  ASSERT_TRUE(run) << run.error().to_string();
+  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(60)));
+  EXPECT_EQ(*federation.ended(), store::RunState::finished);
+  federation.stop();
+  auto history = federation.open_store();
+  auto rounds = history.list_rounds(*run);
+  ASSERT_TRUE(rounds);
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ(rounds->front().state, store::RoundState::committed);
+  EXPECT_EQ(rounds->front().accepted, 2);
+  EXPECT_EQ(rounds->front().dropped, 4);
+  auto results = results_by_client(history, *run, 1);
+  EXPECT_EQ(results["good-1"].status, store::ResultStatus::ok);
+  EXPECT_EQ(results["good-2"].status, store::ResultStatus::ok);
+  EXPECT_EQ(results["stall-1"].status, store::ResultStatus::dropped);
+}
+
 TEST(FederationFaults, NoQuorumFailsTheRoundVisiblyAndPausesTheRun) {
   TempDir dir;
   Federation federation(dir);

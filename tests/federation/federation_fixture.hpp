@@ -84,6 +84,10 @@ class Federation {
       notify([&] { online_ += online ? 1 : -1; });
     };
     server_io_ = std::make_unique<boost::asio::io_context>();
+    if (manual_server_time_) {
+      server_sleeper_ = std::make_unique<net::ManualSleeper>(*server_io_, server_clock_);
+      options.sleeper = server_sleeper_.get();
+    }
     auto server = federation::FederationServer::create(*server_io_, options, *store_, hooks);
     EXPECT_TRUE(server) << server.error().to_string();
     server_ = std::move(*server);
@@ -112,6 +116,7 @@ class Federation {
       drained.wait();
     }
     server_.reset();
+    server_sleeper_.reset();
     server_io_.reset();
   }
 
@@ -143,6 +148,18 @@ class Federation {
     std::promise<result<std::int64_t>> started;
     boost::asio::post(*server_io_, [&] { started.set_value(server_->start_run(*config)); });
     return started.get_future().get();
+  }
+
+  // Before start_server: the server's heartbeat loops wait on a manual clock, moved by
+  // advance_server_time (the channels' deadlines stay real).
+  void use_manual_server_time() { manual_server_time_ = true; }
+  void advance_server_time(std::chrono::milliseconds by) {
+    std::promise<void> done;
+    boost::asio::post(*server_io_, [&] {
+      server_sleeper_->advance(by);
+      done.set_value();
+    });
+    done.get_future().get();
   }
 
   // Runs `f(server)` on the server's thread and returns what it returns.
@@ -222,6 +239,9 @@ class Federation {
   tls::testing::Pki pki_;
   std::optional<store::HistoryStore> store_;
   std::unique_ptr<boost::asio::io_context> server_io_;
+  bool manual_server_time_ = false;
+  ManualClock server_clock_;
+  std::unique_ptr<net::ManualSleeper> server_sleeper_;
   std::unique_ptr<federation::FederationServer> server_;
   std::thread server_thread_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>

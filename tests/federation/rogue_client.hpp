@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include "shared/net/frame_channel.hpp"
 #include "shared/protocol/messages.hpp"
@@ -29,6 +30,7 @@ enum class Misbehaviour {
   replay,            // answers round r honestly, then replays that answer in round r + 1
   cannot_train,      // answers every TRAIN with an ERROR message (local training failed)
   inflated_samples,  // declares 100 samples at HELLO, claims 4 billion in its UPDATE
+  stall_upload,      // announces its update (header and metadata), then sends nothing more
 };
 
 class RogueClient {
@@ -128,6 +130,8 @@ class RogueClient {
         case Misbehaviour::inflated_samples:
           report.samples = 4'000'000'000;
           break;
+        case Misbehaviour::stall_upload:
+          break;  // below: the upload starts and stalls
         case Misbehaviour::replay:
           if (saved) {
             co_await channel_->write_frame(protocol::MessageType::update, saved->first,
@@ -137,6 +141,18 @@ class RogueClient {
           break;
       }
       auto metadata = protocol::to_metadata(report);
+      if (how_ == Misbehaviour::stall_upload) {
+        // Header and metadata only: the server sees an upload start and then nothing.
+        auto head = protocol::encode_header({protocol::MessageType::update,
+                                             static_cast<std::uint32_t>(metadata.size()), 0,
+                                             payload.size()});
+        std::vector<std::byte> start(head.begin(), head.end());
+        const auto* text = reinterpret_cast<const std::byte*>(metadata.data());
+        start.insert(start.end(), text, text + metadata.size());
+        co_await boost::asio::async_write(channel_->stream(), boost::asio::buffer(start),
+                                          boost::asio::as_tuple(boost::asio::use_awaitable));
+        continue;
+      }
       if (how_ == Misbehaviour::replay) {
         saved.emplace(metadata, payload);
       }

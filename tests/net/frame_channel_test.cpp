@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -13,6 +14,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
+
+#include "shared/net/payload_gate.hpp"
 
 namespace fedcore::net {
 namespace {
@@ -250,6 +253,93 @@ TEST(FrameChannel, OversizedHeaderIsRefusedBeforeReadingTheBody) {
       });
   ASSERT_TRUE(failure);
   EXPECT_EQ(failure->code, errc::resource_exhausted);
+}
+
+// The session decides from the header alone: a refused frame costs no allocation and no
+// wait for its body, and the peer finds the connection closed.
+TEST(FrameChannel, AnAdmissionPolicyRefusesAFrameFromItsHeaderAndClosesTheChannel) {
+  std::optional<error> failure;
+  bool peer_saw_close = false;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s),
+                                        fast(std::chrono::seconds(5), std::chrono::seconds(5)));
+        channel.set_admission([](const protocol::FrameHeader& h) {
+          return h.payload_length > 16 ? Admission::refuse("too big for now") : Admission::accept();
+        });
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          failure = frame.error();
+        }
+        EXPECT_FALSE(channel.is_open());
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const auto head =
+            protocol::encode_header({MessageType::update, 2, 0, std::uint64_t{1} << 30});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        char byte = 0;
+        auto [ec, n] =
+            co_await s.async_read_some(asio::buffer(&byte, 1), asio::as_tuple(asio::use_awaitable));
+        peer_saw_close = ec && n == 0;
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::resource_exhausted);
+  EXPECT_NE(failure->message.find("too big for now"), std::string::npos) << failure->message;
+  EXPECT_TRUE(peer_saw_close);
+}
+
+// Upload slots: a frame whose sender may not hold one is refused, and a holder that stops
+// sending loses its slot after the stall timeout (long before the transfer deadline).
+TEST(FrameChannel, AStalledSlotHolderLosesItsSlotAndANonParticipantCannotTakeOne) {
+  std::optional<error> stalled, not_allowed;
+  std::shared_ptr<PayloadGate> gate;
+  Clock::duration waited{};
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        ChannelOptions o = fast(std::chrono::seconds(5), std::chrono::seconds(30));
+        gate = std::make_shared<PayloadGate>(co_await asio::this_coro::executor, 1, 1024);
+        o.payload_gate = gate;
+        o.stall_timeout = std::chrono::milliseconds(150);
+        FrameChannel<TcpStream> channel(std::move(s), o);
+        const auto start = Clock::now();
+        auto frame = co_await channel.read_frame();
+        waited = Clock::now() - start;
+        if (!frame) {
+          stalled = frame.error();
+        }
+        EXPECT_EQ(gate->free_slots(), 1u);  // given back
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const auto head = protocol::encode_header({MessageType::update, 2, 0, 1 << 20});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        const char partial[12] = "{}012345678";
+        co_await asio::async_write(s, asio::buffer(partial, 12), asio::use_awaitable);
+        co_await sleep_for(std::chrono::milliseconds(800));
+      });
+  ASSERT_TRUE(stalled);
+  EXPECT_EQ(stalled->code, errc::deadline_exceeded);
+  EXPECT_NE(stalled->message.find("stalled"), std::string::npos) << stalled->message;
+  EXPECT_LT(waited, std::chrono::milliseconds(700));
+
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        ChannelOptions o = fast(std::chrono::seconds(5), std::chrono::seconds(5));
+        o.payload_gate = std::make_shared<PayloadGate>(co_await asio::this_coro::executor, 1, 1024);
+        FrameChannel<TcpStream> channel(std::move(s), o);
+        channel.set_admission(
+            [](const protocol::FrameHeader&) { return Admission::accept(/*slot=*/false); });
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          not_allowed = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const auto head = protocol::encode_header({MessageType::update, 2, 0, 1 << 20});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        co_await sleep_for(std::chrono::milliseconds(100));
+      });
+  ASSERT_TRUE(not_allowed);
+  EXPECT_EQ(not_allowed->code, errc::resource_exhausted);
 }
 
 TEST(FrameChannel, GarbageBytesAreDataLoss) {

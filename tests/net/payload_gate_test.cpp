@@ -1,5 +1,6 @@
 #include "shared/net/payload_gate.hpp"
 
+#include <optional>
 #include <vector>
 
 #include <boost/asio/co_spawn.hpp>
@@ -12,6 +13,7 @@ namespace fedcore::net {
 namespace {
 
 namespace asio = boost::asio;
+constexpr std::chrono::milliseconds kLong{std::chrono::seconds(30)};
 
 TEST(PayloadGate, GrantsSlotsInArrivalOrderAndNeverMoreThanItHas) {
   asio::io_context io;
@@ -22,7 +24,7 @@ TEST(PayloadGate, GrantsSlotsInArrivalOrderAndNeverMoreThanItHas) {
     asio::co_spawn(
         io,
         [&, i]() -> asio::awaitable<void> {
-          EXPECT_TRUE(co_await gate.acquire());
+          EXPECT_EQ(co_await gate.acquire(kLong), PayloadGate::Wait::granted);
           order.push_back(i);
           most = std::max(most, ++holding);
           // Hold the slot across a yield so the others really have to wait.
@@ -44,12 +46,16 @@ TEST(PayloadGate, CloseWakesWaitersWithFalse) {
   PayloadGate gate(io.get_executor(), 1, 1024);
   int refused = 0;
   asio::co_spawn(
-      io, [&]() -> asio::awaitable<void> { EXPECT_TRUE(co_await gate.acquire()); }, asio::detached);
+      io,
+      [&]() -> asio::awaitable<void> {
+        EXPECT_EQ(co_await gate.acquire(kLong), PayloadGate::Wait::granted);
+      },
+      asio::detached);
   for (int i = 0; i < 3; ++i) {
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
-          if (!co_await gate.acquire()) {
+          if (co_await gate.acquire(kLong) == PayloadGate::Wait::closed) {
             ++refused;
           }
         },
@@ -61,6 +67,36 @@ TEST(PayloadGate, CloseWakesWaitersWithFalse) {
   io.restart();
   io.run_for(std::chrono::seconds(2));
   EXPECT_EQ(refused, 3);
+}
+
+// Stalled slot holders must not park a waiter for ever: the wait has a deadline, and a
+// waiter that gave up leaves the queue (a later release goes to the next one).
+TEST(PayloadGate, AWaiterGivesUpAfterItsTimeoutAndLeavesTheQueue) {
+  asio::io_context io;
+  PayloadGate gate(io.get_executor(), 1, 1024);
+  std::optional<PayloadGate::Wait> holder, impatient, patient;
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { holder = co_await gate.acquire(kLong); },
+      asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        impatient = co_await gate.acquire(std::chrono::milliseconds(20));
+      },
+      asio::detached);
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { patient = co_await gate.acquire(kLong); },
+      asio::detached);
+  io.run_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(holder, PayloadGate::Wait::granted);
+  EXPECT_EQ(impatient, PayloadGate::Wait::timed_out);
+  EXPECT_FALSE(patient.has_value());
+  EXPECT_EQ(gate.waiting(), 1u);  // the impatient one left
+  gate.release();
+  io.restart();
+  io.run_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(patient, PayloadGate::Wait::granted);
+  EXPECT_EQ(gate.free_slots(), 0u);
 }
 
 }  // namespace

@@ -29,14 +29,15 @@ const char* const kSoftware = "fedcore-client 0.1.0";
 }  // namespace
 
 struct ClientDaemon::Impl {
-  Impl(asio::io_context& io_context, ClientOptions o, data::TrainTest d, asio::ssl::context tls)
+  Impl(asio::io_context& io_context, ClientOptions o, data::TrainTest d, asio::ssl::context tls,
+       std::uint64_t jitter_seed)
       : io(io_context),
         options(std::move(o)),
         data(std::move(d)),
         tls_context(std::move(tls)),
         sleeper(options.sleeper ? options.sleeper
                                 : std::make_shared<net::SteadySleeper>(io_context)),
-        backoff(options.initial_backoff, options.max_backoff, options.seed),
+        backoff(options.initial_backoff, options.max_backoff, jitter_seed),
         clock(options.clock ? options.clock : std::make_shared<SystemClock>()),
         policy(options.policy) {}
 
@@ -57,7 +58,13 @@ struct ClientDaemon::Impl {
   SecureIdentity identity;          // empty for in-process sessions (no PKI)
   RecordDpLedger dp_ledger{0};      // sized to the local records in create()
 
-  asio::awaitable<result<void>> serve_one_connection();
+  // How one connection went: how it ended, and whether it was a healthy session
+  // (client/backoff.hpp) that resets the backoff.
+  struct Served {
+    result<void> ended;
+    bool healthy = false;
+  };
+  asio::awaitable<Served> serve_one_connection();
   asio::awaitable<result<std::shared_ptr<net::Link>>> connect();
   asio::awaitable<result<std::shared_ptr<net::Link>>> connect_tls();
   result<void> check_server(TlsStream& stream);
@@ -112,7 +119,13 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
     }
     identity = {std::move(*signer), std::move(*trust)};
   }
-  auto impl = std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls));
+  // The jitter seed is the site's own unless injected: its certificate names it (in-process
+  // sessions have none and rely on the OS randomness alone).
+  const std::uint64_t seed =
+      options.seed ? *options.seed
+                   : jitter_seed(identity.signer ? identity.signer->certificate_pem() : "");
+  auto impl =
+      std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls), seed);
   impl->identity = std::move(identity);
   impl->dp_ledger = RecordDpLedger(impl->data.train.size());
   if (!impl->options.audit_log.empty()) {
@@ -128,15 +141,19 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
 asio::awaitable<void> ClientDaemon::run() {
   auto& s = *impl_;
   while (!s.stopping) {
-    auto ended = co_await s.serve_one_connection();
+    auto served = co_await s.serve_one_connection();
     if (s.stopping) {
       break;
     }
-    if (ended) {
-      s.backoff.reset();  // a session that got going resets the backoff
+    // Only a healthy session starts the backoff over, however it ended: a lost link after
+    // hours of rounds is the next outage's first failure, not its sixth, while a server
+    // that accepts and drops us within the minute keeps seeing longer waits.
+    if (served.healthy) {
+      s.backoff.reset();
     }
     const auto wait = s.backoff.next();
-    spdlog::warn("{}; reconnecting in {:.1f} s", ended ? "connection ended" : ended.error().message,
+    spdlog::warn("{}; reconnecting in {:.1f} s",
+                 served.ended ? "connection ended" : served.ended.error().message,
                  double(wait.count()) / 1000.0);
     const bool slept = co_await s.sleeper->sleep_for(wait);
     if (!slept) {
@@ -145,18 +162,26 @@ asio::awaitable<void> ClientDaemon::run() {
   }
 }
 
-asio::awaitable<result<void>> ClientDaemon::Impl::serve_one_connection() {
+asio::awaitable<ClientDaemon::Impl::Served> ClientDaemon::Impl::serve_one_connection() {
   auto link = co_await connect();
   if (!link) {
-    co_return link.error();
+    co_return Served{link.error()};
   }
   ++connections;
+  const auto connected_at = clock->steady();
   session = std::make_unique<ClientSession>(io, std::move(*link), *sleeper, hooks(),
                                             options.host + ":" + std::to_string(options.port));
+  // Awaited into a variable of its own: GCC destroys a co_await's result twice when it
+  // initialises an aggregate directly.
   auto ended = co_await session->run(hello());
+  Served served{std::move(ended)};
+  const bool welcomed = !session->identity().empty();  // set by WELCOME only
+  const auto lasted =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock->steady() - connected_at);
+  served.healthy = is_healthy_session(welcomed, lasted, options.healthy_session);
   rounds_trained += session->rounds_trained();
   session.reset();
-  co_return ended;
+  co_return served;
 }
 
 protocol::Hello ClientDaemon::Impl::hello() const {

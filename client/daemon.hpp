@@ -6,8 +6,10 @@
 //     a worker thread so heartbeats keep flowing while it trains.
 // The daemon itself connects out (mutual TLS, or a local socket inside fedcore-sim), runs
 // a session, and when the connection is lost reconnects after a backoff
-// (client/backoff.hpp: exponential with jitter, so a restarted server is not hit by every
-// hospital at the same instant). Only parameters and metrics leave the site, never data.
+// (client/backoff.hpp: decorrelated jitter from a seed of the site's own, so a restarted
+// server is not hit by every hospital at the same instant). The backoff starts over after
+// a healthy session: WELCOMEd, then connected for at least `healthy_session` on the
+// daemon's clock. Only parameters and metrics leave the site, never data.
 //
 // Thread safety: run() and stop() on the io_context's thread; training runs on an
 // internal worker thread and never touches the connection.
@@ -17,11 +19,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "client/backoff.hpp"
 #include "client/data_source.hpp"
 #include "client/session.hpp"
 #include "client/site_policy.hpp"
@@ -41,10 +45,18 @@ struct ClientOptions {
   DataSource data;
   int threads = 1;  // compute threads for local training
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
+  // Reconnect waits lie in [initial_backoff, max_backoff] (client/backoff.hpp).
   std::chrono::milliseconds initial_backoff{std::chrono::milliseconds(500)};
   std::chrono::milliseconds max_backoff{std::chrono::seconds(30)};
+  // A session the server WELCOMEd that stayed connected this long, measured on `clock`,
+  // resets the backoff however it ended (client/backoff.hpp, is_healthy_session).
+  std::chrono::milliseconds healthy_session{kHealthySession};
   net::ChannelOptions channel;
-  std::uint64_t seed = 0;  // for backoff jitter
+  // The backoff jitter's seed. Empty (the default, and what fedcore-client uses): the
+  // daemon draws its own at create(), jitter_seed(client id) -- OS randomness mixed with
+  // the site's certificate, different for every site and every process start. Tests and
+  // fedcore-sim set it to make waits reproducible; never give two real sites the same one.
+  std::optional<std::uint64_t> seed;
   // How the daemon waits (heartbeats, backoff): real time when empty; tests pass a
   // net::ManualSleeper to drive an idle hour or a reconnect without sleeping.
   std::shared_ptr<net::Sleeper> sleeper;
@@ -65,8 +77,8 @@ struct ClientOptions {
   SitePolicy policy;
   // The site's audit log (client/audit_log.hpp): a path, or empty for none.
   std::string audit_log;
-  // Time for the policy's rounds-per-day window and the audit log; the system clock when
-  // empty.
+  // Time for the policy's rounds-per-day window, the audit log and the length of a session
+  // (healthy_session); the system clock when empty.
   std::shared_ptr<const Clock> clock;
 };
 

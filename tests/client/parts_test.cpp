@@ -1,10 +1,9 @@
-// The daemon's parts without any connection: the backoff schedule, local training, the
-// data sources, and the manual sleeper the session tests rely on.
+// The daemon's parts without any connection: local training, the data sources, and the
+// manual sleeper the session tests rely on (the backoff schedule: backoff_test.cpp).
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <gtest/gtest.h>
 
-#include "client/backoff.hpp"
 #include "client/data_source.hpp"
 #include "client/local_trainer.hpp"
 #include "shared/net/sleeper.hpp"
@@ -17,32 +16,6 @@ using namespace std::chrono_literals;
 using testing::announced_logreg;
 using testing::tiny_data;
 using testing::train_request;
-
-TEST(Backoff, DoublesWithJitterUpToItsCapAndResets) {
-  Backoff backoff(100ms, 800ms, 3);
-  const std::chrono::milliseconds base[] = {100ms, 200ms, 400ms, 800ms, 800ms};
-  for (auto b : base) {
-    const auto wait = backoff.next();
-    EXPECT_GE(wait, b / 2);
-    EXPECT_LT(wait, b * 3 / 2);
-  }
-  backoff.reset();
-  const auto wait = backoff.next();
-  EXPECT_GE(wait, 50ms);
-  EXPECT_LT(wait, 150ms);
-}
-
-TEST(Backoff, TheSameSeedGivesTheSameWaitsAndAnotherSeedOthers) {
-  Backoff a(1000ms, 60000ms, 9), b(1000ms, 60000ms, 9), c(1000ms, 60000ms, 10);
-  std::vector<std::chrono::milliseconds> wa, wb, wc;
-  for (int i = 0; i < 6; ++i) {
-    wa.push_back(a.next());
-    wb.push_back(b.next());
-    wc.push_back(c.next());
-  }
-  EXPECT_EQ(wa, wb);
-  EXPECT_NE(wa, wc);
-}
 
 TEST(LocalTrainer, TrainsAndEchoesTheRequestsBinding) {
   const auto data = tiny_data();

@@ -8,6 +8,7 @@
 #include <boost/asio/detached.hpp>
 #include <gtest/gtest.h>
 
+#include "client/backoff.hpp"
 #include "client/daemon.hpp"
 #include "tests/client/client_test_support.hpp"
 
@@ -269,10 +270,13 @@ class DaemonTest : public ::testing::Test {
  protected:
   DaemonTest() : sleeper_(std::make_shared<net::ManualSleeper>(io_, clock_)) {}
 
-  std::unique_ptr<ClientDaemon> make_daemon() {
+  std::unique_ptr<ClientDaemon> make_daemon(std::optional<std::uint64_t> seed = 11) {
     ClientOptions options;
     options.sleeper = sleeper_;
-    options.seed = 11;
+    // The session lengths that decide a healthy session are read from the test's clock
+    // (non-owning: the fixture outlives the daemon).
+    options.clock = std::shared_ptr<const Clock>(std::shared_ptr<const Clock>(), &clock_);
+    options.seed = seed;
     options.initial_backoff = 500ms;
     options.max_backoff = 4s;
     options.connect_local = [this]() -> result<net::LocalStream> {
@@ -298,6 +302,57 @@ class DaemonTest : public ::testing::Test {
         asio::detached);
   }
 
+  // Runs until the daemon waits out a backoff (its only sleep, still ahead, and shorter
+  // than any heartbeat interval) and returns that wait.
+  std::chrono::milliseconds backoff_wait() {
+    EXPECT_TRUE(run_until(io_, [&] {
+      const auto wake = sleeper_->next_wake();
+      return sleeper_->sleeping() == 1 && wake > 0ms && wake <= 4s;
+    }));
+    return sleeper_->next_wake();
+  }
+  // With the server down: the daemon's next `n` waits, each one waited out.
+  std::vector<std::chrono::milliseconds> waits_while_down(int n) {
+    std::vector<std::chrono::milliseconds> waits;
+    for (int i = 0; i < n; ++i) {
+      const int attempt = attempts_ + 1;
+      EXPECT_TRUE(
+          run_until(io_, [&] { return attempts_ == attempt && sleeper_->sleeping() == 1; }));
+      waits.push_back(sleeper_->next_wake());
+      sleeper_->advance(waits.back());
+    }
+    return waits;
+  }
+  // Brings the server up and serves the next connection: WELCOME, `lasting` of manual
+  // time (heartbeats flow), then the end `how` says. Returns that connection's server.
+  enum class End { lost_link, goodbye, no_welcome };
+  FakeServer& serve_session(std::chrono::milliseconds lasting, End how) {
+    server_up_ = true;
+    const std::size_t n = servers_.size() + 1;
+    EXPECT_TRUE(run_until(io_, [&] {
+      return servers_.size() == n && servers_.back()->count(MessageType::hello) == 1;
+    }));
+    FakeServer& server = *servers_.back();
+    if (how == End::no_welcome) {
+      server.close();
+      return server;
+    }
+    server.welcome();
+    EXPECT_TRUE(run_until(io_, [&] { return sleeper_->sleeping() == 1; }));  // heartbeats
+    sleeper_->advance(lasting);
+    // The woken heartbeat went out and the next one sleeps (a full interval ahead).
+    EXPECT_TRUE(run_until(io_, [&] {
+      return server.count(MessageType::heartbeat) == 1 && sleeper_->sleeping() == 1 &&
+             sleeper_->next_wake() > 4s;
+    }));
+    if (how == End::goodbye) {
+      server.send(MessageType::goodbye, "{}");
+    } else {
+      server.close();
+    }
+    return server;
+  }
+
   asio::io_context io_;
   ManualClock clock_;
   std::shared_ptr<net::ManualSleeper> sleeper_;
@@ -315,13 +370,13 @@ TEST_F(DaemonTest, ReconnectsAfterABackoffWhenTheServerCloses) {
   servers_[0]->welcome();
   ASSERT_TRUE(run_until(io_, [&] { return sleeper_->sleeping() == 1; }));  // heartbeats
   servers_[0]->close();
-  // The session got going, so the wait is the initial 500 ms times a jitter in [0.5, 1.5).
+  // The first wait is drawn from [min, 3 min] (decorrelated jitter, client/backoff.hpp).
   ASSERT_TRUE(run_until(io_, [&] {
     return sleeper_->sleeping() == 1 && sleeper_->next_wake() < 15s;  // the backoff alone
   }));
   const auto wait = sleeper_->next_wake();
-  EXPECT_GE(wait, 250ms);
-  EXPECT_LT(wait, 750ms);
+  EXPECT_GE(wait, 500ms);
+  EXPECT_LE(wait, 1500ms);
   EXPECT_EQ(daemon->connections(), 1u);
   sleeper_->advance(wait);
   ASSERT_TRUE(run_until(io_, [&] { return servers_.size() == 2; }));
@@ -331,7 +386,7 @@ TEST_F(DaemonTest, ReconnectsAfterABackoffWhenTheServerCloses) {
   ASSERT_TRUE(run_until(io_, [&] { return returned_; }));
 }
 
-TEST_F(DaemonTest, BackoffDoublesUpToItsCapWhileTheServerIsAwayAndStopEndsTheWait) {
+TEST_F(DaemonTest, BackoffGrowsWithinItsBoundsWhileTheServerIsAwayAndStopEndsTheWait) {
   server_up_ = false;
   auto daemon = make_daemon();
   start(*daemon);
@@ -343,15 +398,94 @@ TEST_F(DaemonTest, BackoffDoublesUpToItsCapWhileTheServerIsAwayAndStopEndsTheWai
       sleeper_->advance(waits.back());
     }
   }
-  const std::chrono::milliseconds base[] = {500ms, 1000ms, 2000ms, 4000ms, 4000ms, 4000ms};
+  // Exactly the schedule of a Backoff with the daemon's bounds and injected seed.
+  Backoff reference(500ms, 4s, 11);
+  auto previous = 500ms;
   for (std::size_t i = 0; i < waits.size(); ++i) {
-    EXPECT_GE(waits[i], base[i] / 2) << i;
-    EXPECT_LT(waits[i], base[i] * 3 / 2) << i;
+    EXPECT_EQ(waits[i], reference.next()) << i;
+    EXPECT_GE(waits[i], 500ms) << i;
+    EXPECT_LE(waits[i], std::min<std::chrono::milliseconds>(4s, previous * 3)) << i;
+    previous = waits[i];
   }
   EXPECT_EQ(daemon->connections(), 0u);
   daemon->stop();  // during a backoff wait
   ASSERT_TRUE(run_until(io_, [&] { return returned_; }));
   EXPECT_EQ(attempts_, 6);
+}
+
+// Issue 19: the backoff never started over while sessions ended by a lost link, so waits
+// grew across good sessions (0.6 -> 1.2 -> 3.7 -> 9.9 -> 24 s). Now a healthy session
+// (WELCOMEd, then a minute on the daemon's clock) resets it however it ended.
+TEST_F(DaemonTest, AHealthySessionStartsTheBackoffOverEvenWhenItsLinkIsLost) {
+  server_up_ = false;
+  auto daemon = make_daemon();
+  start(*daemon);
+  Backoff reference(500ms, 4s, 11);
+  for (int outage = 0; outage < 3; ++outage) {
+    for (auto wait : waits_while_down(4)) {
+      EXPECT_EQ(wait, reference.next()) << "outage " << outage;
+    }
+    serve_session(kHealthySession, End::lost_link);
+    server_up_ = false;
+    reference.reset();
+    const auto wait = backoff_wait();
+    EXPECT_EQ(wait, reference.next()) << "outage " << outage;
+    EXPECT_LE(wait, 1500ms) << "outage " << outage;  // the first draw: [min, 3 min]
+    sleeper_->advance(wait);
+  }
+  EXPECT_EQ(daemon->connections(), 3u);
+  daemon->stop();
+  ASSERT_TRUE(run_until(io_, [&] { return returned_; }));
+}
+
+// A server that drops its clients within the minute, or never WELCOMEs them, is not
+// healthy: the waits go on growing from where they were, also after a GOODBYE.
+TEST_F(DaemonTest, AShortOrUnwelcomedSessionLeavesTheBackoffWhereItWas) {
+  server_up_ = false;
+  auto daemon = make_daemon();
+  start(*daemon);
+  Backoff reference(500ms, 4s, 11);
+  for (auto wait : waits_while_down(3)) {
+    EXPECT_EQ(wait, reference.next());
+  }
+  const std::pair<std::chrono::milliseconds, End> sessions[] = {
+      {kHealthySession - 1ms, End::lost_link},
+      {kHealthySession - 1ms, End::goodbye},
+      {0ms, End::no_welcome},
+  };
+  for (const auto& [lasting, how] : sessions) {
+    serve_session(lasting, how);
+    server_up_ = false;
+    const auto wait = backoff_wait();
+    EXPECT_EQ(wait, reference.next()) << static_cast<int>(how);
+    sleeper_->advance(wait);
+  }
+  EXPECT_EQ(daemon->connections(), 3u);
+  daemon->stop();
+  ASSERT_TRUE(run_until(io_, [&] { return returned_; }));
+}
+
+// Without an injected seed every daemon draws its own (OS randomness and the site's id):
+// two of them, as two sites or one site restarted, wait differently.
+TEST_F(DaemonTest, DaemonsWithoutAnInjectedSeedWaitDifferently) {
+  server_up_ = false;
+  std::vector<std::vector<std::chrono::milliseconds>> waits;
+  for (int i = 0; i < 2; ++i) {
+    auto daemon = make_daemon(std::nullopt);
+    returned_ = false;
+    start(*daemon);
+    waits.push_back(waits_while_down(4));
+    daemon->stop();
+    ASSERT_TRUE(run_until(io_, [&] { return returned_; }));
+  }
+  for (const auto& w : waits) {
+    for (auto wait : w) {
+      EXPECT_GE(wait, 500ms);
+      EXPECT_LE(wait, 4s);
+    }
+  }
+  // Equal only if four draws collide, about one chance in 10^11.
+  EXPECT_NE(waits[0], waits[1]);
 }
 
 }  // namespace

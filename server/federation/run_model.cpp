@@ -112,7 +112,12 @@ result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id,
   if (auto written = model::write_file_atomically(path, bytes); !written) {
     return written.error();
   }
-  return store::CheckpointRef{path, static_cast<std::int64_t>(bytes.size()), crc32(bytes),
+  // The crc32 column identifies the file's content: the CRC-32 of every byte before the
+  // file's 4-byte CRC trailer, i.e. the trailer's own value (docs/formats.md). Not the CRC
+  // of the whole file: a CRC over a message followed by its own CRC is the same residue
+  // for every message (0x2144DF1C = 558161692), so that column was one constant.
+  const auto content = std::span<const std::byte>(bytes).first(bytes.size() - 4);
+  return store::CheckpointRef{path, static_cast<std::int64_t>(bytes.size()), crc32(content),
                               layout.fingerprint_hex()};
 }
 

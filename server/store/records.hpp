@@ -136,7 +136,7 @@ struct ClientResult {
 struct CheckpointRef {
   std::string path;
   std::int64_t size_bytes = 0;
-  std::uint32_t crc32 = 0;         // fedcore::crc32 of the whole file
+  std::uint32_t crc32 = 0;         // of the content, not the whole file (docs/schema.md)
   std::string layout_fingerprint;  // ParamLayout::fingerprint_hex()
 
   bool operator==(const CheckpointRef&) const = default;

@@ -512,6 +512,11 @@ void FederationServer::Impl::handle_update(Session& session, protocol::Frame& fr
     session.link->send(
         protocol::MessageType::error,
         protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", report.error().message}));
+    // Still the client's answer for its round: a round must not wait for its deadline on
+    // a client that already sent (a broken) update.
+    controller.on_client_error(session.client_id,
+                               "malformed update refused: " + report.error().message);
+    drive();
     return;
   }
   auto floats = protocol::payload_floats(frame.payload);

@@ -208,6 +208,38 @@ TEST(FederationFaults, ClientsThatStallTheirUploadsLoseTheirSlotsAndTheRoundComp
   EXPECT_EQ(results["stall-1"].status, store::ResultStatus::dropped);
 }
 
+// An UPDATE whose metadata does not parse (here: a NaN loss) is refused -- and is still
+// that client's answer: the round closes on everyone's answers instead of waiting for its
+// deadline (a 100-site DP run once waited 600 s for an answer it had already refused).
+TEST(FederationFaults, AMalformedUpdateIsTheClientsAnswerAndTheRoundDoesNotWaitForIt) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "good-2", "broken"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  RogueClient broken(Misbehaviour::nonfinite_loss, federation.pki().client_config("broken"), port);
+  federation.start_client("good-1", breast_cancer());
+  federation.start_client("good-2", breast_cancer());
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(30)));
+  auto run = federation.start_run(
+      R"({"model":{"type":"logreg"},"rounds":1,"clients_per_round":3,"min_clients":2,
+      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
+  ASSERT_TRUE(run) << run.error().to_string();
+  // Far less than the 600 s deadline.
+  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(60)));
+  EXPECT_EQ(*federation.ended(), store::RunState::finished);
+  federation.stop();
+  auto history = federation.open_store();
+  auto results = results_by_client(history, *run, 1);
+  EXPECT_EQ(results["good-1"].status, store::ResultStatus::ok);
+  EXPECT_NE(results["broken"].status, store::ResultStatus::ok);
+  EXPECT_NE(results["broken"].reason.find("malformed update"), std::string::npos)
+      << results["broken"].reason;
+}
+
 TEST(FederationFaults, NoQuorumFailsTheRoundVisiblyAndPausesTheRun) {
   TempDir dir;
   Federation federation(dir);

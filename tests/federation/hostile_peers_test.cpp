@@ -1,6 +1,7 @@
 // Peers that hold valid certificates and abuse the framing (issue 19, "what an attacker
 // found"): every case here took memory, slots or the run from a real server before the
 // session's admission policy (shared/net/frame_channel.hpp) decided what a frame may carry.
+#include <cstdio>
 #include <fstream>
 #include <span>
 #include <string>
@@ -211,6 +212,7 @@ TEST(HostilePeers, AHugePayloadAnnouncedBeforeHelloIsRefusedAtOnceWithoutMemory)
   EXPECT_TRUE(second.closed_by_server_within(std::chrono::seconds(5)));
   const long after = resident_kib();
   EXPECT_LT(after - before, 64 * 1024) << "RSS grew from " << before << " to " << after << " KiB";
+  std::printf("figure: two 1 GiB announcements before HELLO: RSS %ld -> %ld KiB\n", before, after);
   // And the server carries on for everyone else.
   federation.start_client("honest", breast_cancer());
   EXPECT_TRUE(

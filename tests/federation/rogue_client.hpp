@@ -31,6 +31,7 @@ enum class Misbehaviour {
   cannot_train,      // answers every TRAIN with an ERROR message (local training failed)
   inflated_samples,  // declares 100 samples at HELLO, claims 4 billion in its UPDATE
   stall_upload,      // announces its update (header and metadata), then sends nothing more
+  nonfinite_loss,    // its UPDATE reports a NaN loss (its metadata does not parse)
 };
 
 class RogueClient {
@@ -132,6 +133,9 @@ class RogueClient {
           break;
         case Misbehaviour::stall_upload:
           break;  // below: the upload starts and stalls
+        case Misbehaviour::nonfinite_loss:
+          report.loss = std::numeric_limits<double>::quiet_NaN();
+          break;
         case Misbehaviour::replay:
           if (saved) {
             co_await channel_->write_frame(protocol::MessageType::update, saved->first,

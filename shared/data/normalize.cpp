@@ -20,12 +20,15 @@ Standardizer Standardizer::fit(const Dataset& data) {
     const auto row = data.features.row(f).cast<double>();
     const double mean = row.sum() / count;
     const double variance = (row.array() - mean).square().sum() / count;
-    const double stddev = std::sqrt(variance);
     out.mean[f] = static_cast<float>(mean);
-    const bool constant = !(stddev > 1e-6 * std::max(1.0, std::abs(mean)));
-    out.scale[f] = constant ? 1.0f : static_cast<float>(stddev);
+    out.scale[f] = static_cast<float>(standard_deviation_or_one(mean, std::sqrt(variance)));
   }
   return out;
+}
+
+double standard_deviation_or_one(double mean, double stddev) noexcept {
+  const bool constant = !(stddev > 1e-6 * std::max(1.0, std::abs(mean)));
+  return constant ? 1.0 : stddev;
 }
 
 void Standardizer::apply(Dataset& data) const {

@@ -19,15 +19,19 @@ struct Standardizer {
   Eigen::VectorXf mean;   // one entry per feature (row of Dataset::features)
   Eigen::VectorXf scale;  // standard deviation; 1 for (near-)constant features
 
-  // Per-feature mean and population standard deviation of `data`, accumulated in double.
-  // A feature whose standard deviation is at most 1e-6 * max(1, |mean|) counts as constant
-  // and gets scale 1, so applying never divides by zero.
-  // REQUIRES: data.size() > 0.
+  // Per-feature mean and population standard deviation of `data`, accumulated in double;
+  // a constant feature gets scale 1 (standard_deviation_or_one), so applying never
+  // divides by zero. REQUIRES: data.size() > 0.
   static Standardizer fit(const Dataset& data);
 
   // Standardises data.features in place. REQUIRES: data.sample_size() == mean.size().
   void apply(Dataset& data) const;
 };
+
+// The scale of a feature with this mean and population standard deviation: `stddev`, or
+// 1 when it is at most 1e-6 * max(1, |mean|) (a constant feature, up to rounding) or not a
+// number. Shared by Standardizer::fit and the federated estimate (feature_stats.hpp).
+double standard_deviation_or_one(double mean, double stddev) noexcept;
 
 // For each pixel of channel c: x' = (x - channel_mean[c]) / channel_std[c].
 // REQUIRES: data.sample_shape is {H, W, C}; both spans have C entries; every std > 0.

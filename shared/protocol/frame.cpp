@@ -45,6 +45,10 @@ std::string_view message_type_name(MessageType type) noexcept {
       return "error";
     case MessageType::goodbye:
       return "goodbye";
+    case MessageType::feature_stats_request:
+      return "feature_stats_request";
+    case MessageType::feature_stats:
+      return "feature_stats";
     case MessageType::peer_hello:
       return "peer_hello";
     case MessageType::peer_welcome:

@@ -38,6 +38,9 @@ enum class MessageType : std::uint16_t {
   evaluation = 7,  // client -> server: evaluation metrics
   error = 8,       // either way: a refusal with {code, message}; the sender then closes
   goodbye = 9,     // either way: orderly close
+  // A run's federated feature scale, asked once before its first round (docs/protocol.md).
+  feature_stats_request = 10,  // server -> client: report your training split's moments
+  feature_stats = 11,          // client -> server: per feature count, sum, sum of squares
   // In-datacenter jobs (shared/collective, distributed/); the federation refuses them.
   peer_hello = 16,    // rank -> rank: job, rank, size, shared-memory ring offer
   peer_welcome = 17,  // rank -> rank: accepted; shared-memory ring settlement

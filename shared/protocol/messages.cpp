@@ -1,5 +1,6 @@
 #include "shared/protocol/messages.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -167,6 +168,58 @@ class Reader {
     return out;
   }
 
+  // A required array of at most `max_count` finite numbers in [low, high].
+  std::vector<double> numbers(const char* key, std::size_t max_count, double low, double high) {
+    const json* v = field(key, false);
+    std::vector<double> out;
+    if (v == nullptr) {
+      return out;
+    }
+    const auto refuse = [&] {
+      fail_with(std::string("'") + key + "' must be an array of at most " +
+                std::to_string(max_count) + " finite numbers in [" + std::to_string(low) + ", " +
+                std::to_string(high) + "]");
+      return std::vector<double>{};
+    };
+    if (!v->is_array() || v->size() > max_count) {
+      return refuse();
+    }
+    out.reserve(v->size());
+    for (const auto& x : *v) {
+      if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() < low ||
+          x.get<double>() > high) {
+        return refuse();
+      }
+      out.push_back(x.get<double>());
+    }
+    return out;
+  }
+
+  // A required array of at most `max_count` integers in [0, high].
+  std::vector<std::uint64_t> counts(const char* key, std::size_t max_count, std::uint64_t high) {
+    const json* v = field(key, false);
+    std::vector<std::uint64_t> out;
+    if (v == nullptr) {
+      return out;
+    }
+    const auto refuse = [&] {
+      fail_with(std::string("'") + key + "' must be an array of at most " +
+                std::to_string(max_count) + " integers in [0, " + std::to_string(high) + "]");
+      return std::vector<std::uint64_t>{};
+    };
+    if (!v->is_array() || v->size() > max_count) {
+      return refuse();
+    }
+    out.reserve(v->size());
+    for (const auto& x : *v) {
+      if (!x.is_number_unsigned() || x.get<std::uint64_t>() > high) {
+        return refuse();  // a negative count is a signed integer: refused here
+      }
+      out.push_back(x.get<std::uint64_t>());
+    }
+    return out;
+  }
+
   const json& raw() const { return json_; }
   bool has(const char* key) const { return json_.is_object() && json_.contains(key); }
   void fail_with(std::string message) {
@@ -196,6 +249,41 @@ class Reader {
 
 constexpr std::int64_t kMaxRound = std::int64_t{1} << 40;
 constexpr std::uint64_t kMaxSamples = std::uint64_t{1} << 40;
+// Feature values are floats: a mean, standard deviation or sum of them stays below this.
+constexpr double kMaxMagnitude = 1e300;
+
+// TRAIN's "scaling": the mode, and for a federated scale its mean and std per feature.
+result<FeatureScaling> parse_scaling(const json& j) {
+  Reader r("train.scaling", j.is_object() ? j.dump() : std::string("null"));
+  FeatureScaling out;
+  const auto mode = r.text("mode", 32);
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  const auto parsed = scaling_mode_from_name(mode);
+  if (!parsed) {
+    return fail(errc::invalid_argument, "train.scaling: unknown 'mode' '" + mode + "'");
+  }
+  out.mode = *parsed;
+  if (out.mode != ScalingMode::federated) {
+    return out;
+  }
+  out.mean = r.numbers("mean", kMaxScaledFeatures, -kMaxMagnitude, kMaxMagnitude);
+  out.stddev = r.numbers("std", kMaxScaledFeatures, 0.0, kMaxMagnitude);
+  if (r.ok() && (out.mean.empty() || out.mean.size() != out.stddev.size())) {
+    r.fail_with("'mean' and 'std' must have one entry per feature (got " +
+                std::to_string(out.mean.size()) + " and " + std::to_string(out.stddev.size()) +
+                ")");
+  }
+  if (r.ok() &&
+      std::any_of(out.stddev.begin(), out.stddev.end(), [](double s) { return s <= 0; })) {
+    r.fail_with("'std' entries must be positive");
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -217,6 +305,27 @@ std::optional<DpMode> dp_mode_from_name(std::string_view name) noexcept {
   for (auto mode :
        {DpMode::none, DpMode::record, DpMode::client_central, DpMode::client_distributed}) {
     if (dp_mode_name(mode) == name) {
+      return mode;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string_view scaling_mode_name(ScalingMode mode) noexcept {
+  switch (mode) {
+    case ScalingMode::none:
+      return "none";
+    case ScalingMode::site:
+      return "site";
+    case ScalingMode::federated:
+      return "federated";
+  }
+  return "none";
+}
+
+std::optional<ScalingMode> scaling_mode_from_name(std::string_view name) noexcept {
+  for (auto mode : {ScalingMode::none, ScalingMode::site, ScalingMode::federated}) {
+    if (scaling_mode_name(mode) == name) {
       return mode;
     }
   }
@@ -285,6 +394,13 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
       return inner.take_error();
     }
   }
+  if (r.ok() && r.has("scaling")) {
+    auto scaling = parse_scaling(r.raw()["scaling"]);
+    if (!scaling) {
+      return scaling.error();
+    }
+    m.scaling = std::move(*scaling);
+  }
   if (!r.ok()) {
     return r.take_error();
   }
@@ -320,6 +436,51 @@ result<UpdateReport> parse_update_report(std::string_view metadata) {
   return m;
 }
 
+result<FeatureStatsRequest> parse_feature_stats_request(std::string_view metadata) {
+  Reader r("feature_stats_request", metadata);
+  FeatureStatsRequest m;
+  m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
+  m.nonce = r.hex("nonce", 32);
+  m.features = r.integer<std::uint32_t>("features", 1, kMaxScaledFeatures);
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+result<FeatureStatsReport> parse_feature_stats_report(std::string_view metadata) {
+  Reader r("feature_stats", metadata);
+  FeatureStatsReport m;
+  m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
+  m.nonce = r.hex("nonce", 32);
+  m.features = r.integer<std::uint32_t>("features", 1, kMaxScaledFeatures);
+  m.count = r.counts("count", kMaxScaledFeatures, kMaxSamples);
+  m.sum = r.numbers("sum", kMaxScaledFeatures, -kMaxMagnitude, kMaxMagnitude);
+  m.sum_squares = r.numbers("sum_squares", kMaxScaledFeatures, 0.0, kMaxMagnitude);
+  if (r.ok() && (m.count.size() != m.features || m.sum.size() != m.features ||
+                 m.sum_squares.size() != m.features)) {
+    r.fail_with(
+        "'count', 'sum' and 'sum_squares' must have 'features' = " + std::to_string(m.features) +
+        " entries (got " + std::to_string(m.count.size()) + ", " + std::to_string(m.sum.size()) +
+        ", " + std::to_string(m.sum_squares.size()) + ")");
+  }
+  for (std::size_t f = 0; r.ok() && f < m.features; ++f) {
+    // Cauchy-Schwarz: (sum x)^2 <= n * sum x^2 for any data; the slack covers rounding.
+    const double n = static_cast<double>(m.count[f]);
+    const bool possible = m.count[f] == 0
+                              ? m.sum[f] == 0 && m.sum_squares[f] == 0
+                              : m.sum[f] * m.sum[f] <= n * m.sum_squares[f] * (1 + 1e-9) + 1e-300;
+    if (!possible) {
+      r.fail_with("feature " + std::to_string(f) +
+                  ": no data has this count, sum and sum of squares");
+    }
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
 result<ErrorMessage> parse_error_message(std::string_view metadata) {
   Reader r("error", metadata);
   ErrorMessage m;
@@ -345,25 +506,30 @@ std::string to_metadata(const Welcome& m) {
 std::string to_metadata(const TrainRequest& m) {
   FEDCORE_ASSERT(m.model_spec.is_object() && m.settings.optimizer.is_object(),
                  "TrainRequest: the model spec and the optimizer must be JSON objects");
-  return json{{"run", m.run_id},
-              {"round", m.round},
-              {"nonce", m.nonce},
-              {"model", m.model_spec},
-              {"layout", m.layout_fingerprint},
-              {"epochs", m.settings.epochs},
-              {"batch_size", m.settings.batch_size},
-              {"optimizer", m.settings.optimizer},
-              {"proximal_mu", m.settings.proximal_mu},
-              {"seed", m.settings.seed},
-              {"evaluate", m.evaluate},
-              {"privacy",
-               {{"secure_aggregation", m.privacy.secure_aggregation},
-                {"dp", dp_mode_name(m.privacy.dp)},
-                {"epsilon", m.privacy.epsilon},
-                {"delta", m.privacy.delta},
-                {"clip_norm", m.privacy.clip_norm},
-                {"noise_multiplier", m.privacy.noise_multiplier}}}}
-      .dump();
+  json j{{"run", m.run_id},
+         {"round", m.round},
+         {"nonce", m.nonce},
+         {"model", m.model_spec},
+         {"layout", m.layout_fingerprint},
+         {"epochs", m.settings.epochs},
+         {"batch_size", m.settings.batch_size},
+         {"optimizer", m.settings.optimizer},
+         {"proximal_mu", m.settings.proximal_mu},
+         {"seed", m.settings.seed},
+         {"evaluate", m.evaluate},
+         {"privacy",
+          {{"secure_aggregation", m.privacy.secure_aggregation},
+           {"dp", dp_mode_name(m.privacy.dp)},
+           {"epsilon", m.privacy.epsilon},
+           {"delta", m.privacy.delta},
+           {"clip_norm", m.privacy.clip_norm},
+           {"noise_multiplier", m.privacy.noise_multiplier}}}};
+  j["scaling"] = {{"mode", scaling_mode_name(m.scaling.mode)}};
+  if (m.scaling.mode == ScalingMode::federated) {
+    j["scaling"]["mean"] = m.scaling.mean;
+    j["scaling"]["std"] = m.scaling.stddev;
+  }
+  return j.dump();
 }
 
 std::string to_metadata(const UpdateReport& m) {
@@ -377,6 +543,16 @@ std::string to_metadata(const UpdateReport& m) {
                        {"samples", m.evaluation->samples}};
   }
   return j.dump();
+}
+
+std::string to_metadata(const FeatureStatsRequest& m) {
+  return json{{"run", m.run_id}, {"nonce", m.nonce}, {"features", m.features}}.dump();
+}
+
+std::string to_metadata(const FeatureStatsReport& m) {
+  return json{{"run", m.run_id},  {"nonce", m.nonce}, {"features", m.features},
+              {"count", m.count}, {"sum", m.sum},     {"sum_squares", m.sum_squares}}
+      .dump();
 }
 
 std::string to_metadata(const ErrorMessage& m) {

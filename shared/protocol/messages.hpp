@@ -8,6 +8,7 @@
 // to_metadata() produces what the matching parse_* accepts.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -67,6 +68,26 @@ struct PrivacyTerms {
   double noise_multiplier = 0;
 };
 
+// Feature scaling (docs/protocol.md, "Feature scaling"): how a site standardises its
+// tabular features before it trains and evaluates, x' = (x - mean) / std per feature.
+enum class ScalingMode {
+  none,       // the features as loaded (images: the loaders already scale them)
+  site,       // each site with its own training split's statistics, applied to both splits
+  federated,  // every site with one scale the server estimated from all sites' statistics
+};
+std::string_view scaling_mode_name(ScalingMode mode) noexcept;
+std::optional<ScalingMode> scaling_mode_from_name(std::string_view name) noexcept;
+
+// Most features a federated scale (and a feature-statistics report) carries: it keeps both
+// messages well inside the 64 KiB metadata limit.
+inline constexpr std::size_t kMaxScaledFeatures = 512;
+
+struct FeatureScaling {
+  ScalingMode mode = ScalingMode::none;
+  std::vector<double> mean;    // federated: one per feature (1..kMaxScaledFeatures), finite
+  std::vector<double> stddev;  // "std" in the metadata: one per feature, finite and > 0
+};
+
 // The payload of a train frame is the global model's parameters.
 struct TrainRequest {
   std::int64_t run_id = 0;
@@ -75,8 +96,9 @@ struct TrainRequest {
   nlohmann::json model_spec = nlohmann::json::object();  // a model spec object
   std::string layout_fingerprint;                        // 16 hex digits
   TrainSettings settings;
-  bool evaluate = false;  // also evaluate the received model on the local test split
-  PrivacyTerms privacy;   // "privacy" in the metadata; absent means none
+  bool evaluate = false;   // also evaluate the received model on the local test split
+  PrivacyTerms privacy;    // "privacy" in the metadata; absent means none
+  FeatureScaling scaling;  // "scaling" in the metadata; absent means none
 };
 
 struct LocalEvaluation {
@@ -98,6 +120,31 @@ struct UpdateReport {
   std::optional<LocalEvaluation> evaluation;  // of the received global model
 };
 
+// The HELLO capability of a client that answers feature_stats_request and applies TRAIN's
+// "scaling"; the server asks only clients that announce it.
+inline constexpr std::string_view kFeatureStatsCapability = "feature_stats";
+
+// Server -> client, before a run's first round (feature_stats_request): report the
+// moments of your training split's features, for the run's federated feature scale.
+struct FeatureStatsRequest {
+  std::int64_t run_id = 0;
+  std::string nonce;           // 32 hex digits, fresh per (run, client): echoed in the report
+  std::uint32_t features = 0;  // the run's tabular input size, 1..kMaxScaledFeatures
+};
+
+// Client -> server (feature_stats): per feature, the number of values in the site's training
+// split, their sum and their sum of squares. Each of the three arrays has `features`
+// entries; counts are integers in [0, 2^40], sums finite, sums of squares finite, >= 0 and
+// no smaller than any data could make them (sum² <= count * sum_squares, up to rounding).
+struct FeatureStatsReport {
+  std::int64_t run_id = 0;
+  std::string nonce;
+  std::uint32_t features = 0;
+  std::vector<std::uint64_t> count;
+  std::vector<double> sum;
+  std::vector<double> sum_squares;
+};
+
 struct ErrorMessage {
   std::string code;  // an errc name, e.g. "invalid_argument"
   std::string message;
@@ -107,12 +154,16 @@ result<Hello> parse_hello(std::string_view metadata);
 result<Welcome> parse_welcome(std::string_view metadata);
 result<TrainRequest> parse_train_request(std::string_view metadata);
 result<UpdateReport> parse_update_report(std::string_view metadata);
+result<FeatureStatsRequest> parse_feature_stats_request(std::string_view metadata);
+result<FeatureStatsReport> parse_feature_stats_report(std::string_view metadata);
 result<ErrorMessage> parse_error_message(std::string_view metadata);
 
 std::string to_metadata(const Hello& m);
 std::string to_metadata(const Welcome& m);
 std::string to_metadata(const TrainRequest& m);
 std::string to_metadata(const UpdateReport& m);
+std::string to_metadata(const FeatureStatsRequest& m);
+std::string to_metadata(const FeatureStatsReport& m);
 std::string to_metadata(const ErrorMessage& m);
 
 }  // namespace fedcore::protocol

@@ -13,6 +13,10 @@ result<nlohmann::json> parse_metadata(std::string_view metadata) {
     } catch (const nlohmann::json::parse_error& e) {
       return fail(errc::invalid_argument,
                   "metadata is not valid JSON (byte " + std::to_string(e.byte) + ")");
+    } catch (const nlohmann::json::exception& e) {
+      // Not only syntax: a number beyond double's range (1e999) is out_of_range 406, which
+      // must not escape a parser of untrusted input either.
+      return fail(errc::invalid_argument, std::string("metadata is not valid JSON: ") + e.what());
     }
     return fail(errc::invalid_argument, "metadata is not valid JSON");
   }

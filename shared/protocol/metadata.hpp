@@ -12,7 +12,8 @@
 namespace fedcore::protocol {
 
 // The metadata must be a JSON object. Errors: invalid_argument, "metadata is not valid
-// JSON (byte N)" with the parser's byte offset, or "metadata must be a JSON object".
+// JSON (byte N)" with the parser's byte offset, "metadata is not valid JSON: ..." for a
+// number beyond double's range, or "metadata must be a JSON object". Never throws.
 result<nlohmann::json> parse_metadata(std::string_view metadata);
 
 }  // namespace fedcore::protocol

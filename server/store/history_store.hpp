@@ -136,6 +136,17 @@ class HistoryStore {
   // not in this list are orphans and may be deleted.
   result<std::vector<std::string>> referenced_checkpoint_paths();
 
+  // ---- Feature scales
+
+  // Stores run `scale.run_id`'s federated feature scale. A run has at most one: its rounds
+  // are trained on it. Errors: errc::not_found (no such run); errc::already_exists (the
+  // run has a scale); errc::invalid_argument (no feature, mean and stddev of different
+  // lengths, a value that is not finite, a stddev <= 0, sites < 1, negative samples).
+  result<void> save_feature_scale(const FeatureScaleRecord& scale);
+  // The run's feature scale, or nothing. Errors: errc::not_found (no such run);
+  // errc::data_loss (a stored row that does not read back as a scale).
+  result<std::optional<FeatureScaleRecord>> feature_scale(std::int64_t run_id);
+
   // ---- Events
 
   // Appends an event and returns its id (ids increase and are never reused). event.id is

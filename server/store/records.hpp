@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fedcore::store {
 
@@ -163,6 +164,21 @@ struct EventRecord {
   std::string detail_json = "{}";
 
   bool operator==(const EventRecord&) const = default;
+};
+
+// A run's federated feature scale (docs/protocol.md, "Feature scaling"): one mean and
+// population standard deviation per feature, combined once from the selected sites'
+// training-split statistics before the run's first round, then sent with every TRAIN of
+// the run. No single site's statistics are stored.
+struct FeatureScaleRecord {
+  std::int64_t run_id = 0;
+  std::vector<double> mean;
+  std::vector<double> stddev;  // > 0 (1 for a constant feature)
+  std::int64_t sites = 0;      // sites whose statistics it combines, >= 1
+  std::int64_t samples = 0;    // training samples behind it (the largest per-feature count)
+  std::int64_t created_ms = 0;
+
+  bool operator==(const FeatureScaleRecord&) const = default;
 };
 
 }  // namespace fedcore::store

@@ -118,6 +118,21 @@ ALTER TABLE rounds ADD COLUMN secure_aggregation INTEGER NOT NULL DEFAULT 0
 ALTER TABLE rounds ADD COLUMN epsilon REAL CHECK (epsilon IS NULL OR epsilon >= 0);
 PRAGMA user_version = 2;
 )sql"},
+    // Migration 3: a run's federated feature scale (issue 19): per feature the mean and
+    // standard deviation every site of the run standardises with, as JSON arrays of
+    // numbers, so a restarted server sends the same scale.
+    {3, R"sql(
+CREATE TABLE run_feature_scales (
+  run_id     INTEGER NOT NULL PRIMARY KEY REFERENCES runs (id),
+  features   INTEGER NOT NULL CHECK (features >= 1),
+  mean_json  TEXT    NOT NULL,
+  std_json   TEXT    NOT NULL,
+  sites      INTEGER NOT NULL CHECK (sites >= 1),
+  samples    INTEGER NOT NULL CHECK (samples >= 0),
+  created_ms INTEGER NOT NULL
+) STRICT;
+PRAGMA user_version = 3;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

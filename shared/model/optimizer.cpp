@@ -203,75 +203,50 @@ class Adam final : public ConfiguredOptimizer {
   std::int64_t t_ = 0;
 };
 
-result<float> read_number(const nlohmann::json& j, const char* key, float low, float high) {
-  const auto& v = j[key];
-  if (!v.is_number()) {
-    return fail(errc::invalid_argument, std::string("optimizer: '") + key + "' must be a number");
-  }
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < low || x > high) {
-    return fail(errc::invalid_argument, std::string("optimizer: '") + key + "' = " + v.dump() +
-                                            " is outside [" + std::to_string(low) + ", " +
-                                            std::to_string(high) + "]");
-  }
-  return static_cast<float>(x);
-}
-
 }  // namespace
 
 result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) {
-    return fail(errc::invalid_argument, "optimizer: expected a JSON object");
-  }
+  return optimizer_config_from_json(j, JsonPath("optimizer"));
+}
+
+result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j, const JsonPath& at) {
+  StrictObject o(
+      j, at, {"kind", "lr", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "epsilon"});
   OptimizerConfig config;
-  for (const auto& [key, value] : j.items()) {
-    if (key == "kind") {
-      if (value == "sgd") {
-        config.kind = OptimizerKind::sgd;
-      } else if (value == "adam") {
-        config.kind = OptimizerKind::adam;
-      } else {
-        return fail(errc::invalid_argument,
-                    "optimizer: 'kind' must be \"sgd\" or \"adam\", got " + value.dump());
+  std::string kind = optimizer_kind_name(config.kind);
+  o.choice("kind", kind, {"sgd", "adam"});
+  config.kind = kind == "adam" ? OptimizerKind::adam : OptimizerKind::sgd;
+  o.number("lr", config.learning_rate, {0, 100, true});
+  o.number("momentum", config.momentum, {0, 0.999999});
+  o.boolean("nesterov", config.nesterov);
+  o.number("weight_decay", config.weight_decay, {0, 10});
+  o.number("beta1", config.beta1, {0, 0.999999});
+  // beta2 = 1 would divide by 1 - beta2^t = 0 in the bias correction; epsilon = 0 by a zero
+  // second moment.
+  o.number("beta2", config.beta2, {0, 1, false, true});
+  o.number("epsilon", config.epsilon, {0, 1, true});
+  // A key the chosen optimizer would ignore is an error, so that {"kind": "adam",
+  // "momentum": 0.9} does not train without the momentum its author asked for. The neutral
+  // values (momentum 0, nesterov false) are accepted: tools that pass every flag send them.
+  if (config.kind == OptimizerKind::adam) {
+    if (config.momentum != 0.0f) {
+      o.reject("momentum", "applies only to sgd (adam's counterpart is beta1)");
+    }
+    if (config.nesterov) {
+      o.reject("nesterov", "applies only to sgd");
+    }
+  } else {
+    for (const char* key : {"beta1", "beta2", "epsilon"}) {
+      if (o.has(key)) {
+        o.reject(key, "applies only to adam");
       }
-    } else if (key == "nesterov") {
-      if (!value.is_boolean()) {
-        return fail(errc::invalid_argument, "optimizer: 'nesterov' must be true or false");
-      }
-      config.nesterov = value.get<bool>();
-    } else {
-      struct Field {
-        const char* name;
-        float* target;
-        float low, high;
-      };
-      const Field fields[] = {{"lr", &config.learning_rate, 0.0f, 100.0f},
-                              {"momentum", &config.momentum, 0.0f, 0.999999f},
-                              {"weight_decay", &config.weight_decay, 0.0f, 10.0f},
-                              {"beta1", &config.beta1, 0.0f, 0.999999f},
-                              {"beta2", &config.beta2, 0.0f, 0.999999999f},
-                              {"epsilon", &config.epsilon, 0.0f, 1.0f}};
-      const Field* match = nullptr;
-      for (const auto& f : fields) {
-        if (key == f.name) {
-          match = &f;
-        }
-      }
-      if (match == nullptr) {
-        return fail(errc::invalid_argument, "optimizer: unknown key '" + key + "'");
-      }
-      auto number = read_number(j, match->name, match->low, match->high);
-      if (!number) {
-        return number.error();
-      }
-      *match->target = *number;
     }
   }
-  if (config.learning_rate <= 0.0f) {
-    return fail(errc::invalid_argument, "optimizer: 'lr' must be positive");
+  if (config.nesterov && !(config.momentum > 0.0f)) {
+    o.reject("nesterov", "needs 'momentum' > 0");
   }
-  if (config.nesterov && (config.kind != OptimizerKind::sgd || config.momentum <= 0.0f)) {
-    return fail(errc::invalid_argument, "optimizer: 'nesterov' needs sgd with momentum > 0");
+  if (auto done = o.status(); !done) {
+    return done.error();
   }
   return config;
 }

@@ -23,6 +23,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "shared/util/error.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::model {
 
@@ -40,8 +41,16 @@ struct OptimizerConfig {
 };
 
 // {"kind":"sgd","lr":0.05,"momentum":0.9,"nesterov":false,"weight_decay":0}
-// Unknown keys and out-of-range values are errors (errc::invalid_argument naming the key).
+// {"kind":"adam","lr":0.001,"beta1":0.9,"beta2":0.999,"epsilon":1e-8,"weight_decay":0}
+// Parsed strictly (shared/util/strict_json.hpp): unknown keys, wrong types and
+// out-of-range values are errc::invalid_argument naming the key ("optimizer: 'lr' must be
+// a number in (0, 100], got 0"), and so is a key of the other kind (beta1 on sgd, a
+// non-zero momentum or nesterov on adam). lr in (0, 100], momentum and beta1 in
+// [0, 0.999999], beta2 in [0, 1), epsilon in (0, 1], weight_decay in [0, 10]; nesterov
+// needs momentum > 0.
 result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j);
+// The same inside another document: JsonPath("run config", "optimizer").
+result<OptimizerConfig> optimizer_config_from_json(const nlohmann::json& j, const JsonPath& at);
 void to_json(nlohmann::json& j, const OptimizerConfig& config);
 // "sgd" or "adam".
 const char* optimizer_kind_name(OptimizerKind kind) noexcept;

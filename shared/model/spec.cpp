@@ -1,5 +1,7 @@
 #include "shared/model/spec.hpp"
 
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "shared/model/layers.hpp"
@@ -14,31 +16,35 @@ error bad(const std::string& message) {
   return fail(errc::invalid_argument, "model spec: " + message);
 }
 
-result<std::vector<std::int64_t>> positive_ints(const nlohmann::json& j, const char* key,
-                                                std::size_t max_count, bool allow_empty) {
-  const auto& v = j[key];
-  if (!v.is_array() || v.size() > max_count || (!allow_empty && v.empty())) {
-    return bad(std::string("'") + key + "' must be an array of 1 to " + std::to_string(max_count) +
-               " positive integers");
+// A problem of the spec as a whole (its shapes), named after where the spec sits:
+// "model spec: ..." alone, "run config: model: ..." inside a run config.
+error bad_spec(const JsonPath& at, const error& e) {
+  const std::string where = at.path().empty() ? at.document() : at.document() + ": " + at.path();
+  auto message = e.message;
+  if (message.rfind("model spec: ", 0) == 0) {
+    message.erase(0, std::string("model spec: ").size());
   }
-  std::vector<std::int64_t> out;
-  for (const auto& x : v) {
-    if (!x.is_number_integer() || x.get<std::int64_t>() <= 0 || x.get<std::int64_t>() > kMaxWidth) {
-      return bad(std::string("'") + key + "' entries must be integers in [1, 65536], got " +
-                 x.dump());
-    }
-    out.push_back(x.get<std::int64_t>());
-  }
-  return out;
+  return fail(e.code, where + ": " + message);
 }
 
-result<std::int64_t> positive_int(const nlohmann::json& j, const char* key, std::int64_t max) {
-  const auto& v = j[key];
-  if (!v.is_number_integer() || v.get<std::int64_t>() <= 0 || v.get<std::int64_t>() > max) {
-    return bad(std::string("'") + key + "' must be an integer in [1, " + std::to_string(max) +
-               "], got " + v.dump());
+// `key` as an array of 1 to `max_count` integers in [1, kMaxWidth].
+result<std::vector<std::int64_t>> positive_ints(const StrictObject& o, std::string_view key,
+                                                std::size_t max_count) {
+  const auto& v = *o.find(key);
+  const auto at = o.at(key);
+  if (!v.is_array() || v.empty() || v.size() > max_count) {
+    return at.bad("must be an array of 1 to " + std::to_string(max_count) +
+                  " integers in [1, 65536], got " + describe_json(v));
   }
-  return v.get<std::int64_t>();
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    auto x = json_integer(v[i], at.index(i), {1, kMaxWidth});
+    if (!x) {
+      return x.error();
+    }
+    out.push_back(*x);
+  }
+  return out;
 }
 
 std::int64_t output_units(const ModelSpec& spec) {
@@ -121,111 +127,75 @@ std::size_t count_params(const std::vector<std::unique_ptr<Layer>>& layers) {
 }  // namespace
 
 result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
-  if (!j.is_object()) {
-    return bad("expected a JSON object");
+  return parse_model_spec(j, JsonPath("model spec"));
+}
+
+result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) {
+  StrictObject o(
+      j, at,
+      {"type", "input_shape", "num_classes", "hidden", "channels", "kernel", "dense", "dropout"});
+  if (o.ok() && !o.has("type")) {
+    o.reject("type", "is required: \"logreg\", \"mlp\" or \"cnn\"");
   }
-  static const char* const kKeys[] = {"type",     "input_shape", "num_classes", "hidden",
-                                      "channels", "kernel",      "dense",       "dropout"};
-  for (const auto& [key, value] : j.items()) {
-    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
-        std::end(kKeys)) {
-      return bad("unknown key '" + key + "'");
-    }
+  std::string type;
+  o.choice("type", type, {"logreg", "mlp", "cnn"});
+  if (!o.ok()) {
+    return o.status().error();
   }
   ModelSpec spec;
-  if (!j.contains("type") || !j["type"].is_string()) {
-    return bad("'type' is required: \"logreg\", \"mlp\" or \"cnn\"");
+  spec.type = type == "mlp" ? ModelType::mlp : type == "cnn" ? ModelType::cnn : ModelType::logreg;
+  // Keys another type would use are errors, not ignored: a "hidden" on a logreg means the
+  // admin expects a network the server would not build.
+  if (spec.type != ModelType::mlp && o.has("hidden")) {
+    o.reject("hidden", "applies only to an mlp");
   }
-  const auto type = j["type"].get<std::string>();
-  if (type == "logreg") {
-    spec.type = ModelType::logreg;
-  } else if (type == "mlp") {
-    spec.type = ModelType::mlp;
-  } else if (type == "cnn") {
-    spec.type = ModelType::cnn;
-  } else {
-    return bad("unknown 'type' \"" + type + "\"; expected \"logreg\", \"mlp\" or \"cnn\"");
+  for (const char* key : {"channels", "kernel", "dense"}) {
+    if (spec.type != ModelType::cnn && o.has(key)) {
+      o.reject(key, "applies only to a cnn");
+    }
   }
-  if (j.contains("input_shape")) {
-    auto shape = positive_ints(j, "input_shape", 3, false);
-    if (!shape) {
-      return shape.error();
-    }
-    spec.input_shape = *shape;
+  if (spec.type == ModelType::logreg && o.has("dropout")) {
+    o.reject("dropout", "applies only to an mlp or a cnn");
   }
-  if (j.contains("num_classes")) {
-    auto classes = positive_int(j, "num_classes", 100000);
-    if (!classes) {
-      return classes.error();
-    }
-    if (*classes < 2) {
-      return bad("'num_classes' must be at least 2");
-    }
-    spec.num_classes = static_cast<std::int32_t>(*classes);
+  if (spec.type == ModelType::mlp && !o.has("hidden")) {
+    o.reject("hidden", "is required for an mlp, e.g. [256, 128]");
   }
-  if (spec.type == ModelType::mlp) {
-    if (!j.contains("hidden")) {
-      return bad("an mlp needs 'hidden', e.g. [256, 128]");
+  for (auto [key, target, max_count] :
+       {std::tuple{"input_shape", &spec.input_shape, std::size_t{3}},
+        std::tuple{"hidden", &spec.hidden, std::size_t{16}},
+        std::tuple{"channels", &spec.channels, std::size_t{4}}}) {
+    if (o.ok() && o.has(key)) {
+      auto values = positive_ints(o, key, max_count);
+      if (o.take(values)) {
+        *target = std::move(*values);
+      }
     }
-    auto hidden = positive_ints(j, "hidden", 16, false);
-    if (!hidden) {
-      return hidden.error();
-    }
-    spec.hidden = *hidden;
-  } else if (j.contains("hidden")) {
-    return bad("'hidden' applies only to an mlp");
   }
-  if (spec.type != ModelType::cnn &&
-      (j.contains("channels") || j.contains("kernel") || j.contains("dense"))) {
-    return bad("'channels', 'kernel' and 'dense' apply only to a cnn");
-  }
-  if (j.contains("channels")) {
-    auto channels = positive_ints(j, "channels", 4, false);
-    if (!channels) {
-      return channels.error();
-    }
-    spec.channels = *channels;
-  }
-  if (j.contains("kernel")) {
-    auto kernel = positive_int(j, "kernel", 15);
-    if (!kernel) {
-      return kernel.error();
-    }
-    spec.kernel = *kernel;
-  }
-  if (j.contains("dense")) {
-    auto dense = positive_int(j, "dense", kMaxWidth);
-    if (!dense) {
-      return dense.error();
-    }
-    spec.dense = *dense;
-  }
-  if (j.contains("dropout")) {
-    const auto& d = j["dropout"];
-    if (spec.type == ModelType::logreg || !d.is_number() || d.get<double>() < 0 ||
-        d.get<double>() >= 1) {
-      return bad("'dropout' must be a number in [0, 1) on an mlp or cnn");
-    }
-    spec.dropout = d.get<float>();
+  o.integer("num_classes", spec.num_classes, {2, 100000});
+  o.integer("kernel", spec.kernel, {1, 15});
+  o.integer("dense", spec.dense, {1, kMaxWidth});
+  o.number("dropout", spec.dropout, {0, 1, false, true});
+  if (!o.ok()) {
+    return o.status().error();
   }
   if (spec.complete()) {
     auto layers = make_layers(spec);
     if (!layers) {
-      return layers.error();
+      return bad_spec(at, layers.error());
     }
     if (count_params(*layers) > kMaxParams) {
-      return fail(errc::resource_exhausted, "model spec: more than 2^28 parameters");
+      return bad_spec(at, fail(errc::resource_exhausted, "more than 2^28 parameters"));
     }
   }
   return spec;
 }
 
 result<ModelSpec> parse_model_spec(std::string_view json_text) {
-  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return bad("not valid JSON: " + std::string(json_text.substr(0, 200)));
+  auto j = parse_json_strict(json_text, "model spec");
+  if (!j) {
+    return j.error();
   }
-  return parse_model_spec(j);
+  return parse_model_spec(*j);
 }
 
 void to_json(nlohmann::json& j, const ModelSpec& spec) {

@@ -24,6 +24,7 @@
 #include "shared/model/loss.hpp"
 #include "shared/model/model.hpp"
 #include "shared/util/error.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::model {
 
@@ -42,11 +43,16 @@ struct ModelSpec {
   bool complete() const noexcept { return !input_shape.empty() && num_classes > 0; }
 };
 
-// Parses and validates a spec. Every problem is errc::invalid_argument with a message
-// naming the key ("model spec: 'hidden' must be a non-empty array of positive integers").
-// Total parameter counts above 2^28 are errc::resource_exhausted.
+// Parses and validates a spec strictly (shared/util/strict_json.hpp): every problem is
+// errc::invalid_argument with a message naming the key ("model spec: 'hidden[1]' must be an
+// integer in [1, 65536], got 0"), unknown keys and keys of another model type included
+// ("'hidden' applies only to an mlp"). Total parameter counts above 2^28 are
+// errc::resource_exhausted. The text form also refuses invalid JSON and duplicate keys.
 result<ModelSpec> parse_model_spec(const nlohmann::json& j);
 result<ModelSpec> parse_model_spec(std::string_view json_text);
+// The same for a spec inside another document, e.g. JsonPath("run config", "model"), so
+// messages name it there ("run config: 'model.hidden' ...").
+result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at);
 void to_json(nlohmann::json& j, const ModelSpec& spec);
 
 // Fills missing input_shape / num_classes from the data and checks that present ones agree.

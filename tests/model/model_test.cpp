@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -164,8 +165,8 @@ TEST(ModelSpec, RejectsBadSpecsNamingTheProblem) {
       {R"({"type":"transformer"})", "'type'"},
       {R"({})", "'type'"},
       {R"({"type":"mlp"})", "'hidden'"},
-      {R"({"type":"mlp","hidden":[0]})", "'hidden'"},
-      {R"({"type":"mlp","hidden":[-3]})", "'hidden'"},
+      {R"({"type":"mlp","hidden":[0]})", "'hidden[0]'"},
+      {R"({"type":"mlp","hidden":[-3]})", "'hidden[0]'"},
       {R"({"type":"mlp","hidden":"big"})", "'hidden'"},
       {R"({"type":"logreg","hidden":[4]})", "'hidden'"},
       {R"({"type":"logreg","layers":3})", "unknown key 'layers'"},
@@ -173,7 +174,7 @@ TEST(ModelSpec, RejectsBadSpecsNamingTheProblem) {
       {R"({"type":"cnn","input_shape":[30],"num_classes":2})", "image input_shape"},
       {R"({"type":"cnn","input_shape":[2,2,1],"num_classes":2})", "too small"},
       {R"({"type":"logreg","num_classes":1})", "'num_classes'"},
-      {R"(not json)", "not valid JSON"},
+      {R"(not json)", "invalid JSON"},
   };
   for (const auto& c : cases) {
     auto spec = parse_model_spec(std::string_view(c.json));
@@ -181,6 +182,54 @@ TEST(ModelSpec, RejectsBadSpecsNamingTheProblem) {
     EXPECT_EQ(spec.error().code, errc::invalid_argument) << c.json;
     EXPECT_NE(spec.error().message.find(c.fragment), std::string::npos) << spec.error().message;
   }
+}
+
+// Issue 19: a spec is read strictly; each message names the key (and, standalone, the
+// document "model spec").
+TEST(ModelSpec, StrictReadingNamesEveryProblem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type":"mlp","hiden":[4]})", "model spec: unknown key 'hiden'; did you mean 'hidden'?"},
+      {R"({"type":"cnn","kernal":3})", "model spec: unknown key 'kernal'; did you mean 'kernel'?"},
+      {R"({"type":"cnn","kernel":"3"})",
+       "model spec: 'kernel' must be an integer in [1, 15], got \"3\""},
+      {R"({"type":"cnn","kernel":16})",
+       "model spec: 'kernel' must be an integer in [1, 15], got 16"},
+      {R"({"type":"cnn","kernel":3.5})",
+       "model spec: 'kernel' must be an integer in [1, 15], got 3.5"},
+      {R"({"type":"cnn","dense":18446744073709551617})",
+       "model spec: 'dense' must be an integer in [1, 65536], got 1.8446744073709552e+19"},
+      {R"({"type":"logreg","num_classes":4294967298})",
+       "model spec: 'num_classes' must be an integer in [2, 100000], got 4294967298"},
+      {R"({"type":"cnn","input_shape":[28,28,1,1]})",
+       "model spec: 'input_shape' must be an array of 1 to 3 integers in [1, 65536], got an array"},
+      {R"({"type":"mlp","hidden":[8,"8"]})",
+       "model spec: 'hidden[1]' must be an integer in [1, 65536], got \"8\""},
+      {R"({"type":"mlp","hidden":[8],"channels":[4]})",
+       "model spec: 'channels' applies only to a cnn"},
+      {R"({"type":"mlp","hidden":[8],"dropout":-0.1})",
+       "model spec: 'dropout' must be a number in [0, 1), got -0.1"},
+      {R"({"type":"MLP","hidden":[8]})",
+       "model spec: 'type' must be one of \"logreg\", \"mlp\", \"cnn\", got \"MLP\"; did you mean "
+       "\"mlp\"?"},
+      {R"({"type":"logreg","type":"mlp"})", "model spec: duplicate key 'type'"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto spec = parse_model_spec(std::string_view(text));
+    ASSERT_FALSE(spec) << text;
+    EXPECT_EQ(spec.error().code, errc::invalid_argument) << text;
+    EXPECT_EQ(spec.error().message, message) << text;
+  }
+  nlohmann::json inf{
+      {"type", "mlp"}, {"hidden", {8}}, {"dropout", std::numeric_limits<double>::infinity()}};
+  auto spec = parse_model_spec(inf);
+  ASSERT_FALSE(spec);
+  EXPECT_EQ(spec.error().message, "model spec: 'dropout' must be a number in [0, 1), got inf");
+  // Inside another document the spec's keys carry its path there.
+  auto nested = parse_model_spec(nlohmann::json::parse(R"({"type":"mlp","hidden":[0]})"),
+                                 JsonPath("run config", "model"));
+  ASSERT_FALSE(nested);
+  EXPECT_EQ(nested.error().message,
+            "run config: 'model.hidden[0]' must be an integer in [1, 65536], got 0");
 }
 
 TEST(ModelSpec, RefusesHugeModelsBeforeAllocating) {

@@ -99,6 +99,32 @@ TEST(OptimizerConfig, RejectsBadValuesNamingTheKey) {
   }
 }
 
+// Issue 19: exact messages for each kind of mistake, and the float rounding that used to
+// let beta2 reach 1 (a division by zero in Adam's bias correction).
+TEST(OptimizerConfig, StrictReadingNamesEveryProblem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"kind":"sgd","mometum":0.9})",
+       "optimizer: unknown key 'mometum'; did you mean 'momentum'?"},
+      {R"({"kind":"adam","lr":true})", "optimizer: 'lr' must be a number in (0, 100], got true"},
+      {R"({"weight_decay":11})", "optimizer: 'weight_decay' must be a number in [0, 10], got 11"},
+      {R"({"kind":"adam","beta2":0.9999999999})",
+       "optimizer: 'beta2' must be a number in [0, 1), got 0.9999999999 (1 as a 32-bit float)"},
+      {R"({"kind":"adam","epsilon":0})", "optimizer: 'epsilon' must be a number in (0, 1], got 0"},
+      {R"({"lr":1e-60})",
+       "optimizer: 'lr' must be a number in (0, 100], got 1e-60 (0 as a 32-bit float)"},
+      {R"({"kind":"adam","nesterov":true})", "optimizer: 'nesterov' applies only to sgd"},
+      {R"({"kind":"sgd","epsilon":1e-8})", "optimizer: 'epsilon' applies only to adam"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto config = optimizer_config_from_json(nlohmann::json::parse(text));
+    ASSERT_FALSE(config) << text;
+    EXPECT_EQ(config.error().message, message) << text;
+  }
+  auto inf = optimizer_config_from_json({{"lr", std::numeric_limits<double>::infinity()}});
+  ASSERT_FALSE(inf);
+  EXPECT_EQ(inf.error().message, "optimizer: 'lr' must be a number in (0, 100], got inf");
+}
+
 // Steps `a` `first` times, moves its state into a fresh `b`, then steps both `then` more
 // times on the same parameters: the two must agree bit for bit.
 void expect_state_carries_over(const OptimizerConfig& config) {

@@ -2,139 +2,79 @@
 
 #include <cmath>
 
+#include "shared/util/strict_json.hpp"
+
 namespace fedcore::federation {
 namespace {
 
 using nlohmann::json;
 
-error bad(const std::string& message) {
-  return fail(errc::invalid_argument, "run config: privacy." + message);
-}
-
-// A number in [low, high] under `key`, or the fallback when absent.
-result<double> number(const json& j, const char* key, double low, double high, double fallback) {
-  if (!j.contains(key)) {
-    return fallback;
-  }
-  const auto& v = j[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < low ||
-      v.get<double>() > high) {
-    return fail(errc::invalid_argument, std::string(key) + " must be a number in [" +
-                                            std::to_string(low) + ", " + std::to_string(high) +
-                                            "], got " + v.dump());
-  }
-  return v.get<double>();
-}
-
-bool only_known(const json& j, std::initializer_list<const char*> known, std::string& unknown) {
-  for (const auto& [key, value] : j.items()) {
-    bool found = false;
-    for (const char* k : known) {
-      found = found || key == k;
-    }
-    if (!found) {
-      unknown = key;
-      return false;
-    }
-  }
-  return true;
-}
-
-result<SecureAggregationConfig> parse_secure(const json& j) {
+result<SecureAggregationConfig> parse_secure(const json& j, const JsonPath& at) {
+  StrictObject o(
+      j, at, {"degree", "threshold", "clip_range", "quant_range", "stage_timeout_s", "bind_keys"});
   SecureAggregationConfig c;
-  std::string unknown;
-  if (!j.is_object()) {
-    return bad("secure_aggregation must be an object ({} for the defaults)");
-  }
-  if (!only_known(
-          j, {"degree", "threshold", "clip_range", "quant_range", "stage_timeout_s", "bind_keys"},
-          unknown)) {
-    return bad("secure_aggregation: unknown field '" + unknown + "'");
-  }
-  auto degree = number(j, "degree", 0, 1024, 0);
-  auto threshold = number(j, "threshold", 0, 1024, 0);
-  auto clip = number(j, "clip_range", 1e-6, 1e6, 8.0);
-  auto quant = number(j, "quant_range", 2, 4294967295.0, double(1u << 22));
-  auto timeout = number(j, "stage_timeout_s", 0.1, 86400, 30);
-  for (const auto* r : {&degree, &threshold, &clip, &quant, &timeout}) {
-    if (!*r) {
-      return bad("secure_aggregation." + r->error().message);
-    }
-  }
-  if (std::floor(*degree) != *degree || std::floor(*threshold) != *threshold ||
-      std::floor(*quant) != *quant) {
-    return bad("secure_aggregation: degree, threshold and quant_range are integers");
-  }
-  c.settings.degree = static_cast<std::uint32_t>(*degree);
-  c.settings.threshold = static_cast<std::uint32_t>(*threshold);
-  c.settings.clip_range = *clip;
-  c.settings.quant_range = static_cast<std::uint32_t>(*quant);
-  c.stage_timeout_s = *timeout;
-  if (j.contains("bind_keys")) {
-    if (!j["bind_keys"].is_boolean()) {
-      return bad("secure_aggregation.bind_keys must be true or false");
-    }
-    c.bind_keys = j["bind_keys"].get<bool>();
+  c.settings = secagg::SecAggSettings{
+      .degree = 0, .threshold = 0, .clip_range = 8.0, .quant_range = 1u << 22};
+  o.integer("degree", c.settings.degree, {0, 1024});
+  o.integer("threshold", c.settings.threshold, {0, 1024});
+  o.number("clip_range", c.settings.clip_range, {1e-6, 1e6});
+  o.integer("quant_range", c.settings.quant_range, {2, 4294967295});
+  o.number("stage_timeout_s", c.stage_timeout_s, {0.1, 86400});
+  o.boolean("bind_keys", c.bind_keys);
+  if (auto done = o.status(); !done) {
+    return done.error();
   }
   return c;
 }
 
-result<DpConfig> parse_dp(const json& j) {
+result<DpConfig> parse_dp(const json& j, const JsonPath& at) {
+  StrictObject o(j, at,
+                 {"mode", "epsilon", "delta", "clip_norm", "noise_multiplier", "adaptive_clip"});
   DpConfig c;
-  std::string unknown;
-  if (!j.is_object()) {
-    return bad("dp must be an object");
+  // No default mode: {"dp": {"epsilon": 8, ...}} without one would train without DP.
+  if (o.ok() && !o.has("mode")) {
+    o.reject("mode", "is required: none, record, client_central or client_distributed");
   }
-  if (!only_known(j, {"mode", "epsilon", "delta", "clip_norm", "noise_multiplier", "adaptive_clip"},
-                  unknown)) {
-    return bad("dp: unknown field '" + unknown + "'");
+  std::string mode;
+  o.choice("mode", mode, {"none", "record", "client_central", "client_distributed"});
+  if (!o.ok()) {
+    return o.status().error();
   }
-  if (j.contains("mode")) {
-    const auto mode = j["mode"].is_string()
-                          ? protocol::dp_mode_from_name(j["mode"].get<std::string>())
-                          : std::nullopt;
-    if (!mode) {
-      return bad("dp.mode must be none, record, client_central or client_distributed");
-    }
-    c.mode = *mode;
-  }
-  auto epsilon = number(j, "epsilon", 0, 1e4, 0);
-  auto delta = number(j, "delta", 0, 0.1, 0);
-  auto clip = number(j, "clip_norm", 0, 1e6, 0);
-  auto noise = number(j, "noise_multiplier", 0, 1e4, 0);
-  for (const auto* r : {&epsilon, &delta, &clip, &noise}) {
-    if (!*r) {
-      return bad("dp." + r->error().message);
-    }
-  }
-  c.epsilon = *epsilon;
-  c.delta = *delta;
-  c.clip_norm = *clip;
-  c.noise_multiplier = *noise;
-  if (j.contains("adaptive_clip")) {
-    const auto& a = j["adaptive_clip"];
-    if (!a.is_object() ||
-        !only_known(a, {"target_quantile", "learning_rate", "count_stddev"}, unknown)) {
-      return bad(
-          "dp.adaptive_clip must be an object of target_quantile, learning_rate, count_stddev");
-    }
-    auto quantile = number(a, "target_quantile", 0.01, 0.99, 0.5);
-    auto rate = number(a, "learning_rate", 1e-6, 10, 0.2);
-    auto stddev = number(a, "count_stddev", 1e-6, 1e6, 1);
-    for (const auto* r : {&quantile, &rate, &stddev}) {
-      if (!*r) {
-        return bad("dp.adaptive_clip." + r->error().message);
+  c.mode = protocol::dp_mode_from_name(mode).value_or(protocol::DpMode::none);
+  if (c.mode == protocol::DpMode::none) {
+    for (const char* key : {"epsilon", "delta", "clip_norm", "noise_multiplier", "adaptive_clip"}) {
+      if (o.has(key)) {
+        o.reject(key, "applies only when '" + o.at("mode").path() + "' is not \"none\"");
       }
     }
-    c.adaptive = AdaptiveClipConfig{*quantile, *rate, *stddev};
   }
-  if (c.mode != protocol::DpMode::none) {
-    if (!(c.epsilon > 0) || !(c.delta > 0)) {
-      return bad("dp: a DP run states its budget: epsilon > 0 and 0 < delta <= 0.1");
+  o.number("epsilon", c.epsilon, {0, 1e4});
+  o.number("delta", c.delta, {0, 0.1});
+  o.number("clip_norm", c.clip_norm, {0, 1e6});
+  o.number("noise_multiplier", c.noise_multiplier, {0, 1e4});
+  if (o.ok() && o.has("adaptive_clip")) {
+    StrictObject a(*o.find("adaptive_clip"), o.at("adaptive_clip"),
+                   {"target_quantile", "learning_rate", "count_stddev"});
+    AdaptiveClipConfig adaptive{0.5, 0.2, 1};
+    a.number("target_quantile", adaptive.target_quantile, {0.01, 0.99});
+    a.number("learning_rate", adaptive.learning_rate, {1e-6, 10});
+    a.number("count_stddev", adaptive.count_stddev, {1e-6, 1e6});
+    if (o.take(a.status())) {
+      c.adaptive = adaptive;
     }
-    if (!(c.clip_norm > 0)) {
-      return bad("dp.clip_norm must be positive");
+  }
+  if (o.ok() && c.mode != protocol::DpMode::none) {
+    const char* budget = "a DP run states its budget: epsilon > 0 and 0 < delta <= 0.1";
+    if (!(c.epsilon > 0)) {
+      o.reject("epsilon", std::string("must be positive (") + budget + ")");
+    } else if (!(c.delta > 0)) {
+      o.reject("delta", std::string("must be positive (") + budget + ")");
+    } else if (!(c.clip_norm > 0)) {
+      o.reject("clip_norm", "must be positive");
     }
+  }
+  if (auto done = o.status(); !done) {
+    return done.error();
   }
   return c;
 }
@@ -142,27 +82,26 @@ result<DpConfig> parse_dp(const json& j) {
 }  // namespace
 
 result<PrivacyConfig> parse_privacy_config(const json& j) {
+  return parse_privacy_config(j, JsonPath("run config", "privacy"));
+}
+
+result<PrivacyConfig> parse_privacy_config(const json& j, const JsonPath& at) {
+  StrictObject o(j, at, {"secure_aggregation", "dp"});
   PrivacyConfig c;
-  std::string unknown;
-  if (!j.is_object()) {
-    return bad("must be an object");
-  }
-  if (!only_known(j, {"secure_aggregation", "dp"}, unknown)) {
-    return bad("unknown field '" + unknown + "'");
-  }
-  if (j.contains("secure_aggregation")) {
-    auto secure = parse_secure(j["secure_aggregation"]);
-    if (!secure) {
-      return secure.error();
+  if (o.ok() && o.has("secure_aggregation")) {
+    auto secure = parse_secure(*o.find("secure_aggregation"), o.at("secure_aggregation"));
+    if (o.take(secure)) {
+      c.secure_aggregation = *secure;
     }
-    c.secure_aggregation = *secure;
   }
-  if (j.contains("dp")) {
-    auto dp = parse_dp(j["dp"]);
-    if (!dp) {
-      return dp.error();
+  if (o.ok() && o.has("dp")) {
+    auto dp = parse_dp(*o.find("dp"), o.at("dp"));
+    if (o.take(dp)) {
+      c.dp = *dp;
     }
-    c.dp = *dp;
+  }
+  if (auto done = o.status(); !done) {
+    return done.error();
   }
   return c;
 }

@@ -28,6 +28,7 @@
 #include "shared/protocol/messages.hpp"
 #include "shared/secagg/plan.hpp"
 #include "shared/util/error.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::federation {
 
@@ -58,8 +59,13 @@ struct PrivacyConfig {
   DpConfig dp;
 };
 
-// Errors: invalid_argument naming the field ("run config: privacy.dp.epsilon ...").
+// Parsed strictly (shared/util/strict_json.hpp). Errors: invalid_argument naming the key
+// path ("run config: 'privacy.dp.epsilon' must be a number in [0, 10000], got -1"), unknown
+// keys included. "dp" needs its "mode"; with mode "none" its other keys are errors (they
+// would be ignored); any other mode needs epsilon > 0, 0 < delta <= 0.1 and clip_norm > 0.
 result<PrivacyConfig> parse_privacy_config(const nlohmann::json& j);
+// The same at another place: `at` names the privacy object ("run config", "privacy").
+result<PrivacyConfig> parse_privacy_config(const nlohmann::json& j, const JsonPath& at);
 nlohmann::json to_json(const PrivacyConfig& config);
 
 // What the rest of the run asks for, as the compatibility check sees it.

@@ -77,7 +77,15 @@ struct RunConfig {
   PrivacyConfig privacy;
 };
 
-// Parses and validates; errc::invalid_argument naming the field for every problem.
+// Parses and validates strictly (shared/util/strict_json.hpp, docs/config.md): every
+// problem is errc::invalid_argument naming the full key path, e.g.
+//   run config: 'rounds' must be an integer in [1, 100000], got 1.5
+//   run config: unknown key 'roundz'; did you mean 'rounds'?
+//   run config: 'privacy.dp.epsilon' must be a number in [0, 10000], got -1
+// Keys that would be ignored are errors too: 'proximal_mu' > 0 without strategy "fedprox",
+// 'label_column' without 'server_test_set', keys of the other model type or optimizer kind.
+// The text form also refuses invalid JSON, duplicate keys and nesting past 64 levels; a
+// model spec too large to build is errc::resource_exhausted. Never throws.
 result<RunConfig> parse_run_config(std::string_view json_text);
 // The same from JSON already parsed (fedcore-sim builds its configuration as JSON).
 result<RunConfig> run_config_from_json(const nlohmann::json& j);

@@ -14,11 +14,11 @@
 namespace fedcore::federation {
 namespace {
 
-result<RunConfig> with(std::string_view extra) {
+result<RunConfig> with(std::string_view extra, int min_clients = 3) {
   return parse_run_config(
       std::string(R"({"model":{"type":"logreg","input_shape":[4],"num_classes":2},)"
-                  R"("rounds":10,"min_clients":3,"clients_per_round":5)") +
-      std::string(extra) + "}");
+                  R"("rounds":10,"clients_per_round":5,"min_clients":)") +
+      std::to_string(min_clients) + std::string(extra) + "}");
 }
 
 TEST(PrivacyConfig, ParsesKeepsAndRejectsBadFields) {
@@ -53,25 +53,23 @@ TEST(PrivacyConfig, IncompatibleCombinationsAreRefusedWithANamedReason) {
   const struct {
     std::string extra;
     std::string says;
+    int min_clients;
   } cases[] = {
       {R"(,"federated_evaluation":false,"max_update_norm":5,"privacy":{)" + secure + "}",
-       "max_update_norm"},
-      {R"(,"federated_evaluation":false,"min_clients":2,"clients_per_round":5,"privacy":{)" +
-           secure + "}",
-       "min_clients >= 3"},
+       "max_update_norm", 3},
+      {R"(,"federated_evaluation":false,"privacy":{)" + secure + "}", "min_clients >= 3", 2},
       {R"(,"federated_evaluation":false,"privacy":{"dp":{"mode":"client_distributed",)"
        R"("epsilon":1,"delta":1e-5,"clip_norm":1}})",
-       "distributed DP"},
+       "distributed DP", 3},
       {R"(,"privacy":{"dp":{"mode":"record","epsilon":1,"delta":1e-5,"clip_norm":1}})",
-       "not covered by the privacy accountant"},
+       "not covered by the privacy accountant", 3},
       {R"(,"federated_evaluation":false,"privacy":{)" + secure +
            R"(,"dp":{"mode":"client_central","epsilon":1,"delta":1e-5,"clip_norm":1,)"
            R"("adaptive_clip":{}}})",
-       "adaptive clipping"},
+       "adaptive clipping", 3},
   };
   for (const auto& c : cases) {
-    // min_clients appears twice in one case: the later value wins in nlohmann's parser.
-    auto refused = with(c.extra);
+    auto refused = with(c.extra, c.min_clients);
     ASSERT_FALSE(refused) << c.extra;
     EXPECT_NE(refused.error().message.find("incompatible"), std::string::npos)
         << refused.error().message;

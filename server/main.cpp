@@ -4,20 +4,21 @@
 //   fedcore-server token create --config server.json --name alice
 //
 // The config file (JSON) names the listener, the TLS material, the database and the
-// admin API (its `api` section, api/config.hpp); flags override it. Runs left "running"
-// by a previous process resume automatically. --run starts a run from a JSON file
+// admin API (api/config.hpp, docs/config.md); flags override it. It is parsed strictly: an
+// unknown key or a value of the wrong type or range stops the server, naming the key. Runs left
+// "running" by a previous process resume automatically. --run starts a run from a JSON file
 // (federation/run_config.hpp), as POST /api/v1/runs does. `token create` adds an admin
 // API token to the config file and prints it, once.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "server/api/api_server.hpp"
@@ -37,47 +38,6 @@ std::optional<std::string> read_file(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// Applies the config file's keys to the options; returns the problem, if any.
-std::string apply_config(const nlohmann::json& j, ServerOptions& o, std::string& database,
-                         fedcore::api::ApiConfig& api) {
-  if (!j.is_object()) {
-    return "the config must be a JSON object";
-  }
-  if (j.contains("api")) {
-    auto parsed = fedcore::api::parse_api_config(j["api"]);
-    if (!parsed) {
-      return parsed.error().message;
-    }
-    api = std::move(*parsed);
-  }
-  try {
-    if (j.contains("listen"))
-      o.listen_address = j["listen"].get<std::string>();
-    if (j.contains("port"))
-      o.port = j["port"].get<std::uint16_t>();
-    if (j.contains("database"))
-      database = j["database"].get<std::string>();
-    if (j.contains("checkpoint_dir"))
-      o.checkpoint_dir = j["checkpoint_dir"].get<std::string>();
-    if (j.contains("max_connections"))
-      o.max_connections = j["max_connections"].get<std::size_t>();
-    if (j.contains("heartbeat_seconds"))
-      o.heartbeat_seconds = j["heartbeat_seconds"].get<std::uint32_t>();
-    if (j.contains("idle_timeout_s"))
-      o.channel.idle_timeout = std::chrono::seconds(j["idle_timeout_s"].get<int>());
-    if (j.contains("tls")) {
-      const auto& t = j["tls"];
-      o.tls.ca_file = t.at("ca").get<std::string>();
-      o.tls.cert_file = t.at("cert").get<std::string>();
-      o.tls.key_file = t.at("key").get<std::string>();
-      o.tls.crl_file = t.at("crl").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return std::string("bad config value: ") + e.what();
-  }
-  return {};
 }
 
 // The dashboard folder when the config names none: ./web, else web/ beside the binary
@@ -108,16 +68,14 @@ std::int64_t unix_ms() {
 
 int main(int argc, char** argv) {
   CLI::App app{"fedcore-server: the federation's TLS aggregation server"};
-  std::string config_path, run_path, database = "fedcore.db", log_level = "info";
-  ServerOptions options;
-  options.port = 7443;
-  fedcore::api::ApiConfig api_config;
+  std::string config_path, run_path, database, log_level = "info";
+  fedcore::api::ServerConfig config;
   std::string listen, ca, cert, key, crl;
   int port = -1;
   int shutdown_seconds = 10;
   app.add_option("--config", config_path, "server config file (JSON)");
   app.add_option("--run", run_path, "start a run from this JSON file");
-  app.add_option("--database", database, "SQLite history file");
+  app.add_option("--database", database, "SQLite history file (default fedcore.db)");
   app.add_option("--listen", listen, "listen address (default 127.0.0.1)");
   app.add_option("--port", port, "federation port (default 7443)")->check(CLI::Range(0, 65535));
   app.add_option("--ca", ca, "federation CA certificate");
@@ -165,16 +123,17 @@ int main(int argc, char** argv) {
       spdlog::error("cannot read config file '{}'", config_path);
       return 2;
     }
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    if (j.is_discarded()) {
-      spdlog::error("config file '{}' is not valid JSON", config_path);
+    auto parsed = fedcore::api::parse_server_config_text(*text);
+    if (!parsed) {
+      spdlog::error("config file '{}': {}", config_path, parsed.error().message);
       return 2;
     }
-    if (auto problem = apply_config(j, options, database, api_config); !problem.empty()) {
-      spdlog::error("config file '{}': {}", config_path, problem);
-      return 2;
-    }
+    config = std::move(*parsed);
   }
+  ServerOptions& options = config.federation;
+  fedcore::api::ApiConfig& api_config = config.api;
+  if (!database.empty())
+    config.database = database;
   if (!listen.empty())
     options.listen_address = listen;
   if (port >= 0)
@@ -196,9 +155,9 @@ int main(int argc, char** argv) {
   if (no_api)
     api_config.enabled = false;
 
-  auto store = fedcore::store::HistoryStore::open(database);
+  auto store = fedcore::store::HistoryStore::open(config.database);
   if (!store) {
-    spdlog::error("database '{}': {}", database, store.error().message);
+    spdlog::error("database '{}': {}", config.database, store.error().message);
     return 1;
   }
   // The connection limits, not the default 1,024 descriptors, decide how many peers we hold.
@@ -250,12 +209,12 @@ int main(int argc, char** argv) {
       spdlog::error("cannot read run file '{}'", run_path);
       return 2;
     }
-    auto config = fedcore::federation::parse_run_config(*text);
-    if (!config) {
-      spdlog::error("run file '{}': {}", run_path, config.error().message);
+    auto run_config = fedcore::federation::parse_run_config(*text);
+    if (!run_config) {
+      spdlog::error("run file '{}': {}", run_path, run_config.error().message);
       return 2;
     }
-    auto run = (*server)->start_run(*config);
+    auto run = (*server)->start_run(*run_config);
     if (!run) {
       spdlog::error("cannot start run: {}", run.error().message);
     }
@@ -272,8 +231,23 @@ int main(int argc, char** argv) {
       (*server)->shutdown();
     }
   });
+  // SIGHUP: re-read the CRL now (the file watcher would within crl_poll_interval).
+  boost::asio::signal_set hangups(io, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_hangup =
+      [&](const boost::system::error_code& ec, int) {
+        if (ec || stopping) {
+          return;
+        }
+        if (auto closed = (*server)->reload_revocations(); !closed) {
+          spdlog::error("SIGHUP: the CRL cannot be loaded (the previous list stays): {}",
+                        closed.error().message);
+        }
+        hangups.async_wait(on_hangup);
+      };
+  hangups.async_wait(on_hangup);
   while (!stopping && io.run_one() > 0) {
   }
+  hangups.cancel();
   // Wind down within the bound; whatever is still pending after it is abandoned.
   io.run_for(std::chrono::seconds(shutdown_seconds));
   spdlog::info("stopped");

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -91,32 +92,37 @@ result<std::string> generate_token() {
 }
 
 result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens) {
+  return tokens_from_json(tokens, JsonPath("server config", "api.tokens"));
+}
+
+result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens, const JsonPath& at) {
   if (!tokens.is_array()) {
-    return fail(errc::invalid_argument, "api.tokens: must be an array");
+    return at.bad("must be an array of {\"name\", \"sha256\", \"created_ms\"}, got " +
+                  describe_json(tokens));
   }
   std::vector<TokenEntry> out;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const auto& t = tokens[i];
-    const std::string where = "api.tokens[" + std::to_string(i) + "]";
-    if (!t.is_object()) {
-      return fail(errc::invalid_argument, where + ": must be an object");
-    }
+    StrictObject o(tokens[i], at.index(i), {"name", "sha256", "created_ms"});
     TokenEntry entry;
-    if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty()) {
-      return fail(errc::invalid_argument, where + ".name: must be a non-empty string");
-    }
-    entry.name = t["name"].get<std::string>();
-    if (!t.contains("sha256") || !t["sha256"].is_string() ||
-        !from_hex(t["sha256"].get<std::string>())) {
-      return fail(errc::invalid_argument,
-                  where + ".sha256: must be 64 lower-case hex digits (a SHA-256)");
-    }
-    entry.sha256_hex = t["sha256"].get<std::string>();
-    if (t.contains("created_ms")) {
-      if (!t["created_ms"].is_number_integer()) {
-        return fail(errc::invalid_argument, where + ".created_ms: must be an integer");
+    for (const char* key : {"name", "sha256"}) {
+      if (o.ok() && !o.has(key)) {
+        o.reject(key, "is required");
       }
-      entry.created_ms = t["created_ms"].get<std::int64_t>();
+    }
+    o.string("name", entry.name, {.min_size = 1, .max_size = 64});
+    o.string("sha256", entry.sha256_hex, {.max_size = 128});
+    if (o.ok() && !from_hex(entry.sha256_hex)) {
+      o.reject("sha256", "must be 64 lower-case hex digits (a SHA-256)");
+    }
+    o.integer("created_ms", entry.created_ms, {0, std::numeric_limits<std::int64_t>::max()});
+    // The audit trail names a request's token: two tokens of one name are indistinguishable.
+    for (const auto& earlier : out) {
+      if (o.ok() && earlier.name == entry.name) {
+        o.reject("name", "repeats the name of an earlier token, '" + entry.name + "'");
+      }
+    }
+    if (auto done = o.status(); !done) {
+      return done.error();
     }
     out.push_back(std::move(entry));
   }

@@ -17,6 +17,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "shared/util/error.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::api {
 
@@ -32,9 +33,13 @@ std::string sha256_hex(std::string_view token);
 // A fresh token: 32 bytes from RAND_bytes as hex. Errors: internal when the RNG fails.
 result<std::string> generate_token();
 
-// Reads the `api.tokens` array of a config ({"name","sha256","created_ms"} objects).
-// Errors: invalid_argument naming the entry and field.
+// Reads the `api.tokens` array of a config ({"name","sha256","created_ms"} objects, name
+// 1 to 64 bytes and unique, sha256 64 lower-case hex digits, created_ms an integer >= 0).
+// Errors: invalid_argument naming the entry and key ("server config: 'api.tokens[0].sha256'
+// must be 64 lower-case hex digits"), unknown keys included.
 result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens);
+// The same with `at` naming the array.
+result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens, const JsonPath& at);
 
 // Checks Authorization headers against the stored hashes. Immutable after construction.
 class TokenVerifier {

@@ -14,8 +14,27 @@
 namespace fedcore::api {
 namespace {
 
-error bad(const std::string& key, const std::string& problem) {
-  return fail(errc::invalid_argument, "api." + key + ": " + problem);
+using nlohmann::json;
+
+const JsonPath kRoot("server config");
+
+// Paths of files: non-empty, bounded, no control characters.
+constexpr StringRule kPath{.min_size = 1, .max_size = 4096};
+
+result<tls::ServerTlsConfig> parse_tls(const json& j, const JsonPath& at) {
+  StrictObject o(j, at, {"ca", "cert", "key", "crl"});
+  tls::ServerTlsConfig tls;
+  for (auto [key, target] : {std::pair{"ca", &tls.ca_file}, std::pair{"cert", &tls.cert_file},
+                             std::pair{"key", &tls.key_file}, std::pair{"crl", &tls.crl_file}}) {
+    if (o.ok() && !o.has(key)) {
+      o.reject(key, "is required (a PEM file)");
+    }
+    o.string(key, *target, kPath);
+  }
+  if (auto done = o.status(); !done) {
+    return done.error();
+  }
+  return tls;
 }
 
 result<void> write_all(int fd, const std::string& text, const std::string& path) {
@@ -70,52 +89,76 @@ result<void> replace_file(const std::string& path, const std::string& text, mode
 
 }  // namespace
 
-result<ApiConfig> parse_api_config(const nlohmann::json& j) {
+result<ApiConfig> parse_api_config(const json& j) {
+  return parse_api_config(j, kRoot.key("api"));
+}
+
+result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
+  StrictObject o(j, at, {"enabled", "listen", "port", "web_root", "max_connections", "tokens"});
   ApiConfig c;
-  if (!j.is_object()) {
-    return fail(errc::invalid_argument, "api: must be an object");
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (key == "enabled") {
-      if (!value.is_boolean()) {
-        return bad(key, "must be true or false");
-      }
-      c.enabled = value.get<bool>();
-    } else if (key == "listen") {
-      if (!value.is_string() || value.get<std::string>().empty()) {
-        return bad(key, "must be an address string, e.g. \"127.0.0.1\"");
-      }
-      c.listen_address = value.get<std::string>();
-    } else if (key == "port") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
-          value.get<std::int64_t>() > 65535) {
-        return bad(key, "must be an integer in [0, 65535]");
-      }
-      c.port = static_cast<std::uint16_t>(value.get<std::int64_t>());
-    } else if (key == "web_root") {
-      if (!value.is_string()) {
-        return bad(key, "must be a path string");
-      }
-      c.web_root = value.get<std::string>();
-    } else if (key == "max_connections") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 1 ||
-          value.get<std::int64_t>() > 100000) {
-        return bad(key, "must be an integer in [1, 100000]");
-      }
-      c.max_connections = value.get<std::size_t>();
-    } else if (key == "tokens") {
-      auto tokens = tokens_from_json(value);
-      if (!tokens) {
-        return tokens.error();
-      }
+  o.boolean("enabled", c.enabled);
+  o.string("listen", c.listen_address, {.min_size = 1, .max_size = 255});
+  o.integer("port", c.port, {0, 65535});
+  o.string("web_root", c.web_root, kPath);
+  o.integer("max_connections", c.max_connections, {1, 100000});
+  if (o.ok() && o.has("tokens")) {
+    auto tokens = tokens_from_json(*o.find("tokens"), o.at("tokens"));
+    if (o.take(tokens)) {
       c.tokens = std::move(*tokens);
-    } else {
-      return bad(key,
-                 "unknown key (known: enabled, listen, port, web_root, max_connections, "
-                 "tokens)");
     }
   }
+  if (auto done = o.status(); !done) {
+    return done.error();
+  }
   return c;
+}
+
+result<ServerConfig> parse_server_config(const json& j) {
+  StrictObject o(j, kRoot,
+                 {"listen", "port", "database", "checkpoint_dir", "max_connections",
+                  "heartbeat_seconds", "idle_timeout_s", "tls", "api"});
+  ServerConfig c;
+  auto& f = c.federation;
+  o.string("listen", f.listen_address, {.min_size = 1, .max_size = 255});
+  o.integer("port", f.port, {0, 65535});
+  o.string("database", c.database, kPath);
+  o.string("checkpoint_dir", f.checkpoint_dir, kPath);
+  o.integer("max_connections", f.max_connections, {1, 1000000});
+  o.integer("heartbeat_seconds", f.heartbeat_seconds, {1, 3600});
+  auto idle_s = std::chrono::duration_cast<std::chrono::seconds>(f.channel.idle_timeout).count();
+  o.integer("idle_timeout_s", idle_s, {1, 86400});
+  f.channel.idle_timeout = std::chrono::seconds(idle_s);
+  // Clients send a heartbeat every heartbeat_seconds; a read that gives up sooner than
+  // three of them drops healthy sessions.
+  if (o.ok() && idle_s <= 3 * static_cast<std::int64_t>(f.heartbeat_seconds)) {
+    o.reject("idle_timeout_s", "(" + std::to_string(idle_s) +
+                                   ") must exceed 3 heartbeats (3 x 'heartbeat_seconds' = " +
+                                   std::to_string(3 * f.heartbeat_seconds) + ")");
+  }
+  if (o.ok() && o.has("tls")) {
+    auto tls = parse_tls(*o.find("tls"), o.at("tls"));
+    if (o.take(tls)) {
+      f.tls = std::move(*tls);
+    }
+  }
+  if (o.ok() && o.has("api")) {
+    auto api = parse_api_config(*o.find("api"), o.at("api"));
+    if (o.take(api)) {
+      c.api = std::move(*api);
+    }
+  }
+  if (auto done = o.status(); !done) {
+    return done.error();
+  }
+  return c;
+}
+
+result<ServerConfig> parse_server_config_text(std::string_view text) {
+  auto j = parse_json_strict(text, "server config");
+  if (!j) {
+    return j.error();
+  }
+  return parse_server_config(*j);
 }
 
 result<std::string> create_token_in_config(const std::string& config_path, const std::string& name,

@@ -1,13 +1,26 @@
-// The `api` section of the server config file, and the `token create` rewrite of it.
+// The server config file (fedcore-server --config server.json), its `api` section, and the
+// `token create` rewrite of it. Every key: docs/config.md.
 //
-//   "api": {
-//     "enabled": true,              // false: no admin listener
-//     "listen": "127.0.0.1",        // address of the admin listener
-//     "port": 8443,                 // 0 = any free port
-//     "web_root": "web",            // the dashboard's files (docs/api.md)
-//     "max_connections": 256,
-//     "tokens": [{"name": "alice", "sha256": "<64 hex>", "created_ms": 1763700000000}]
-//   }
+//   {"listen": "127.0.0.1", "port": 7443,        // the federation listener
+//    "database": "fedcore.db",                   // SQLite history
+//    "checkpoint_dir": "checkpoints",
+//    "max_connections": 1024,
+//    "heartbeat_seconds": 5,                     // told to clients in WELCOME
+//    "idle_timeout_s": 120,                      // must exceed 3 heartbeats
+//    "tls": {"ca": "ca.pem", "cert": "server.pem", "key": "server.key", "crl": "crl.pem"},
+//    "api": {
+//      "enabled": true,              // false: no admin listener
+//      "listen": "127.0.0.1",        // address of the admin listener
+//      "port": 8443,                 // 0 = any free port
+//      "web_root": "web",            // the dashboard's files (docs/api.md)
+//      "max_connections": 256,
+//      "tokens": [{"name": "alice", "sha256": "<64 hex>", "created_ms": 1763700000000}]
+//    }}
+//
+// Parsed strictly (shared/util/strict_json.hpp): an unknown key, a value of the wrong type
+// or out of range stops the server at start with a message naming the key path and, for an
+// unknown key, the closest known one ("server config: unknown key 'databse'; did you mean
+// 'database'?").
 //
 // TLS: the admin listener presents the federation server's certificate and key (the
 // config's `tls` section); it asks clients for no certificate.
@@ -15,12 +28,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "server/api/auth.hpp"
+#include "server/federation/federation_server.hpp"
 #include "shared/util/error.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::api {
 
@@ -34,8 +50,27 @@ struct ApiConfig {
 };
 
 // Reads the `api` object (absent keys keep their defaults). Errors: invalid_argument
-// naming the key ("api.port: must be an integer in [0, 65535]"), unknown keys included.
+// naming the key path ("server config: 'api.port' must be an integer in [0, 65535], got
+// 70000"), unknown keys and repeated token names included.
 result<ApiConfig> parse_api_config(const nlohmann::json& api);
+// The same with `at` naming the api object.
+result<ApiConfig> parse_api_config(const nlohmann::json& api, const JsonPath& at);
+
+// The whole server config file.
+struct ServerConfig {
+  ServerConfig() { federation.port = 7443; }
+
+  federation::ServerOptions federation;  // listen, port, tls, checkpoint_dir, limits
+  std::string database = "fedcore.db";
+  ApiConfig api;
+};
+
+// Every key of `j` applied to the defaults of ServerConfig. Errors: invalid_argument
+// naming the document ("server config") and the key path.
+result<ServerConfig> parse_server_config(const nlohmann::json& j);
+// The same from the file's text; also invalid_argument for invalid JSON, a duplicate key or
+// nesting deeper than 64 levels.
+result<ServerConfig> parse_server_config_text(std::string_view text);
 
 // `fedcore-server token create`: generates a token, adds {"name","sha256","created_ms"}
 // to `api.tokens` of the JSON config at `config_path` (creating `api` and `tokens` if

@@ -1,0 +1,116 @@
+// The server config file (issue 19): every key read strictly, each problem named by its key
+// path; and the examples the README gives for a federation by hand still parse.
+#include "server/api/config.hpp"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/federation/run_config.hpp"
+
+namespace fedcore::api {
+namespace {
+
+// The text of the heredoc `cat > <name> <<'JSON'` in the README.
+std::string readme_example(const std::string& name) {
+  std::ifstream in(FEDCORE_SOURCE_DIR "/README.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto all = text.str();
+  const std::string opening = "cat > " + name + " <<'JSON'\n";
+  const auto begin = all.find(opening);
+  if (begin == std::string::npos) {
+    ADD_FAILURE() << "README.md has no example " << name;
+    return {};
+  }
+  const auto start = begin + opening.size();
+  return all.substr(start, all.find("\nJSON\n", start) - start);
+}
+
+TEST(ServerConfig, ReadsEveryKey) {
+  auto c = parse_server_config_text(R"({"listen": "0.0.0.0", "port": 7500, "database": "h.db",
+      "checkpoint_dir": "ck", "max_connections": 64, "heartbeat_seconds": 2, "idle_timeout_s": 30,
+      "tls": {"ca": "ca.pem", "cert": "s.pem", "key": "s.key", "crl": "crl.pem"},
+      "api": {"port": 0, "enabled": false}})");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->federation.listen_address, "0.0.0.0");
+  EXPECT_EQ(c->federation.port, 7500);
+  EXPECT_EQ(c->database, "h.db");
+  EXPECT_EQ(c->federation.checkpoint_dir, "ck");
+  EXPECT_EQ(c->federation.max_connections, 64u);
+  EXPECT_EQ(c->federation.heartbeat_seconds, 2u);
+  EXPECT_EQ(c->federation.channel.idle_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(c->federation.tls.crl_file, "crl.pem");
+  EXPECT_EQ(c->api.port, 0);
+  EXPECT_FALSE(c->api.enabled);
+  // Absent keys keep the defaults.
+  auto empty = parse_server_config_text("{}");
+  ASSERT_TRUE(empty) << empty.error().message;
+  EXPECT_EQ(empty->federation.port, 7443);
+  EXPECT_EQ(empty->database, "fedcore.db");
+  EXPECT_EQ(empty->api.port, 8443);
+}
+
+TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"databse": "x.db"})", "server config: unknown key 'databse'; did you mean 'database'?"},
+      {R"({"tls": {"ca": "a", "cert": "b", "key": "c", "clr": "d"}})",
+       "server config: unknown key 'tls.clr'; did you mean 'tls.crl'?"},
+      {R"({"api": {"web-root": "w"}})",
+       "server config: unknown key 'api.web-root'; did you mean 'api.web_root'?"},
+      {R"({"colour": 1})",
+       "server config: unknown key 'colour' (known keys: listen, port, database, checkpoint_dir, "
+       "max_connections, heartbeat_seconds, idle_timeout_s, tls, api)"},
+      {R"({"port": "7443"})",
+       "server config: 'port' must be an integer in [0, 65535], got \"7443\""},
+      {R"({"port": 70000})", "server config: 'port' must be an integer in [0, 65535], got 70000"},
+      {R"({"port": -1})", "server config: 'port' must be an integer in [0, 65535], got -1"},
+      {R"({"port": 18446744073709551617})",
+       "server config: 'port' must be an integer in [0, 65535], got 1.8446744073709552e+19"},
+      {R"({"max_connections": 4294967296})",
+       "server config: 'max_connections' must be an integer in [1, 1000000], got 4294967296"},
+      {R"({"heartbeat_seconds": 0.5})",
+       "server config: 'heartbeat_seconds' must be an integer in [1, 3600], got 0.5"},
+      {R"({"database": ""})", "server config: 'database' must not be empty"},
+      {R"({"database": ["a.db"]})", "server config: 'database' must be a string, got an array"},
+      {R"({"tls": "certs/"})", "server config: 'tls' must be a JSON object, got \"certs/\""},
+      {R"({"tls": {"ca": "a", "cert": "b", "key": "c"}})",
+       "server config: 'tls.crl' is required (a PEM file)"},
+      {R"({"heartbeat_seconds": 60})",
+       "server config: 'idle_timeout_s' (120) must exceed 3 heartbeats (3 x 'heartbeat_seconds' "
+       "= 180)"},
+      {R"({"api": {"port": 1.5}})",
+       "server config: 'api.port' must be an integer in [0, 65535], got 1.5"},
+      {R"({"port": 1, "port": 2})", "server config: duplicate key 'port'"},
+      {R"({"port": 1e999})", "server config: invalid JSON: a number is too large for a double"},
+      {R"([])", "server config: must be a JSON object, got an array"},
+      {"", "server config: invalid JSON at byte 1"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto c = parse_server_config_text(text);
+    ASSERT_FALSE(c) << text;
+    EXPECT_EQ(c.error().code, errc::invalid_argument) << text;
+    EXPECT_EQ(c.error().message, message) << text;
+  }
+  // What a program builds can hold what JSON text cannot.
+  auto inf = parse_server_config(
+      nlohmann::json{{"idle_timeout_s", std::numeric_limits<double>::infinity()}});
+  ASSERT_FALSE(inf);
+  EXPECT_EQ(inf.error().message,
+            "server config: 'idle_timeout_s' must be an integer in [1, 86400], got inf");
+}
+
+TEST(ServerConfig, TheReadmeExamplesParse) {
+  auto server = parse_server_config_text(readme_example("server.json"));
+  ASSERT_TRUE(server) << server.error().message;
+  EXPECT_EQ(server->federation.tls.crl_file, "certs/dev/crl.pem");
+  auto run = federation::parse_run_config(readme_example("run.json"));
+  ASSERT_TRUE(run) << run.error().message;
+  EXPECT_EQ(run->rounds, 5);
+}
+
+}  // namespace
+}  // namespace fedcore::api

@@ -10,26 +10,6 @@ namespace {
 
 constexpr std::chrono::hours kDay{24};
 
-error bad(std::string_view field, std::string_view what) {
-  return fail(errc::invalid_argument, "policy." + std::string(field) + ": " + std::string(what));
-}
-
-// A positive integer no larger than `max`.
-template <class T>
-result<T> positive_integer(const nlohmann::json& j, std::string_view field, std::uint64_t max) {
-  if (!j.is_number_integer()) {
-    return bad(field, "must be a positive integer");
-  }
-  if (j.is_number_unsigned() ? j.get<std::uint64_t>() == 0 : j.get<std::int64_t>() <= 0) {
-    return bad(field, "must be a positive integer");
-  }
-  const auto value = j.get<std::uint64_t>();
-  if (value > max) {
-    return bad(field, "must be at most " + std::to_string(max));
-  }
-  return static_cast<T>(value);
-}
-
 // "AB:CD:..." or "abcd..." -> 64 lowercase hex digits.
 std::optional<std::string> normalize_fingerprint(std::string_view text) {
   std::string hex;
@@ -48,35 +28,33 @@ std::optional<std::string> normalize_fingerprint(std::string_view text) {
   return hex;
 }
 
-result<ServerAcceptance> parse_server(const nlohmann::json& j) {
-  if (!j.is_object()) {
-    return bad("server", "must be an object");
-  }
+result<ServerAcceptance> parse_server(const nlohmann::json& j, const JsonPath& at) {
+  StrictObject o(j, at, {"sha256", "common_name"});
   ServerAcceptance s;
-  for (const auto& [key, value] : j.items()) {
-    if (key == "sha256") {
-      // One fingerprint or a list (a rotation: the old and the new certificate).
-      const auto list = value.is_array() ? value : nlohmann::json::array({value});
-      if (list.empty()) {
-        return bad("server.sha256", "must name at least one fingerprint");
-      }
-      for (const auto& item : list) {
-        auto hex = item.is_string() ? normalize_fingerprint(item.get<std::string>()) : std::nullopt;
-        if (!hex) {
-          return bad("server.sha256",
-                     "each fingerprint must be 64 hex digits (colons allowed), as printed by "
-                     "`openssl x509 -noout -fingerprint -sha256`");
-        }
+  if (const auto* value = o.ok() ? o.find("sha256") : nullptr) {
+    // One fingerprint or a list (a rotation: the old and the new certificate).
+    const auto where = o.at("sha256");
+    const auto count = value->is_array() ? value->size() : 1;
+    if (value->is_array() && value->empty()) {
+      o.fail(where.bad("must name at least one fingerprint"));
+    }
+    for (std::size_t i = 0; i < count && o.ok(); ++i) {
+      const auto& item = value->is_array() ? (*value)[i] : *value;
+      auto hex = item.is_string() ? normalize_fingerprint(item.get_ref<const std::string&>())
+                                  : std::nullopt;
+      if (!hex) {
+        o.fail((value->is_array() ? where.index(i) : where)
+                   .bad("must be 64 hex digits (colons allowed), as printed by `openssl x509 "
+                        "-noout -fingerprint -sha256`, got " +
+                        describe_json(item)));
+      } else {
         s.sha256.push_back(std::move(*hex));
       }
-    } else if (key == "common_name") {
-      if (!value.is_string() || value.get<std::string>().empty()) {
-        return bad("server.common_name", "must be a non-empty string");
-      }
-      s.common_name = value.get<std::string>();
-    } else {
-      return bad("server", "unknown field '" + key + "' (known: sha256, common_name)");
     }
+  }
+  o.string("common_name", s.common_name, {.min_size = 1, .max_size = 256});
+  if (auto done = o.status(); !done) {
+    return done.error();
   }
   return s;
 }
@@ -98,61 +76,42 @@ std::string number(double value) {
 }  // namespace
 
 result<SitePolicy> parse_site_policy(const nlohmann::json& j) {
-  if (!j.is_object()) {
-    return fail(errc::invalid_argument, "policy: must be a JSON object");
-  }
+  return parse_site_policy(j, JsonPath("client config", "policy"));
+}
+
+result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at) {
+  StrictObject o(j, at,
+                 {"allowed_model_types", "max_parameters", "max_local_epochs", "max_rounds_per_day",
+                  "require_secure_aggregation", "max_epsilon", "server"});
   SitePolicy p;
-  for (const auto& [key, value] : j.items()) {
-    if (key == "allowed_model_types") {
-      if (!value.is_array()) {
-        return bad(key, "must be a list of model type names");
-      }
-      for (const auto& type : value) {
-        if (!type.is_string() || type.get<std::string>().empty()) {
-          return bad(key, "every entry must be a non-empty string");
-        }
-        p.allowed_model_types.push_back(type.get<std::string>());
-      }
-    } else if (key == "max_parameters") {
-      auto v = positive_integer<std::uint64_t>(value, key, std::uint64_t{1} << 40);
-      if (!v) {
-        return v.error();
-      }
-      p.max_parameters = *v;
-    } else if (key == "max_local_epochs") {
-      auto v = positive_integer<std::int32_t>(value, key, 1'000'000);
-      if (!v) {
-        return v.error();
-      }
-      p.max_local_epochs = *v;
-    } else if (key == "max_rounds_per_day") {
-      auto v = positive_integer<std::uint32_t>(value, key, 100'000);
-      if (!v) {
-        return v.error();
-      }
-      p.max_rounds_per_day = *v;
-    } else if (key == "require_secure_aggregation") {
-      if (!value.is_boolean()) {
-        return bad(key, "must be true or false");
-      }
-      p.require_secure_aggregation = value.get<bool>();
-    } else if (key == "max_epsilon") {
-      if (!value.is_number() || !(value.get<double>() > 0) || !(value.get<double>() <= 1e6)) {
-        return bad(key, "must be a positive number (at most 1e6)");
-      }
-      p.max_epsilon = value.get<double>();
-    } else if (key == "server") {
-      auto server = parse_server(value);
-      if (!server) {
-        return server.error();
-      }
-      p.server = std::move(*server);
-    } else {
-      return fail(errc::invalid_argument,
-                  "policy: unknown field '" + key +
-                      "' (known: allowed_model_types, max_parameters, max_local_epochs, "
-                      "max_rounds_per_day, require_secure_aggregation, max_epsilon, server)");
+  if (const auto* types = o.ok() ? o.find("allowed_model_types") : nullptr) {
+    // Only names a model spec can have: a misspelt one would refuse every run of the type.
+    static constexpr std::string_view kTypes[] = {"logreg", "mlp", "cnn"};
+    const auto where = o.at("allowed_model_types");
+    if (!types->is_array()) {
+      o.fail(where.bad("must be a list of model types (logreg, mlp, cnn), got " +
+                       describe_json(*types)));
     }
+    for (std::size_t i = 0; o.ok() && i < types->size(); ++i) {
+      auto type = json_choice((*types)[i], where.index(i), kTypes);
+      if (o.take(type)) {
+        p.allowed_model_types.push_back(std::move(*type));
+      }
+    }
+  }
+  o.integer("max_parameters", p.max_parameters, {1, std::int64_t{1} << 40});
+  o.integer("max_local_epochs", p.max_local_epochs, {1, 1'000'000});
+  o.integer("max_rounds_per_day", p.max_rounds_per_day, {1, 100'000});
+  o.boolean("require_secure_aggregation", p.require_secure_aggregation);
+  o.number("max_epsilon", p.max_epsilon, {0, 1e6, true});
+  if (o.ok() && o.has("server")) {
+    auto server = parse_server(*o.find("server"), o.at("server"));
+    if (o.take(server)) {
+      p.server = std::move(*server);
+    }
+  }
+  if (auto done = o.status(); !done) {
+    return done.error();
   }
   return p;
 }

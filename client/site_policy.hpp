@@ -16,7 +16,7 @@
 //
 // Every field is optional; an absent limit does not limit. A run with "dp": "none", or an
 // ε above max_epsilon, is refused when max_epsilon is set (any DP mode within the budget
-// is accepted). Unknown fields are errors, so that a misspelt limit is never silently
+// is accepted). Unknown keys are errors, so that a misspelt limit is never silently
 // ignored.
 //
 // The rounds-per-day window counts the rounds this site admitted (record_round) in the last
@@ -40,6 +40,7 @@
 #include "shared/protocol/messages.hpp"
 #include "shared/util/clock.hpp"
 #include "shared/util/error.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::client {
 
@@ -61,10 +62,14 @@ struct SitePolicy {
   ServerAcceptance server;
 };
 
-// Parses the "policy" object. Errors: invalid_argument naming the field ("policy.max_epsilon:
-// must be a positive number") for a value of the wrong type or range, an unknown field, a
-// fingerprint that is not 64 hex digits (colons allowed), or a non-object.
+// Parses the "policy" object strictly (shared/util/strict_json.hpp). Errors:
+// invalid_argument naming the key path ("client config: 'policy.max_epsilon' must be a
+// number in (0, 1000000], got 0") for a value of the wrong type or range, an unknown key
+// (with the closest known one), a model type other than logreg, mlp and cnn, a fingerprint
+// that is not 64 hex digits (colons allowed), or a non-object.
 result<SitePolicy> parse_site_policy(const nlohmann::json& j);
+// The same with the messages naming `at` as the policy's place.
+result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at);
 
 // Why a request (or a server) was refused. The names (refusal_reason_name) are stable: they
 // are written to the audit log and begin the words of the ERROR sent to the server.

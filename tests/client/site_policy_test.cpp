@@ -2,6 +2,8 @@
 // rounds-per-day window on a manual clock, and the server identity check.
 #include "client/site_policy.hpp"
 
+#include <limits>
+
 #include <gtest/gtest.h>
 
 namespace fedcore::client {
@@ -56,40 +58,81 @@ TEST(SitePolicyParse, AnEmptyPolicyLimitsNothing) {
 }
 
 TEST(SitePolicyParse, EveryBadFieldIsNamed) {
-  const struct {
+  struct {
     const char* policy;
-    const char* named;
+    const char* message;
   } cases[] = {
-      {R"([])", "policy: must be a JSON object"},
-      {R"({"allowed_model_types": "logreg"})", "policy.allowed_model_types:"},
-      {R"({"allowed_model_types": ["logreg", 3]})", "policy.allowed_model_types:"},
-      {R"({"allowed_model_types": [""]})", "policy.allowed_model_types:"},
-      {R"({"max_parameters": 0})", "policy.max_parameters:"},
-      {R"({"max_parameters": -5})", "policy.max_parameters:"},
-      {R"({"max_parameters": 1.5})", "policy.max_parameters:"},
-      {R"({"max_parameters": "many"})", "policy.max_parameters:"},
-      {R"({"max_local_epochs": 0})", "policy.max_local_epochs:"},
-      {R"({"max_local_epochs": 2000000})", "policy.max_local_epochs:"},
-      {R"({"max_rounds_per_day": -1})", "policy.max_rounds_per_day:"},
-      {R"({"max_rounds_per_day": true})", "policy.max_rounds_per_day:"},
-      {R"({"require_secure_aggregation": "yes"})", "policy.require_secure_aggregation:"},
-      {R"({"max_epsilon": 0})", "policy.max_epsilon:"},
-      {R"({"max_epsilon": -1})", "policy.max_epsilon:"},
-      {R"({"max_epsilon": "8"})", "policy.max_epsilon:"},
-      {R"({"server": "fedcore-server"})", "policy.server:"},
-      {R"({"server": {"sha256": "abcd"}})", "policy.server.sha256:"},
-      {R"({"server": {"sha256": []}})", "policy.server.sha256:"},
-      {R"({"server": {"sha256": ["zz" ]}})", "policy.server.sha256:"},
-      {R"({"server": {"common_name": ""}})", "policy.server.common_name:"},
-      {R"({"server": {"cn": "x"}})", "policy.server: unknown field 'cn'"},
-      {R"({"max_epsilion": 8})", "policy: unknown field 'max_epsilion'"},
+      {R"([])", "client config: 'policy' must be a JSON object, got an array"},
+      {R"({"allowed_model_types": "logreg"})",
+       "client config: 'policy.allowed_model_types' must be a list of model types (logreg, mlp, "
+       "cnn), got \"logreg\""},
+      {R"({"allowed_model_types": ["logreg", 3]})",
+       "client config: 'policy.allowed_model_types[1]' must be one of \"logreg\", \"mlp\", "
+       "\"cnn\", got 3"},
+      {R"({"allowed_model_types": [""]})",
+       "client config: 'policy.allowed_model_types[0]' must be one of \"logreg\", \"mlp\", "
+       "\"cnn\", got \"\""},
+      {R"({"allowed_model_types": ["lgoreg"]})",
+       "client config: 'policy.allowed_model_types[0]' must be one of \"logreg\", \"mlp\", "
+       "\"cnn\", got \"lgoreg\"; did you mean \"logreg\"?"},
+      {R"({"max_parameters": 0})",
+       "client config: 'policy.max_parameters' must be an integer in [1, 1099511627776], got 0"},
+      {R"({"max_parameters": -5})",
+       "client config: 'policy.max_parameters' must be an integer in [1, 1099511627776], got -5"},
+      {R"({"max_parameters": 1.5})",
+       "client config: 'policy.max_parameters' must be an integer in [1, 1099511627776], got 1.5"},
+      {R"({"max_parameters": "many"})",
+       "client config: 'policy.max_parameters' must be an integer in [1, 1099511627776], got "
+       "\"many\""},
+      {R"({"max_parameters": 18446744073709551616})",
+       "client config: 'policy.max_parameters' must be an integer in [1, 1099511627776], got "
+       "1.8446744073709552e+19"},
+      {R"({"max_local_epochs": 0})",
+       "client config: 'policy.max_local_epochs' must be an integer in [1, 1000000], got 0"},
+      {R"({"max_local_epochs": 2000000})",
+       "client config: 'policy.max_local_epochs' must be an integer in [1, 1000000], got 2000000"},
+      {R"({"max_local_epochs": 4294967297})",
+       "client config: 'policy.max_local_epochs' must be an integer in [1, 1000000], got "
+       "4294967297"},
+      {R"({"max_rounds_per_day": -1})",
+       "client config: 'policy.max_rounds_per_day' must be an integer in [1, 100000], got -1"},
+      {R"({"max_rounds_per_day": true})",
+       "client config: 'policy.max_rounds_per_day' must be an integer in [1, 100000], got true"},
+      {R"({"require_secure_aggregation": "yes"})",
+       "client config: 'policy.require_secure_aggregation' must be true or false, got \"yes\""},
+      {R"({"max_epsilon": 0})",
+       "client config: 'policy.max_epsilon' must be a number in (0, 1000000], got 0"},
+      {R"({"max_epsilon": -1})",
+       "client config: 'policy.max_epsilon' must be a number in (0, 1000000], got -1"},
+      {R"({"max_epsilon": "8"})",
+       "client config: 'policy.max_epsilon' must be a number in (0, 1000000], got \"8\""},
+      {R"({"server": "fedcore-server"})",
+       "client config: 'policy.server' must be a JSON object, got \"fedcore-server\""},
+      {R"({"server": {"sha256": "abcd"}})",
+       "client config: 'policy.server.sha256' must be 64 hex digits (colons allowed), as "
+       "printed by `openssl x509 -noout -fingerprint -sha256`, got \"abcd\""},
+      {R"({"server": {"sha256": []}})",
+       "client config: 'policy.server.sha256' must name at least one fingerprint"},
+      {R"({"server": {"sha256": ["zz" ]}})",
+       "client config: 'policy.server.sha256[0]' must be 64 hex digits (colons allowed), as "
+       "printed by `openssl x509 -noout -fingerprint -sha256`, got \"zz\""},
+      {R"({"server": {"common_name": ""}})",
+       "client config: 'policy.server.common_name' must not be empty"},
+      {R"({"server": {"cn": "x"}})",
+       "client config: unknown key 'policy.server.cn' (known keys: sha256, common_name)"},
+      {R"({"max_epsilion": 8})",
+       "client config: unknown key 'policy.max_epsilion'; did you mean 'policy.max_epsilon'?"},
   };
   for (const auto& c : cases) {
     auto p = parse_site_policy(json::parse(c.policy));
     ASSERT_FALSE(p) << c.policy;
     EXPECT_EQ(p.error().code, errc::invalid_argument) << c.policy;
-    EXPECT_EQ(p.error().message.rfind(c.named, 0), 0u) << c.policy << " -> " << p.error().message;
+    EXPECT_EQ(p.error().message, c.message) << c.policy;
   }
+  auto inf = parse_site_policy(json{{"max_epsilon", std::numeric_limits<double>::infinity()}});
+  ASSERT_FALSE(inf);
+  EXPECT_EQ(inf.error().message,
+            "client config: 'policy.max_epsilon' must be a number in (0, 1000000], got inf");
 }
 
 // Each reason, each with a request that passes every other limit.

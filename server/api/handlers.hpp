@@ -43,7 +43,8 @@ Response page_response(const nlohmann::json& all_items, const Page& page);
 result<std::int64_t> id_param(const PathParams& params, std::string_view name);
 
 // The request body as a JSON object; an empty body is {}. Errors: invalid_argument
-// ("body: invalid JSON at byte N" / "body: must be a JSON object").
+// ("body: invalid JSON at byte N", "body: duplicate key 'k'", "body: nested deeper than 64
+// levels", "body: must be a JSON object"; shared/util/strict_json.hpp).
 result<nlohmann::json> json_object_body(const Request& request);
 
 // A JSON answer (invalid UTF-8 in strings is replaced, never thrown on).

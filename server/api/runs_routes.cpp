@@ -2,6 +2,7 @@
 // FederationServer (start_run, stop_run, pause_run, resume_run, advance_round).
 #include "server/api/handlers.hpp"
 #include "server/federation/run_config.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::api::detail {
 namespace {
@@ -20,11 +21,7 @@ result<void> empty_object_body(const Request& req) {
   if (!body) {
     return body.error();
   }
-  if (!body->empty()) {
-    return fail(errc::invalid_argument,
-                "body: unknown field '" + body->begin().key() + "' (this route takes none)");
-  }
-  return {};
+  return json_object_keys(*body, JsonPath("body"), {});
 }
 
 // The run a control route (stop, next round) acts on: no query parameters, the id from
@@ -70,7 +67,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
                if (!body) {
                  return error_response(body.error());
                }
-               auto config = federation::parse_run_config(req.body);
+               auto config = federation::run_config_from_json(*body);
                if (!config) {
                  return error_response(config.error());
                }

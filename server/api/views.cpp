@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "server/api/handlers.hpp"
+#include "shared/util/strict_json.hpp"
 
 namespace fedcore::api::detail {
 namespace {
@@ -141,16 +142,16 @@ result<nlohmann::json> json_object_body(const Request& request) {
   if (request.body.empty()) {
     return result<nlohmann::json>(boost::system::in_place_value, nlohmann::json::object());
   }
-  try {
-    auto j = nlohmann::json::parse(request.body);
-    if (!j.is_object()) {
-      return fail(errc::invalid_argument, "body: must be a JSON object");
-    }
-    // in_place_value: a json converts from anything, an error included.
-    return result<nlohmann::json>(boost::system::in_place_value, std::move(j));
-  } catch (const nlohmann::json::parse_error& e) {
-    return fail(errc::invalid_argument, "body: invalid JSON at byte " + std::to_string(e.byte));
+  // Strictly: besides invalid JSON (which includes invalid UTF-8 and numbers past a double,
+  // 1e400), duplicate keys and nesting past 64 levels are refused; nothing throws.
+  auto j = parse_json_strict(request.body, "body");
+  if (!j) {
+    return j.error();
   }
+  if (!j->is_object()) {
+    return fail(errc::invalid_argument, "body: must be a JSON object");
+  }
+  return j;
 }
 
 Response json_reply(int status, const nlohmann::json& body) {

@@ -202,6 +202,94 @@ TEST_F(ApiHttp, RunBodiesAreValidatedNamingTheField) {
   EXPECT_EQ(client.get("/api/v1/runs").json()["total"], 0);
 }
 
+// Issue 19: no body is a 500. A table of hostile and mistaken bodies, each a 400 whose
+// message says what is wrong; nothing is created, and the server carries on.
+TEST_F(ApiHttp, NoBodyGivesA500) {
+  auto client = fixture_.client();
+  const std::string logreg = R"("model":{"type":"logreg"})";
+  const std::string deep_array = std::string(30000, '[') + std::string(30000, ']');
+  const std::string deep_value =
+      "{" + logreg + R"(,"name":)" + std::string(100, '[') + std::string(100, ']') + "}";
+  std::string deep_objects = "{" + logreg + R"(,"privacy":)";
+  for (int i = 0; i < 2000; ++i) {
+    deep_objects += R"({"dp":)";
+  }
+  deep_objects += "1" + std::string(2001, '}');
+  const std::pair<std::string, std::string> bad[] = {
+      // Not a JSON object, or not JSON.
+      {"", "run config: 'model' is required"},
+      {"   ", "body: invalid JSON"},
+      {"null", "body: must be a JSON object"},
+      {"42", "body: must be a JSON object"},
+      {"true", "body: must be a JSON object"},
+      {deep_array, "body: nested deeper than 64 levels"},
+      {"{" + logreg + ",\"rounds\":NaN}", "body: invalid JSON"},
+      {"{" + logreg + ",\"rounds\":Infinity}", "body: invalid JSON"},
+      {"{" + logreg + ",\"rounds\":-1e400}", "body: invalid JSON: a number is too large"},
+      {"{" + logreg + ",\"name\":\"\xff\"}", "body: invalid JSON"},
+      {"{" + logreg + ",\"name\":\"\xc0\xaf\"}", "body: invalid JSON"},      // overlong '/'
+      {"{" + logreg + ",\"name\":\"\xed\xa0\x80\"}", "body: invalid JSON"},  // UTF-8 surrogate
+      {"{" + logreg + R"(,"name":"\ud800"})", "body: invalid JSON"},         // lone surrogate
+      {"{" + logreg + ",\"na\xffme\":1}", "body: invalid JSON"},
+      {"{" + logreg + "} trailing", "body: invalid JSON"},
+      // Deep nesting.
+      {deep_value, "body: nested deeper than 64 levels"},
+      {deep_objects, "body: nested deeper than 64 levels"},
+      // Unknown and duplicate keys.
+      {"{" + logreg + R"(,"rouns":3})", "run config: unknown key 'rouns'; did you mean 'rounds'?"},
+      {"{" + logreg + R"(,"privacy":{"dp":{"mode":"record","epsilom":1}}})",
+       "run config: unknown key 'privacy.dp.epsilom'; did you mean 'privacy.dp.epsilon'?"},
+      {"{" + logreg + R"(,")" + std::string(60000, 'k') + R"(":1})",
+       "run config: unknown key 'kkk"},
+      {"{" + logreg + R"(,"a\u0000b":1})", "run config: unknown key 'a?b'"},
+      {"{" + logreg + R"(,"rounds":2,"rounds":3})", "body: duplicate key 'rounds'"},
+      // Wrong types.
+      {R"({"model":[]})", "run config: 'model' must be a JSON object, got an array"},
+      {R"({"model":null})", "run config: 'model' must be a JSON object, got null"},
+      {"{" + logreg + R"(,"optimizer":null})", "run config: 'optimizer' must be a JSON object"},
+      {"{" + logreg + R"(,"privacy":"yes"})", "run config: 'privacy' must be a JSON object"},
+      {"{" + logreg + R"(,"rounds":[3]})", "run config: 'rounds' must be an integer"},
+      {"{" + logreg + R"(,"manual":"false"})", "run config: 'manual' must be true or false"},
+      {"{" + logreg + R"(,"name":{"first":"a"}})", "run config: 'name' must be a string"},
+      // Huge, tiny and overflowing numbers.
+      {"{" + logreg + R"(,"rounds":1e308})", "run config: 'rounds' must be an integer"},
+      {"{" + logreg + R"(,"rounds":18446744073709551616})",
+       "run config: 'rounds' must be an integer"},
+      {"{" + logreg + R"(,"seed":-9223372036854775809})", "run config: 'seed' must be an integer"},
+      {"{" + logreg + R"(,"seed":9223372036854775807})", "run config: 'seed' must be an integer"},
+      {"{" + logreg + R"(,"round_timeout_s":1e-320})", "run config: 'round_timeout_s' must be"},
+      {"{" + logreg + R"(,"optimizer":{"lr":1e-300}})", "run config: 'optimizer.lr' must be"},
+      {R"({"model":{"type":"mlp","hidden":[4294967297]}})", "run config: 'model.hidden[0]'"},
+      {R"({"model":{"type":"cnn","kernel":-0.0}})", "run config: 'model.kernel'"},
+      // Sizes.
+      {"{" + logreg + R"(,"name":")" + std::string(60000, 'n') + R"("})",
+       "run config: 'name' must be at most 128 bytes long, got 60000 bytes"},
+      {"{" + logreg + R"(,"server_test_set":")" + std::string(5000, 'p') + R"("})",
+       "run config: 'server_test_set' must be at most 4096 bytes long"},
+  };
+  for (const auto& [body, fragment] : bad) {
+    const auto reply = client.post_json("/api/v1/runs", body);
+    const auto message = error_message(reply, 400, "invalid_argument");
+    EXPECT_NE(message.find(fragment), std::string::npos) << body.substr(0, 80) << " -> " << message;
+    EXPECT_LT(message.size(), 1000u) << body.substr(0, 80);
+  }
+  // The control routes take no body but {}.
+  const std::string control_bodies[] = {"[]",
+                                        "null",
+                                        "1",
+                                        R"({"force":true})",
+                                        "{\"\xff\":1}",
+                                        std::string(20000, '[') + std::string(20000, ']')};
+  for (const auto& body : control_bodies) {
+    const auto reply = client.post_json("/api/v1/runs/1/stop", body);
+    const auto message = error_message(reply, 400, "invalid_argument");
+    EXPECT_EQ(message.rfind("body: ", 0), 0u) << body.substr(0, 40) << " -> " << message;
+  }
+  // Nothing was created, and the server still answers.
+  EXPECT_EQ(client.get("/api/v1/runs").json()["total"], 0);
+  EXPECT_EQ(client.get("/api/v1/health").status, 200);
+}
+
 TEST_F(ApiHttp, BodiesMustBeJsonAndWithinTheirLimit) {
   auto client = fixture_.client();
   for (const char* type :

@@ -81,6 +81,7 @@ struct FederationServer::Impl final : EventSink {
         tls_context(std::move(tls)),
         acceptor(io_context),
         wakeup(io_context),
+        crl_tick(io_context),
         own_sleeper(options.sleeper == nullptr ? std::make_unique<net::SteadySleeper>(io_context)
                                                : nullptr),
         sleeper(options.sleeper != nullptr ? *options.sleeper : *own_sleeper),
@@ -98,7 +99,8 @@ struct FederationServer::Impl final : EventSink {
   SystemClock clock;
   OpenSslEntropy entropy;
   SessionRegistry sessions;
-  asio::steady_timer wakeup;  // armed for the controller's next_wakeup()
+  asio::steady_timer wakeup;    // armed for the controller's next_wakeup()
+  asio::steady_timer crl_tick;  // the CRL file watcher's
   std::unique_ptr<net::SteadySleeper> own_sleeper;
   net::Sleeper& sleeper;  // the heartbeat loops' clock
   RunController controller;
@@ -161,6 +163,8 @@ struct FederationServer::Impl final : EventSink {
   }
 
   asio::awaitable<void> accept_loop();
+  asio::awaitable<void> watch_crl();
+  result<std::size_t> reload_revocations();
   asio::awaitable<void> serve(tcp::socket socket, net::ConnectionTable::Ticket ticket);
   asio::awaitable<void> serve_local(std::string client_id, net::LocalStream stream);
   // `ticket` (null for in-process clients) is marked authenticated once HELLO is accepted.
@@ -224,6 +228,9 @@ result<std::uint16_t> FederationServer::listen() {
     return port.error();
   }
   asio::co_spawn(s.io, s.accept_loop(), asio::detached);
+  if (s.options.crl_poll_interval.count() > 0 && !s.options.tls.crl_file.empty()) {
+    asio::co_spawn(s.io, s.watch_crl(), asio::detached);
+  }
   spdlog::info("federation listener on {}:{} (TLS 1.3, client certificates required)",
                s.options.listen_address, *port);
   return *port;
@@ -308,6 +315,7 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket,
   session->connected_ms = clock.wall_ms();
   session->client_id = *client_id;
   session->peer = peer;
+  session->certificate_serial = tls::peer_serial(stream.native_handle());
   session->link = std::make_unique<net::StreamLink<TlsStream>>(std::move(stream), options.channel);
   co_await session_loop(session, &ticket);
 }
@@ -489,6 +497,59 @@ asio::awaitable<void> FederationServer::Impl::heartbeats(std::shared_ptr<Session
   }
 }
 
+// Polls the CRL file's modification time (and size): cheap, portable, and a CA that
+// replaces the file atomically (rename) or rewrites it is seen either way. A reload that
+// fails (a half-written file) is retried at the next change or tick.
+asio::awaitable<void> FederationServer::Impl::watch_crl() {
+  auto& tick = crl_tick;
+  auto stamp = [this]() -> std::pair<std::filesystem::file_time_type, std::uintmax_t> {
+    std::error_code ec;
+    const auto when = std::filesystem::last_write_time(options.tls.crl_file, ec);
+    const auto size = std::filesystem::file_size(options.tls.crl_file, ec);
+    return {when, ec ? 0 : size};
+  };
+  auto seen = stamp();
+  bool pending = false;
+  while (!stopping) {
+    tick.expires_after(options.crl_poll_interval);
+    auto [ec] = co_await tick.async_wait(kNoThrow);
+    if (ec || stopping) {
+      break;
+    }
+    const auto now = stamp();
+    if (now == seen && !pending) {
+      continue;
+    }
+    seen = now;
+    auto closed = reload_revocations();
+    pending = !closed;
+    if (!closed) {
+      spdlog::error("CRL file changed but cannot be loaded (the previous list stays): {}",
+                    closed.error().message);
+    }
+  }
+}
+
+result<std::size_t> FederationServer::Impl::reload_revocations() {
+  auto revoked = tls::reload_revocations(tls_context, options.tls);
+  if (!revoked) {
+    return revoked.error();
+  }
+  std::size_t closed = 0;
+  for (const auto& [id, session] : sessions.all()) {
+    if (!session->certificate_serial.empty() && revoked->count(session->certificate_serial) != 0) {
+      spdlog::warn("client '{}': its certificate (serial {}) is revoked; closing its session",
+                   session->client_id, session->certificate_serial);
+      event("client_revoked", session->client_id, {{"serial", session->certificate_serial}});
+      session->link->close();
+      ++closed;
+    }
+  }
+  spdlog::info("CRL reloaded: {} revoked certificate(s), {} live session(s) closed",
+               revoked->size(), closed);
+  return closed;
+}
+
 // A client says it could not do what it was asked (typically: local training failed).
 // The message is the client's, so it is cut short before it reaches logs and events.
 void FederationServer::Impl::handle_client_error(Session& session, const protocol::Frame& frame) {
@@ -543,6 +604,10 @@ result<void> FederationServer::resume_runs() {
   return resumed;
 }
 
+result<std::size_t> FederationServer::reload_revocations() {
+  return impl_->reload_revocations();
+}
+
 void FederationServer::shutdown() {
   auto& s = *impl_;
   if (s.stopping) {
@@ -553,6 +618,7 @@ void FederationServer::shutdown() {
   s.acceptor.close(ignored);
   s.controller.shutdown();
   s.wakeup.cancel();
+  s.crl_tick.cancel();
   s.options.channel.payload_gate->close();
   for (const auto& [id, session] : s.sessions.all()) {
     session->link->close();

@@ -57,6 +57,9 @@ struct ServerOptions {
   tls::ServerTlsConfig tls;
   std::string checkpoint_dir = "checkpoints";
   std::size_t max_connections = 1024;
+  // Live revocation: how often the CRL file's modification time is checked; a change
+  // reloads it (reload_revocations). 0 = only on request.
+  std::chrono::milliseconds crl_poll_interval{std::chrono::seconds(10)};
   // Connections that have not finished TLS and HELLO, in all and per remote address: the
   // slots an anonymous peer can take (net/connection_table.hpp).
   std::size_t max_unauthenticated = 256;
@@ -148,6 +151,12 @@ class FederationServer {
   void attach_local_session(std::string client_id, net::LocalStream stream);
   // See the class comment. Idempotent.
   void shutdown();
+  // Re-reads the CRL file: handshakes from now on check the new list, and live sessions
+  // whose certificate it revokes are closed (event client_revoked). Returns how many were
+  // closed. Errors: those of tls::reload_revocations (the old list stays in force).
+  // Called by the CRL file watcher (ServerOptions::crl_poll_interval), on SIGHUP by
+  // fedcore-server, and by tests.
+  result<std::size_t> reload_revocations();
 
   std::size_t online_clients() const noexcept;
   bool run_active() const noexcept;

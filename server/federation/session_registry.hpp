@@ -27,7 +27,8 @@ namespace fedcore::federation {
 struct Session {
   std::uint64_t serial = 0;
   std::string client_id;
-  std::string peer;  // address, for logs
+  std::string peer;                // address, for logs
+  std::string certificate_serial;  // uppercase hex; "" for in-process clients
   std::int64_t connected_ms = 0;
   protocol::Hello hello;
   std::unique_ptr<net::Link> link;  // mutual TLS, or a local socket for fedcore-sim

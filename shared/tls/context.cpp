@@ -6,12 +6,14 @@
 #include <cstring>
 #include <memory>
 #include <netinet/in.h>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
 #include <boost/system/system_error.hpp>
 #include <openssl/bio.h>
+#include <openssl/bn.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -120,6 +122,25 @@ bool only_end_of_input_queued() {
          ERR_GET_REASON(last) == PEM_R_NO_START_LINE;
 }
 
+// A certificate serial as uppercase hex without leading zeros ("" when unreadable): the
+// form CRL entries and certificates are compared in.
+std::string serial_hex(const ASN1_INTEGER* serial) {
+  if (serial == nullptr) {
+    return {};
+  }
+  std::unique_ptr<BIGNUM, decltype(&BN_free)> number(ASN1_INTEGER_to_BN(serial, nullptr), &BN_free);
+  if (!number) {
+    return {};
+  }
+  char* hex = BN_bn2hex(number.get());
+  if (hex == nullptr) {
+    return {};
+  }
+  std::string out(hex);
+  OPENSSL_free(hex);
+  return out;
+}
+
 result<std::vector<x509_ptr>> read_ca_certificates(const std::string& role,
                                                    const std::string& path) {
   auto bio = open_file(role, path);
@@ -171,8 +192,9 @@ result<std::vector<x509_ptr>> load_trust_anchors(SSL_CTX* ctx, const std::string
 // Loads every CRL in the file after checking each is signed by one of the trust anchors, so
 // a CRL from another CA (which would revoke nothing here) is a configuration error now, not
 // a refusal of every client later.
-result<void> load_crls(SSL_CTX* ctx, const std::string& role, const std::string& path,
-                       const std::string& ca_path, const std::vector<x509_ptr>& anchors) {
+result<std::set<std::string>> load_crls(X509_STORE* store, const std::string& role,
+                                        const std::string& path, const std::string& ca_path,
+                                        const std::vector<x509_ptr>& anchors) {
   auto bio = open_file(role, path);
   if (!bio) {
     return bio.error();
@@ -189,7 +211,7 @@ result<void> load_crls(SSL_CTX* ctx, const std::string& role, const std::string&
   if (crls.empty()) {
     return fail(errc::invalid_argument, quoted(role, path) + " holds no PEM CRL");
   }
-  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  std::set<std::string> revoked;
   for (const auto& crl : crls) {
     bool signed_by_anchor = false;
     for (const auto& anchor : anchors) {
@@ -210,8 +232,12 @@ result<void> load_crls(SSL_CTX* ctx, const std::string& role, const std::string&
     if (X509_STORE_add_crl(store, crl.get()) != 1) {
       return openssl_failure(errc::invalid_argument, "cannot use " + quoted(role, path));
     }
+    const STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl.get());
+    for (int i = 0; entries != nullptr && i < sk_X509_REVOKED_num(entries); ++i) {
+      revoked.insert(serial_hex(X509_REVOKED_get0_serialNumber(sk_X509_REVOKED_value(entries, i))));
+    }
   }
-  return {};
+  return revoked;
 }
 
 // Loads the certificate chain and the private key, and checks that they belong together and
@@ -381,7 +407,8 @@ result<ssl::context> make_server_context(const ServerTlsConfig& config) {
     if (!anchors) {
       return anchors.error();
     }
-    if (auto r = load_crls(native, "server CRL file", config.crl_file, config.ca_file, *anchors);
+    if (auto r = load_crls(SSL_CTX_get_cert_store(native), "server CRL file", config.crl_file,
+                           config.ca_file, *anchors);
         !r) {
       return r.error();
     }
@@ -488,6 +515,46 @@ result<std::string> peer_common_name(const SSL* ssl) {
                     "' is not a client id (1-64 characters of [A-Za-z0-9._-])");
   }
   return cn;
+}
+
+result<std::set<std::string>> reload_revocations(ssl::context& context,
+                                                 const ServerTlsConfig& config) {
+  ERR_clear_error();
+  if (config.ca_file.empty() || config.crl_file.empty()) {
+    return fail(errc::failed_precondition,
+                "server TLS: no CA and CRL file configured; nothing to reload");
+  }
+  auto anchors = read_ca_certificates("server CA file", config.ca_file);
+  if (!anchors) {
+    return anchors.error();
+  }
+  // A fresh store, filled completely before it replaces the old one: a CRL file caught
+  // half-written (or broken) leaves the server on the revocations it had.
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), &X509_STORE_free);
+  if (!store) {
+    return openssl_failure(errc::internal, "cannot make a certificate store");
+  }
+  for (const auto& cert : *anchors) {
+    if (X509_STORE_add_cert(store.get(), cert.get()) != 1) {
+      return openssl_failure(errc::invalid_argument,
+                             "cannot trust " + quoted("server CA file", config.ca_file));
+    }
+  }
+  auto revoked =
+      load_crls(store.get(), "server CRL file", config.crl_file, config.ca_file, *anchors);
+  if (!revoked) {
+    return revoked.error();
+  }
+  // Handshakes from now on verify against the new store (the CRL_CHECK flag lives in the
+  // context's parameters, not in the store); the old store is freed here.
+  SSL_CTX_set_cert_store(context.native_handle(), store.release());
+  return revoked;
+}
+
+std::string peer_serial(const SSL* ssl) {
+  FEDCORE_ASSERT(ssl != nullptr, "peer_serial: null SSL");
+  X509* cert = SSL_get0_peer_certificate(ssl);
+  return cert == nullptr ? std::string() : serial_hex(X509_get0_serialNumber(cert));
 }
 
 }  // namespace fedcore::tls

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -108,6 +109,19 @@ template <class Stream>
 result<void> prepare_client_stream(Stream& stream, const std::string& server_name) {
   return prepare_client_stream(stream.native_handle(), server_name);
 }
+
+// Live revocation: replaces the server context's trust store with one built afresh from
+// config.ca_file and config.crl_file (checked as make_server_context checks them), so every
+// handshake from now on sees the current CRL; returns the serials it revokes (uppercase
+// hex, as peer_serial gives them) so the caller can close sessions that are now revoked.
+// On any error the context keeps its previous store. Errors: as make_server_context;
+// failed_precondition when no CA or CRL file is configured.
+// Thread safety: call on the thread that runs the context's handshakes.
+result<std::set<std::string>> reload_revocations(boost::asio::ssl::context& context,
+                                                 const ServerTlsConfig& config);
+
+// The serial of the peer's certificate (uppercase hex), "" when it presented none.
+std::string peer_serial(const SSL* ssl);
 
 // The subject CN of the peer's certificate after a successful handshake — on the server,
 // the authenticated client id. Pass `stream.native_handle()`. Does not take ownership.

@@ -311,5 +311,47 @@ TEST(HostilePeers, SocketsWithoutCredentialsFromOneHostDoNotKeepOtherClientsOut)
   EXPECT_LE(status.connections, 16u + 1u) << "anonymous sockets beyond the per-address limit";
 }
 
+// Live revocation: the CA revokes a site's certificate while it is connected; without a
+// restart the server drops its session (event client_revoked), refuses its reconnects, and
+// keeps everyone else.
+TEST(HostilePeers, ARevokedClientIsCutOffWithoutARestart) {
+  TempDir dir;
+  Federation federation(dir);
+  federation.add_client_certificate("stolen");
+  federation.add_client_certificate("other");
+  federation::ServerOptions options;
+  options.crl_poll_interval = std::chrono::milliseconds(100);
+  federation.start_server(options);
+  federation.start_client("stolen", breast_cancer());
+  federation.start_client("other", breast_cancer());
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 2; }, std::chrono::seconds(30)));
+  auto revoked = federation.pki().run("revoke stolen");
+  ASSERT_EQ(revoked.status, 0) << revoked.output;
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 1; }, std::chrono::seconds(10)));
+  // The revoked daemon keeps retrying (100-500 ms backoff in the fixture); over a window of
+  // several of its attempts it must never get back in. (A negative check needs a window.)
+  const auto window_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  bool came_back = false;
+  while (std::chrono::steady_clock::now() < window_end && !came_back) {
+    came_back =
+        federation.wait_until([&] { return federation.online() != 1; }, std::chrono::seconds(1));
+  }
+  EXPECT_FALSE(came_back) << "online: " << federation.online();
+  federation.stop();
+  auto history = federation.open_store();
+  auto events = history.list_events(0, 1000);
+  ASSERT_TRUE(events);
+  int revocations = 0;
+  for (const auto& e : *events) {
+    if (e.kind == "client_revoked") {
+      EXPECT_EQ(e.client_id, "stolen");
+      ++revocations;
+    }
+  }
+  EXPECT_EQ(revocations, 1);
+}
+
 }  // namespace
 }  // namespace fedcore

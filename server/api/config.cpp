@@ -116,7 +116,8 @@ result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
 result<ServerConfig> parse_server_config(const json& j) {
   StrictObject o(j, kRoot,
                  {"listen", "port", "database", "checkpoint_dir", "max_connections",
-                  "heartbeat_seconds", "idle_timeout_s", "tls", "api"});
+                  "max_unauthenticated", "max_unauthenticated_per_address", "max_inflight_updates",
+                  "crl_poll_s", "heartbeat_seconds", "idle_timeout_s", "tls", "api"});
   ServerConfig c;
   auto& f = c.federation;
   o.string("listen", f.listen_address, {.min_size = 1, .max_size = 255});
@@ -124,6 +125,12 @@ result<ServerConfig> parse_server_config(const json& j) {
   o.string("database", c.database, kPath);
   o.string("checkpoint_dir", f.checkpoint_dir, kPath);
   o.integer("max_connections", f.max_connections, {1, 1000000});
+  o.integer("max_unauthenticated", f.max_unauthenticated, {1, 1000000});
+  o.integer("max_unauthenticated_per_address", f.max_unauthenticated_per_address, {1, 1000000});
+  o.integer("max_inflight_updates", f.max_inflight_updates, {1, 1024});
+  auto crl_poll_s = std::chrono::duration_cast<std::chrono::seconds>(f.crl_poll_interval).count();
+  o.integer("crl_poll_s", crl_poll_s, {0, 86400});
+  f.crl_poll_interval = std::chrono::seconds(crl_poll_s);
   o.integer("heartbeat_seconds", f.heartbeat_seconds, {1, 3600});
   auto idle_s = std::chrono::duration_cast<std::chrono::seconds>(f.channel.idle_timeout).count();
   o.integer("idle_timeout_s", idle_s, {1, 86400});

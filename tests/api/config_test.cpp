@@ -63,7 +63,8 @@ TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
        "server config: unknown key 'api.web-root'; did you mean 'api.web_root'?"},
       {R"({"colour": 1})",
        "server config: unknown key 'colour' (known keys: listen, port, database, checkpoint_dir, "
-       "max_connections, heartbeat_seconds, idle_timeout_s, tls, api)"},
+       "max_connections, max_unauthenticated, max_unauthenticated_per_address, "
+       "max_inflight_updates, crl_poll_s, heartbeat_seconds, idle_timeout_s, tls, api)"},
       {R"({"port": "7443"})",
        "server config: 'port' must be an integer in [0, 65535], got \"7443\""},
       {R"({"port": 70000})", "server config: 'port' must be an integer in [0, 65535], got 70000"},

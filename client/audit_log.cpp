@@ -251,6 +251,15 @@ result<void> AuditLog::evaluation_sent(const protocol::TrainRequest& request,
   return record("evaluation_sent", fields);
 }
 
+result<void> AuditLog::feature_stats_sent(std::string_view server,
+                                          const protocol::FeatureStatsReport& report) {
+  const auto samples = report.count.empty() ? std::uint64_t{0} : report.count.front();
+  return record("feature_stats_sent", {{"server", server},
+                                       {"run", report.run_id},
+                                       {"features", report.features},
+                                       {"samples", samples}});
+}
+
 result<void> AuditLog::server_refused(std::string_view server, const PolicyRefusal& refusal) {
   return record("server_refused", {{"server", server},
                                    {"reason", refusal_reason_name(refusal.reason)},

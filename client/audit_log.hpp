@@ -18,6 +18,8 @@
 //   trained           run, round, samples, seconds, loss
 //   update_sent       run, round, bytes (the parameters that left the site), samples
 //   evaluation_sent   run, round, samples, loss, accuracy (of the received global model)
+//   feature_stats_sent  server, run, features, samples (per-feature count, sum and sum of
+//                     squares of the training split left the site: client/feature_scaling.hpp)
 //   server_refused    server, reason, words (the server failed the site's identity check)
 //
 // Every line ends with "prev": the SHA-256 (hex) of the previous line's bytes (without its
@@ -77,6 +79,8 @@ class AuditLog {
                            const protocol::UpdateReport& report, std::uint64_t bytes);
   result<void> evaluation_sent(const protocol::TrainRequest& request,
                                const protocol::LocalEvaluation& evaluation);
+  result<void> feature_stats_sent(std::string_view server,
+                                  const protocol::FeatureStatsReport& report);
   result<void> server_refused(std::string_view server, const PolicyRefusal& refusal);
 
   const std::string& path() const noexcept { return path_; }

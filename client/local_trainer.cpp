@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/dp_noise.hpp"
+#include "client/feature_scaling.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
@@ -29,7 +30,7 @@ std::optional<error> check_record_dp(const protocol::PrivacyTerms& terms) {
 }  // namespace
 
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
-                          const data::TrainTest& data, int threads,
+                          const data::TrainTest& loaded, int threads,
                           const std::optional<model::DpRandom>& dp_random) {
   LocalResult out;
   const bool record_dp = request.privacy.dp == protocol::DpMode::record;
@@ -39,6 +40,18 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
       return out;
     }
   }
+  // Scaled on a copy: the daemon keeps the data as loaded, and a later request may bring
+  // another scale (a restarted run on another server).
+  std::optional<data::TrainTest> scaled;
+  if (request.scaling.mode != protocol::ScalingMode::none) {
+    auto copy = scaled_copy(request.scaling, loaded);
+    if (!copy) {
+      out.failure = copy.error();
+      return out;
+    }
+    scaled = std::move(*copy);
+  }
+  const data::TrainTest& data = scaled ? *scaled : loaded;
   set_compute_threads(threads);
   auto spec = model::parse_model_spec(request.model_spec);
   if (spec) {

@@ -1,11 +1,13 @@
 // Local training: what a site does with one TRAIN request, without any I/O.
 //
-// Builds the announced model (completing the spec from the local data's schema), checks
-// that its layout is the one the server announced, loads the received global parameters,
-// optionally evaluates them on the local test split, trains for the requested epochs and
-// returns the new parameters with the report the UPDATE carries (echoing run, round and
-// nonce). A request the site cannot honour comes back as `failure`; the session then
-// tells the server with an ERROR frame, and the server records the client as dropped.
+// Scales a copy of the data as the request's "scaling" says (client/feature_scaling.hpp;
+// a scale that does not fit the data is a failure), builds the announced model
+// (completing the spec from the local data's schema), checks that its layout is the one
+// the server announced, loads the received global parameters, optionally evaluates them
+// on the local test split, trains for the requested epochs and returns the new parameters
+// with the report the UPDATE carries (echoing run, round and nonce). A request the site cannot
+// honour comes back as `failure`; the session then tells the server with an ERROR frame, and the
+// server records the client as dropped.
 //
 // Record-level DP (request.privacy.dp == DpMode::record): training is DP-SGD
 // (shared/model/dp_sgd.hpp) with the request's epochs, its batch size as the expected

@@ -1,5 +1,6 @@
 #include "client/session.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <boost/asio/co_spawn.hpp>
@@ -66,7 +67,13 @@ void ClientSession::stop() {
   }
 }
 
-asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello) {
+asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in) {
+  protocol::Hello hello = hello_in;
+  const std::string feature_stats(protocol::kFeatureStatsCapability);
+  if (hooks_.feature_stats && std::find(hello.capabilities.begin(), hello.capabilities.end(),
+                                        feature_stats) == hello.capabilities.end()) {
+    hello.capabilities.push_back(feature_stats);
+  }
   link_->send(protocol::MessageType::hello, protocol::to_metadata(hello));
   auto first = co_await link_->read_frame();
   if (!first) {
@@ -114,6 +121,9 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello) {
       case protocol::MessageType::secagg_relay:
       case protocol::MessageType::secagg_unmask:
         on_secure_message(*frame);
+        break;
+      case protocol::MessageType::feature_stats_request:
+        on_feature_stats_request(*frame);
         break;
       case protocol::MessageType::train:
         if (auto served = co_await on_train(*frame); !served) {
@@ -252,6 +262,35 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
                request->round, with_commas(local.report.samples), local.report.train_seconds,
                local.report.loss, megabytes(bytes));
   co_return result<void>{};
+}
+
+// Only aggregates of the training split leave, and only what the request can use: its
+// feature count must be the site's. Malformed requests are ignored like malformed TRAINs
+// (the server's deadline decides); a site that does not share statistics says so.
+void ClientSession::on_feature_stats_request(const protocol::Frame& frame) {
+  auto request = protocol::parse_feature_stats_request(frame.metadata);
+  if (!request) {
+    spdlog::warn("ignoring a malformed feature statistics request: {}", request.error().message);
+    return;
+  }
+  if (!hooks_.feature_stats) {
+    send_error(*link_, errc::failed_precondition, "this site does not report feature statistics");
+    return;
+  }
+  auto report = hooks_.feature_stats(*request);
+  if (!report) {
+    spdlog::warn("run {}: feature statistics not sent: {}", request->run_id,
+                 report.error().message);
+    send_error(*link_, report.error().code, report.error().message);
+    return;
+  }
+  if (!audited(hooks_.audit,
+               [&](AuditLog& log) { return log.feature_stats_sent(server_, *report); })) {
+    send_error(*link_, errc::failed_precondition, kUnaudited);
+    return;
+  }
+  link_->send(protocol::MessageType::feature_stats, protocol::to_metadata(*report));
+  spdlog::info("run {}: feature statistics of {} features sent", request->run_id, report->features);
 }
 
 void ClientSession::send(const OutgoingFrame& frame) {

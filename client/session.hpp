@@ -3,6 +3,9 @@
 //   -> HELLO {samples, test_samples, input_shape, num_classes, capabilities, software}
 //   <- WELCOME {client_id, heartbeat_seconds}        (or ERROR: refused, the session ends)
 //   then, until GOODBYE, a broken link or stop():
+//   <- FEATURE_STATS_REQUEST -> FEATURE_STATS (the training split's per-feature moments,
+//                               client/feature_scaling.hpp), or ERROR when the site does
+//                               not report them or they do not fit the request
 //   <- TRAIN (global model)  -> UPDATE (trained parameters + report), or ERROR when the
 //                               request cannot be honoured or the site policy refuses it
 //                               (the server records "dropped" with the ERROR's words)
@@ -70,6 +73,13 @@ struct SessionHooks {
   SecureIdentity secure;
   // The site's own record-level DP accountant (client/dp_ledger.hpp); may be null.
   RecordDpLedger* dp_ledger = nullptr;
+  // The site's answer to a feature-statistics request (feature_stats_report over its
+  // training split, client/feature_scaling.hpp). When set, the HELLO announces the
+  // capability protocol::kFeatureStatsCapability; when empty (a site that does not share
+  // them), a request is answered with ERROR failed_precondition. What leaves is recorded
+  // in the audit log first, as for an update.
+  std::function<result<protocol::FeatureStatsReport>(const protocol::FeatureStatsRequest&)>
+      feature_stats;
 };
 
 class ClientSession {
@@ -95,6 +105,7 @@ class ClientSession {
 
  private:
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
+  void on_feature_stats_request(const protocol::Frame& frame);
   void on_secure_message(const protocol::Frame& frame);
   void send(const OutgoingFrame& frame);
 

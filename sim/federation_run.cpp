@@ -120,7 +120,15 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
     j["privacy"] = privacy;
     j["federated_evaluation"] = false;
   }
-  return federation::run_config_from_json(j);
+  auto config = federation::run_config_from_json(j);
+  if (config) {
+    // Breast-cancer arrives standardised with its whole training split's statistics
+    // (sim_data.hpp), which is what the federated estimate computes from the sites' parts
+    // of that split (docs/sim.md): the sites must not scale it again. Images are never
+    // scaled (feature_scaling.hpp).
+    config->feature_scaling = protocol::ScalingMode::none;
+  }
+  return config;
 }
 
 // Evaluates each committed round's checkpoint on the test split.

@@ -22,7 +22,8 @@
 //     "on_failed_round": "pause",               // "pause" or "retry"
 //     "max_retries": 2,                         // retries of a failed round before pausing
 //     "manual": false,                          // true: each round waits for an admin
-//     "privacy": {...}                          // secure aggregation and DP (privacy_config.hpp)
+//     "privacy": {...},                         // secure aggregation and DP (privacy_config.hpp)
+//     "feature_scaling": "federated"            // or "site", "none" (feature_scaling.hpp)
 //   }
 //
 // A round that fails (no quorum) is recorded as failed. With "retry" it is run again
@@ -39,6 +40,7 @@
 #include "server/federation/privacy_config.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
+#include "shared/protocol/messages.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::federation {
@@ -75,6 +77,10 @@ struct RunConfig {
   std::int32_t max_retries = 2;
   bool manual = false;  // rounds start only on FederationServer::advance_round
   PrivacyConfig privacy;
+  // How sites standardise tabular features (server/federation/feature_scaling.hpp): one
+  // scale estimated from every site's statistics before the first round (the default), each
+  // site's own statistics, or none.
+  protocol::ScalingMode feature_scaling = protocol::ScalingMode::federated;
 };
 
 // Parses and validates strictly (shared/util/strict_json.hpp, docs/config.md): every

@@ -43,6 +43,8 @@ std::string_view run_phase_name(RunPhase phase) noexcept {
       return "waiting_for_admin";
     case RunPhase::waiting_for_clients:
       return "waiting_for_clients";
+    case RunPhase::collecting_feature_stats:
+      return "collecting_feature_stats";
     case RunPhase::in_round:
       return "in_round";
   }
@@ -323,6 +325,9 @@ void RunController::on_update(const std::string& client_id, const protocol::Upda
 // A selected client that could not train has answered the round (as dropped, with its
 // words), so the round closes as soon as everyone answered instead of at the deadline.
 void RunController::on_client_error(const std::string& client_id, const std::string& message) {
+  if (feature_stats_not_given(client_id, message)) {
+    return;
+  }
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
   if (round != nullptr && round->secure && round->judge->is_selected(client_id) &&
       !round->judge->has_answered(client_id)) {
@@ -351,6 +356,9 @@ void RunController::on_client_error(const std::string& client_id, const std::str
 }
 
 void RunController::on_session_lost(const std::string& client_id, const std::string& reason) {
+  if (feature_stats_not_given(client_id, "connection lost: " + reason)) {
+    return;
+  }
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
   if (round != nullptr && round->secure && round->judge->is_selected(client_id)) {
     round->secure->on_dropped(client_id);

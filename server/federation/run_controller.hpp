@@ -15,6 +15,11 @@
 //                        eligible client's HELLO (up to RunConfig::wait_for_clients_s)
 //   waiting_for_admin    manual runs, until advance_round()
 //   waiting_for_clients  until min_clients eligible clients are online (same bound)
+//   collecting_feature_stats
+//                        before the first round of a run whose feature scale is federated
+//                        (feature_scaling.hpp): the clients selected for it report their
+//                        feature statistics until all answered or round_timeout_s; the
+//                        combined scale is stored with the run and sent with every TRAIN
 //   in_round             a round is between selecting and done/failed
 // A committed round goes back to waiting (or finishes the run after the last round); a
 // failed round is recorded and retried or pauses the run (RunConfig::on_failed_round).
@@ -59,6 +64,9 @@ struct Candidate {
   std::vector<std::int64_t> input_shape;
   std::int32_t num_classes = 0;
   std::uint64_t samples = 0;  // training samples declared at HELLO
+  // Its HELLO announced protocol::kFeatureStatsCapability: it reports feature statistics
+  // and applies TRAIN's "scaling".
+  bool reports_feature_stats = false;
 };
 
 // What the controller needs of the connected clients (SessionRegistry in the server,
@@ -104,7 +112,14 @@ struct RunEnvironment {
   std::string checkpoint_dir;
 };
 
-enum class RunPhase { idle, learning_schema, waiting_for_admin, waiting_for_clients, in_round };
+enum class RunPhase {
+  idle,
+  learning_schema,
+  waiting_for_admin,
+  waiting_for_clients,
+  collecting_feature_stats,
+  in_round,
+};
 std::string_view run_phase_name(RunPhase phase) noexcept;
 
 class RunController {
@@ -150,6 +165,10 @@ class RunController {
   // that is malformed, out of stage or not for this round is refused with a logged reason
   // (and an event); it changes nothing.
   void on_secure_message(const std::string& client_id, const protocol::Frame& frame);
+  // A feature_stats report. One that is malformed, not asked for, for another request or
+  // of another feature count is refused with a logged reason (and a feature_stats_refused
+  // event); the client then counts as not having reported.
+  void on_feature_stats(const std::string& client_id, const protocol::Frame& frame);
 
   // Moves the active run as far as it can go now (see the class comment).
   void poll();
@@ -182,6 +201,12 @@ class RunController {
   bool step_round();
   bool prepare();
   void begin_waiting_for_clients();
+  std::vector<Candidate> select_clients(std::int64_t round) const;
+  void settle_feature_scaling();
+  void begin_feature_stats();
+  void finish_feature_stats();
+  void use_feature_scaling(protocol::FeatureScaling scaling, const std::string& detail_json);
+  bool feature_stats_not_given(const std::string& client_id, const std::string& why);
   void begin_round();
   void close_round();
   bool step_secure_stage();

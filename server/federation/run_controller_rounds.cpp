@@ -57,6 +57,8 @@ std::optional<Clock::steady_time> RunController::next_wakeup() const {
     case RunPhase::learning_schema:
     case RunPhase::waiting_for_clients:
       return active_->wait_deadline;
+    case RunPhase::collecting_feature_stats:
+      return active_->stats_deadline;
     case RunPhase::in_round:
       if (active_->round && (active_->round->stage == RoundStage::collecting ||
                              active_->round->stage == RoundStage::sharing_keys ||
@@ -111,7 +113,11 @@ bool RunController::step() {
       return true;
     case RunPhase::waiting_for_clients:
       if (eligible(true).size() >= needed) {
-        begin_round();
+        if (!run.scaling) {
+          begin_feature_stats();  // once per run, before its first round
+        } else {
+          begin_round();
+        }
         return true;
       }
       if (now < run.wait_deadline) {
@@ -120,6 +126,12 @@ bool RunController::step() {
       end_run(store::RunState::paused, "fewer than " + std::to_string(run.config.min_clients) +
                                            " clients online after waiting " +
                                            std::to_string(run.config.wait_for_clients_s) + " s");
+      return true;
+    case RunPhase::collecting_feature_stats:
+      if (!run.stats->all_answered() && now < run.stats_deadline) {
+        return false;
+      }
+      finish_feature_stats();
       return true;
     case RunPhase::in_round:
       return step_round();
@@ -142,7 +154,10 @@ bool RunController::prepare() {
     return true;
   }
   run.model = std::move(*model);
-  begin_waiting_for_clients();
+  settle_feature_scaling();
+  if (active_) {
+    begin_waiting_for_clients();
+  }
   return true;
 }
 
@@ -170,24 +185,32 @@ void RunController::begin_waiting_for_clients() {
   run.wait_deadline = env_.clock.steady() + seconds_to_ms(run.config.wait_for_clients_s);
 }
 
+// Seeded sampling: sort the eligible ids, shuffle with (seed, round, attempt), keep the
+// configured number.
+std::vector<Candidate> RunController::select_clients(std::int64_t round) const {
+  const auto& run = *active_;
+  auto candidates = eligible(true);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.client_id < b.client_id; });
+  Rng rng(run.config.seed * 1000003ULL + static_cast<std::uint64_t>(round) * 7919ULL +
+          static_cast<std::uint64_t>(run.attempt));
+  rng.shuffle(std::span(candidates));
+  candidates.resize(clients_to_sample(run.config, candidates.size()));
+  return candidates;
+}
+
 // selecting -> training -> collecting: sample, issue nonces, send the global model.
 void RunController::begin_round() {
   auto& run = *active_;
   auto& model = *run.model;
+  FEDCORE_ASSERT(run.scaling.has_value(), "a round begins after the feature scale is settled");
   run.phase = RunPhase::in_round;
   run.round.emplace();
   auto& round = *run.round;
   round.number = run.record.last_round + 1;
   round.started_ms = env_.clock.wall_ms();
 
-  // Seeded sampling: sort the eligible ids, shuffle with (seed, round, attempt).
-  auto candidates = eligible(true);
-  std::sort(candidates.begin(), candidates.end(),
-            [](const auto& a, const auto& b) { return a.client_id < b.client_id; });
-  Rng rng(run.config.seed * 1000003ULL + static_cast<std::uint64_t>(round.number) * 7919ULL +
-          static_cast<std::uint64_t>(run.attempt));
-  rng.shuffle(std::span(candidates));
-  candidates.resize(clients_to_sample(run.config, candidates.size()));
+  auto candidates = select_clients(round.number);
   if (!spend_privacy_budget(candidates)) {
     return;  // the run ended: the budget (or its accounting) does not allow this round
   }
@@ -253,6 +276,7 @@ void RunController::begin_round() {
                         run.config.seed + static_cast<std::uint64_t>(round.number)};
     request.evaluate = run.config.federated_evaluation;
     request.privacy = privacy;
+    request.scaling = *run.scaling;
     auto metadata = protocol::to_metadata(request);
     round.judge->set_bytes_down(c.client_id, protocol::kFrameHeaderSize + metadata.size() +
                                                  model.global->size() * sizeof(float));

@@ -1,5 +1,7 @@
 #include "server/federation/session_registry.hpp"
 
+#include <algorithm>
+
 namespace fedcore::federation {
 
 std::shared_ptr<Session> SessionRegistry::add(std::shared_ptr<Session> session) {
@@ -22,8 +24,12 @@ std::vector<Candidate> SessionRegistry::online() const {
   std::vector<Candidate> out;
   out.reserve(sessions_.size());
   for (const auto& [id, session] : sessions_) {
-    out.push_back(
-        {id, session->hello.input_shape, session->hello.num_classes, session->hello.samples});
+    const auto& capabilities = session->hello.capabilities;
+    const bool reports_feature_stats =
+        std::find(capabilities.begin(), capabilities.end(), protocol::kFeatureStatsCapability) !=
+        capabilities.end();
+    out.push_back({id, session->hello.input_shape, session->hello.num_classes,
+                   session->hello.samples, reports_feature_stats});
   }
   return out;
 }

@@ -45,7 +45,7 @@ class FakeSessions final : public SessionDirectory {
   };
   std::vector<Other> others;
   void connect(const std::string& id, std::uint64_t samples = 100) {
-    clients.push_back({id, {4}, 2, samples});  // samples: as declared in its HELLO
+    clients.push_back({id, {4}, 2, samples, false});  // samples: as declared in its HELLO
   }
   void disconnect(const std::string& id) {
     std::erase_if(clients, [&](const Candidate& c) { return c.client_id == id; });

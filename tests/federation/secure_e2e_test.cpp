@@ -42,12 +42,18 @@ RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy) {
     source.test_fraction = 0.2;
     federation.start_client("hospital-" + std::to_string(i), source);
   }
-  auto run = federation.start_run(
+  auto config = federation::parse_run_config(
       R"({"name":"bc","model":{"type":"logreg"},"rounds":3,"clients_per_round":4,
       "min_clients":4,"local_epochs":2,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.1},
       "round_timeout_s":60,"seed":1,"wait_for_clients_s":60,"federated_evaluation":true,
       "server_test_set":")" +
       data_dir.path("held-out.csv") + R"(","label_column":"benign")" + privacy + "}");
+  EXPECT_TRUE(config) << config.error().to_string();
+  // The shards are standardised already, and both runs must see the same features: a
+  // secure run would scale with each site's own statistics, a plain one with the
+  // federated estimate (server/federation/feature_scaling.hpp).
+  config->feature_scaling = protocol::ScalingMode::none;
+  auto run = federation.call([&](federation::FederationServer& s) { return s.start_run(*config); });
   EXPECT_TRUE(run) << run.error().to_string();
   RunOutcome out;
   if (!run) {

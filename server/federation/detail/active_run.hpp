@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "server/federation/feature_scaling.hpp"
 #include "server/federation/privacy_budget.hpp"
 #include "server/federation/round.hpp"
 #include "server/federation/round_stage.hpp"
@@ -43,6 +44,11 @@ struct RunController::ActiveRun {
   bool round_requested = false;  // manual runs: from advance_round() to the round's close
   std::optional<RoundInFlight> round;
   std::optional<PrivacyBudget> budget;  // DP runs, from their first round on
+  // What TRAIN tells sites about feature scaling: settled once per activation, after the
+  // model (feature_scaling.hpp); nullopt while a federated scale is still to be collected.
+  std::optional<protocol::FeatureScaling> scaling;
+  std::optional<FeatureStatsCollection> stats;  // collecting_feature_stats only
+  Clock::steady_time stats_deadline;
 
   void move(RoundEvent event) {
     FEDCORE_ASSERT(round.has_value(), "round event without a round");

@@ -3,7 +3,9 @@
 // real FederationServer and ClientDaemon) is untouched; this only decides when, and
 // whether, an update leaves a site.
 //
-// Faults. For each (client, round) a seeded draw decides, independently of timing:
+// Faults. For each (client, round, attempt) a seeded draw decides, independently of timing
+// (attempt: how many times this client has been asked to train this round number, so a
+// round the server retries draws again, as a flaky site would fail again or not):
 //   drop  with probability drop_prob: the site closes its connection instead of sending
 //         (the server records the client as dropped; the daemon reconnects, as after any
 //         lost connection);
@@ -54,7 +56,7 @@ class SiteBehaviour {
   SiteBehaviour& operator=(const SiteBehaviour&) = delete;
 
   // The seeded fault of client `index` in `round` (pure; the same for every run).
-  Fault fault(std::size_t index, std::int64_t round) const noexcept;
+  Fault fault(std::size_t index, std::int64_t round, std::uint32_t attempt = 0) const noexcept;
 
   // The before_update seam for client `index`. The behaviour must outlive the daemon.
   std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)> seam(
@@ -87,6 +89,8 @@ class SiteBehaviour {
   std::string in_flight_;                                // guarded by mutex_
   std::map<std::size_t, std::shared_ptr<Waiter>> held_;  // guarded by mutex_
   std::set<std::size_t> settled_;  // arrived or gave up this round; guarded by mutex_
+  // Per client: the last round it trained and how many times (attempts); guarded by mutex_.
+  std::map<std::size_t, std::pair<std::int64_t, std::uint32_t>> attempts_;
 };
 
 }  // namespace fedcore::sim

@@ -38,6 +38,31 @@ TEST(SiteBehaviour, FaultsAreSeededPerClientAndRound) {
   EXPECT_GT(differ, 0u);
 }
 
+// A round the server retries is a new attempt: a site that dropped it draws again (a
+// per-round draw made every retry of that round fail the same way, and a run whose only
+// online site was a dropper paused after its retries).
+TEST(SiteBehaviour, ARetriedRoundDrawsAgain) {
+  SimOptions o;
+  o.drop_prob = 0.4;
+  SiteBehaviour a(o, 50), b(o, 50);
+  std::size_t dropped_first = 0, recovered = 0;
+  for (std::size_t c = 0; c < 50; ++c) {
+    if (a.fault(c, 3, 0) != Fault::drop) {
+      continue;
+    }
+    ++dropped_first;
+    EXPECT_EQ(a.fault(c, 3, 0), a.fault(c, 3));  // attempt 0 is the per-round draw
+    for (std::uint32_t attempt = 1; attempt <= 3; ++attempt) {
+      ASSERT_EQ(a.fault(c, 3, attempt), b.fault(c, 3, attempt));  // still seeded
+    }
+    recovered += a.fault(c, 3, 1) != Fault::drop;
+  }
+  ASSERT_GT(dropped_first, 5u);
+  // About 60% of the first attempt's droppers answer the retry.
+  EXPECT_GT(recovered, dropped_first / 4);
+  EXPECT_LT(recovered, dropped_first);
+}
+
 TEST(SiteBehaviour, NoFaultsWithoutProbabilities) {
   SiteBehaviour none(SimOptions{}, 10);
   for (std::size_t c = 0; c < 10; ++c) {

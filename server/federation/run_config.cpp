@@ -34,7 +34,8 @@ constexpr std::string_view kKeys[] = {"name",
                                       "on_failed_round",
                                       "max_retries",
                                       "manual",
-                                      "privacy"};
+                                      "privacy",
+                                      "feature_scaling"};
 
 const JsonPath kRoot("run config");
 
@@ -84,6 +85,9 @@ result<RunConfig> run_config_from_json(const json& j) {
       on_failed_round == "retry" ? FailedRoundPolicy::retry : FailedRoundPolicy::pause;
   o.integer("max_retries", c.max_retries, {0, 100});
   o.boolean("manual", c.manual);
+  std::string scaling(protocol::scaling_mode_name(c.feature_scaling));
+  o.choice("feature_scaling", scaling, {"federated", "site", "none"});
+  c.feature_scaling = protocol::scaling_mode_from_name(scaling).value_or(c.feature_scaling);
   if (o.ok()) {
     auto optimizer = model::optimizer_config_from_json(
         o.has("optimizer") ? *o.find("optimizer") : json::object(), o.at("optimizer"));
@@ -150,7 +154,8 @@ std::string to_json_text(const RunConfig& c) {
          {"on_failed_round", c.on_failed_round == FailedRoundPolicy::pause ? "pause" : "retry"},
          {"max_retries", c.max_retries},
          {"manual", c.manual},
-         {"privacy", to_json(c.privacy)}};
+         {"privacy", to_json(c.privacy)},
+         {"feature_scaling", protocol::scaling_mode_name(c.feature_scaling)}};
   if (c.clients_per_round > 0) {
     j["clients_per_round"] = c.clients_per_round;
   } else {

@@ -213,6 +213,20 @@ TEST(RunConfigStrict, AcceptsWhatIsUnambiguous) {
   EXPECT_EQ(c->optimizer.kind, model::OptimizerKind::adam);
 }
 
+TEST(RunConfigStrict, FeatureScalingIsReadCheckedAndKept) {
+  auto site = parse_run_config(R"({"model":{"type":"logreg"},"feature_scaling":"site"})");
+  ASSERT_TRUE(site) << site.error().message;
+  EXPECT_EQ(site->feature_scaling, protocol::ScalingMode::site);
+  auto again = parse_run_config(to_json_text(*site));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->feature_scaling, protocol::ScalingMode::site);
+  auto bad = parse_run_config(R"({"model":{"type":"logreg"},"feature_scaling":"global"})");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "run config: 'feature_scaling' must be one of \"federated\", \"site\", \"none\", got "
+            "\"global\"");
+}
+
 // Every run config the server stores must parse again when a run resumes.
 TEST(RunConfigStrict, TheStoredFormOfEveryKindOfRunParsesAgain) {
   for (const char* text :

@@ -457,6 +457,11 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
       drive();
       continue;
     }
+    if (frame->type == protocol::MessageType::feature_stats) {
+      controller.on_feature_stats(session->client_id, *frame);
+      drive();
+      continue;
+    }
     if (frame->type == protocol::MessageType::goodbye) {
       reason = "client said goodbye";
       break;

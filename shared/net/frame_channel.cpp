@@ -235,8 +235,10 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
   s.arm(s.read, time_left());
   std::tie(ec, n) = co_await asio::async_read(
       s.stream, asio::buffer(frame.metadata.data(), frame.metadata.size()), kNoThrow);
+  // Disarmed before anything else: a deadline left armed after read_frame returns would
+  // close the channel later if no read follows soon (a handshake's last frame).
+  Impl::disarm(s.read);
   if (ec) {
-    Impl::disarm(s.read);
     co_return failure(ec, s.read.expired, true);
   }
   s.bytes_read += n;

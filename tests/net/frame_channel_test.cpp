@@ -342,6 +342,28 @@ TEST(FrameChannel, AStalledSlotHolderLosesItsSlotAndANonParticipantCannotTakeOne
   EXPECT_EQ(not_allowed->code, errc::resource_exhausted);
 }
 
+// A deadline must not outlive the read it belongs to: after a frame without payload (a
+// handshake's last message) a channel nobody reads from stays open past the transfer
+// deadline. (A deadline left armed once closed in-datacenter links a minute after setup.)
+TEST(FrameChannel, NoDeadlineOutlivesAReadThatReturned) {
+  bool open_after = false;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), fast(std::chrono::seconds(5), std::chrono::milliseconds(100)));
+        auto frame = co_await channel.read_frame();
+        EXPECT_TRUE(frame);
+        co_await sleep_for(std::chrono::milliseconds(400));
+        open_after = channel.is_open();
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s), {});
+        co_await channel.write_frame(MessageType::peer_welcome, R"({"ring_opened":false})");
+        co_await sleep_for(std::chrono::milliseconds(600));
+      });
+  EXPECT_TRUE(open_after);
+}
+
 TEST(FrameChannel, GarbageBytesAreDataLoss) {
   std::optional<error> failure;
   run_pair(

@@ -12,6 +12,7 @@
 
 #include "client/audit_log.hpp"
 #include "client/backoff.hpp"
+#include "client/feature_scaling.hpp"
 #include "client/server_identity.hpp"
 #include "shared/net/link.hpp"
 
@@ -217,6 +218,13 @@ SessionHooks ClientDaemon::Impl::hooks() {
   h.audit = audit.get();
   h.secure = identity;
   h.dp_ledger = &dp_ledger;
+  // Feature statistics for the run's federated scale (client/feature_scaling.hpp), unless
+  // the site's policy asks every run for protection its statistics would bypass.
+  if (shares_feature_statistics(options.policy)) {
+    h.feature_stats = [this](const protocol::FeatureStatsRequest& request) {
+      return feature_stats_report(request, data.train);
+    };
+  }
   return h;
 }
 

@@ -58,6 +58,8 @@ void set_common_headers(Message& m, bool cacheable) {
   m.set("X-Content-Type-Options", "nosniff");
   m.set("X-Frame-Options", "DENY");
   m.set("Referrer-Policy", "no-referrer");
+  // The API is HTTPS only: a browser that has seen it once never tries plain HTTP again.
+  m.set("Strict-Transport-Security", "max-age=31536000");
   m.set(http::field::cache_control, cacheable ? "no-cache" : "no-store");
 }
 

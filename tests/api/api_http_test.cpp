@@ -46,6 +46,7 @@ void expect_security_headers(const Reply& r) {
   EXPECT_EQ(r.header("x-content-type-options"), "nosniff");
   EXPECT_EQ(r.header("x-frame-options"), "DENY");
   EXPECT_EQ(r.header("referrer-policy"), "no-referrer");
+  EXPECT_EQ(r.header("strict-transport-security"), "max-age=31536000");
 }
 
 // A concrete path for a route pattern ({id} -> 1, {round} -> 1).

@@ -1,5 +1,8 @@
 // Faults at the federation level, over real TLS: broken and hostile clients must be
 // rejected and recorded while the round completes for everyone else.
+#include <optional>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "shared/data/csv.hpp"
@@ -20,6 +23,22 @@ client::DataSource breast_cancer() {
   source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
   source.label_column = "benign";
   return source;
+}
+
+// Starts a logreg run (breast-cancer schema) with the given further keys of its run config
+// and waits at most 60 s for it to end; nullopt (with a test failure) when it does not.
+std::optional<std::int64_t> run_to_the_end(Federation& federation, const std::string& keys) {
+  auto run = federation.start_run(R"({"model":{"type":"logreg"},)" + keys + "}");
+  if (!run) {
+    ADD_FAILURE() << run.error().to_string();
+    return std::nullopt;
+  }
+  if (!federation.wait_until([&] { return federation.ended().has_value(); },
+                             std::chrono::seconds(60))) {
+    ADD_FAILURE() << "run " << *run << " did not end within 60 s";
+    return std::nullopt;
+  }
+  return *run;
 }
 
 std::map<std::string, store::ClientResult> results_by_client(store::HistoryStore& history,
@@ -48,12 +67,9 @@ TEST(FederationFaults, BadSilentAndVanishingClientsAreRecordedAndTheRoundComplet
   RogueClient dropper(Misbehaviour::drop_on_train, federation.pki().client_config("dropper"), port);
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 6; }, std::chrono::seconds(30)));
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":1,"clients_per_round":6,"min_clients":2,
-      "round_timeout_s":3,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
-  ASSERT_TRUE(run) << run.error().to_string();
-  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
-                                    std::chrono::seconds(60)));
+  const auto run = run_to_the_end(federation, R"("rounds":1,"clients_per_round":6,"min_clients":2,
+      "round_timeout_s":3,"seed":3,"optimizer":{"kind":"sgd","lr":0.1})");
+  ASSERT_TRUE(run);
   EXPECT_EQ(*federation.ended(), store::RunState::finished);
   federation.stop();
 
@@ -96,12 +112,9 @@ TEST(FederationFaults, AClientThatCannotTrainAnswersTheRoundAndStaysOnline) {
   RogueClient failing(Misbehaviour::cannot_train, federation.pki().client_config("failing"), port);
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(30)));
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":2,"clients_per_round":3,"min_clients":2,
-      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
-  ASSERT_TRUE(run) << run.error().to_string();
-  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
-                                    std::chrono::seconds(60)));
+  const auto run = run_to_the_end(federation, R"("rounds":2,"clients_per_round":3,"min_clients":2,
+      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1})");
+  ASSERT_TRUE(run);
   EXPECT_EQ(*federation.ended(), store::RunState::finished);
   EXPECT_EQ(failing.trains_received(), 2);
   EXPECT_EQ(federation.online(), 3);
@@ -134,12 +147,9 @@ TEST(FederationFaults, AReplayedUpdateFromAnEarlierRoundIsRefused) {
   RogueClient replayer(Misbehaviour::replay, federation.pki().client_config("replayer"), port);
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 2; }, std::chrono::seconds(30)));
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":2,"clients_per_round":2,"min_clients":1,
-      "round_timeout_s":2,"seed":3})");
-  ASSERT_TRUE(run) << run.error().to_string();
-  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
-                                    std::chrono::seconds(60)));
+  const auto run = run_to_the_end(federation, R"("rounds":2,"clients_per_round":2,"min_clients":1,
+      "round_timeout_s":2,"seed":3)");
+  ASSERT_TRUE(run);
   federation.stop();
 
   auto history = federation.open_store();
@@ -187,12 +197,9 @@ TEST(FederationFaults, ClientsThatStallTheirUploadsLoseTheirSlotsAndTheRoundComp
   federation.start_client("good-2", breast_cancer());
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 6; }, std::chrono::seconds(30)));
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":1,"clients_per_round":6,"min_clients":2,
-      "round_timeout_s":30,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
-  ASSERT_TRUE(run) << run.error().to_string();
-  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
-                                    std::chrono::seconds(60)));
+  const auto run = run_to_the_end(federation, R"("rounds":1,"clients_per_round":6,"min_clients":2,
+      "round_timeout_s":30,"seed":3,"optimizer":{"kind":"sgd","lr":0.1})");
+  ASSERT_TRUE(run);
   EXPECT_EQ(*federation.ended(), store::RunState::finished);
   federation.stop();
   auto history = federation.open_store();
@@ -223,13 +230,10 @@ TEST(FederationFaults, AMalformedUpdateIsTheClientsAnswerAndTheRoundDoesNotWaitF
   federation.start_client("good-2", breast_cancer());
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(30)));
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":1,"clients_per_round":3,"min_clients":2,
-      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1}})");
-  ASSERT_TRUE(run) << run.error().to_string();
   // Far less than the 600 s deadline.
-  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
-                                    std::chrono::seconds(60)));
+  const auto run = run_to_the_end(federation, R"("rounds":1,"clients_per_round":3,"min_clients":2,
+      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1})");
+  ASSERT_TRUE(run);
   EXPECT_EQ(*federation.ended(), store::RunState::finished);
   federation.stop();
   auto history = federation.open_store();
@@ -251,12 +255,9 @@ TEST(FederationFaults, NoQuorumFailsTheRoundVisiblyAndPausesTheRun) {
   RogueClient silent(Misbehaviour::silent, federation.pki().client_config("silent"), port);
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 2; }, std::chrono::seconds(30)));
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":3,"clients_per_round":2,"min_clients":2,
-      "round_timeout_s":1,"seed":3,"on_failed_round":"retry","max_retries":1})");
-  ASSERT_TRUE(run) << run.error().to_string();
-  ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
-                                    std::chrono::seconds(60)));
+  const auto run = run_to_the_end(federation, R"("rounds":3,"clients_per_round":2,"min_clients":2,
+      "round_timeout_s":1,"seed":3,"on_failed_round":"retry","max_retries":1)");
+  ASSERT_TRUE(run);
   EXPECT_EQ(*federation.ended(), store::RunState::paused);
   EXPECT_EQ(federation.rounds_failed(), 2);  // the first attempt and one retry
   EXPECT_EQ(federation.rounds_committed(), 0);

@@ -239,7 +239,8 @@ asio::awaitable<void> send(FrameChannel<TlsStream>& channel,
 // A no-op client: HELLO, then answers every TRAIN at once without training. In the clear
 // it echoes the model it received; when the TRAIN asks for secure aggregation it takes part
 // as a real site does (client::SecureParticipation, the code client/session.cpp runs): its
-// keys, then an answer to secagg_neighbours, secagg_relay and secagg_unmask, masking a zero
+// keys, then an answer to secagg_neighbours, secagg_relay, secagg_survivors and
+// secagg_unmask, masking a zero
 // delta (trained = global).
 asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx,
                                    std::uint16_t port, std::vector<std::int64_t> shape,
@@ -334,7 +335,7 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
       continue;
     }
     if (frame->type != MessageType::secagg_neighbours && frame->type != MessageType::secagg_relay &&
-        frame->type != MessageType::secagg_unmask) {
+        frame->type != MessageType::secagg_survivors && frame->type != MessageType::secagg_unmask) {
       continue;  // heartbeats, goodbye
     }
     if (!secure) {
@@ -352,11 +353,15 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
       secure.reset();
       continue;
     }
+    // The survivor-list signature (the consistency check) counts with the revealed shares.
     auto& counter = answer->type == MessageType::secagg_shares   ? traffic.shares
                     : answer->type == MessageType::secagg_masked ? traffic.masked
                                                                  : traffic.revealed;
     counter += answer->bytes();
     co_await send(channel, *answer);
+    if (answer->type == MessageType::secagg_signed) {
+      continue;
+    }
     traffic.mark(secure->round(), answer->type == MessageType::secagg_shares ? Traffic::last_shares
                                   : answer->type == MessageType::secagg_masked
                                       ? Traffic::last_masked

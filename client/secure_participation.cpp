@@ -125,6 +125,21 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
       return OutgoingFrame{protocol::MessageType::secagg_masked, secagg::to_metadata(envelope_),
                            std::move(payload)};
     }
+    case protocol::MessageType::secagg_survivors: {
+      auto m = secagg::parse_survivor_list(frame.metadata);
+      if (!m) {
+        return m.error();
+      }
+      if (auto ok = same_round(m->envelope); !ok) {
+        return ok.error();
+      }
+      auto signature = client_.sign_survivors(m->body);
+      if (!signature) {
+        return signature.error();
+      }
+      return OutgoingFrame{protocol::MessageType::secagg_signed,
+                           secagg::to_metadata(envelope_, *signature), nullptr};
+    }
     case protocol::MessageType::secagg_unmask: {
       auto m = secagg::parse_unmask_request(frame.metadata);
       if (!m) {

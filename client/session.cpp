@@ -119,6 +119,7 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in
       }
       case protocol::MessageType::secagg_neighbours:
       case protocol::MessageType::secagg_relay:
+      case protocol::MessageType::secagg_survivors:
       case protocol::MessageType::secagg_unmask:
         on_secure_message(*frame);
         break;

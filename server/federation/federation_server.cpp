@@ -452,6 +452,7 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     if (frame->type == protocol::MessageType::secagg_keys ||
         frame->type == protocol::MessageType::secagg_shares ||
         frame->type == protocol::MessageType::secagg_masked ||
+        frame->type == protocol::MessageType::secagg_signed ||
         frame->type == protocol::MessageType::secagg_revealed) {
       controller.on_secure_message(session->client_id, *frame);
       drive();

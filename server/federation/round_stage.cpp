@@ -25,7 +25,9 @@ constexpr std::array kTransitions{
     Transition{RoundStage::collecting, RoundEvent::below_threshold, RoundStage::failed},
     Transition{RoundStage::sharing_keys, RoundEvent::shares_collected, RoundStage::masking},
     Transition{RoundStage::sharing_keys, RoundEvent::below_threshold, RoundStage::failed},
-    Transition{RoundStage::masking, RoundEvent::inputs_collected, RoundStage::unmasking},
+    Transition{RoundStage::masking, RoundEvent::inputs_collected, RoundStage::consistency},
+    Transition{RoundStage::consistency, RoundEvent::survivors_signed, RoundStage::unmasking},
+    Transition{RoundStage::consistency, RoundEvent::below_threshold, RoundStage::failed},
     Transition{RoundStage::masking, RoundEvent::below_threshold, RoundStage::failed},
     Transition{RoundStage::unmasking, RoundEvent::unmasked, RoundStage::aggregating},
     Transition{RoundStage::unmasking, RoundEvent::below_threshold, RoundStage::failed},
@@ -63,6 +65,8 @@ std::string_view round_stage_name(RoundStage stage) noexcept {
       return "sharing_keys";
     case RoundStage::masking:
       return "masking";
+    case RoundStage::consistency:
+      return "consistency";
     case RoundStage::unmasking:
       return "unmasking";
     case RoundStage::aggregating:
@@ -99,6 +103,8 @@ std::string_view round_event_name(RoundEvent event) noexcept {
       return "shares_collected";
     case RoundEvent::inputs_collected:
       return "inputs_collected";
+    case RoundEvent::survivors_signed:
+      return "survivors_signed";
     case RoundEvent::unmasked:
       return "unmasked";
     case RoundEvent::below_threshold:

@@ -11,14 +11,16 @@
 //   any stage before done/failed ──abandoned──▶ failed (shutdown or stop: nothing kept)
 //
 // A secure-aggregated round (SecAgg+, server/federation/secure_round.hpp) goes from
-// collecting (keys, instead of updates) through three more stages:
+// collecting (keys, instead of updates) through four more stages:
 //
 //   collecting ─keys_collected─▶ sharing_keys ─shares_collected─▶ masking
 //        │                            │                              │ inputs_collected
 //        │                            │                              ▼
-//        └──────────below_threshold───┴──────────────────────── unmasking ─unmasked─▶ aggregating
-//                         ▼                                          │
-//                       failed ◀──────────────below_threshold────────┘
+//        ├──────────below_threshold───┴─────────────────────── consistency
+//        │                                                           │ survivors_signed
+//        ▼                                                           ▼
+//      failed ◀──────────────────below_threshold─────────────── unmasking ─unmasked─▶ aggregating
+//                                  (from consistency too)
 //
 // selecting   the eligible clients are sampled and each gets a fresh nonce;
 // training    every selected client is sent the global model (TRAIN);
@@ -29,6 +31,7 @@
 //
 // sharing_keys   each client's sealed Shamir shares are relayed to its neighbours;
 // masking        masked updates are summed as they arrive;
+// consistency    survivors sign the survivor list (the consistency check);
 // unmasking      survivors reveal the shares that remove the masks.
 #pragma once
 
@@ -43,6 +46,7 @@ enum class RoundStage {
   collecting,
   sharing_keys,
   masking,
+  consistency,
   unmasking,
   aggregating,
   committing,
@@ -61,6 +65,7 @@ enum class RoundEvent {
   keys_collected,
   shares_collected,
   inputs_collected,
+  survivors_signed,
   unmasked,
   below_threshold,
   committed,

@@ -380,7 +380,8 @@ void RunController::on_secure_message(const std::string& client_id, const protoc
   const bool in_secure_stage =
       round != nullptr && round->secure &&
       (round->stage == RoundStage::collecting || round->stage == RoundStage::sharing_keys ||
-       round->stage == RoundStage::masking || round->stage == RoundStage::unmasking);
+       round->stage == RoundStage::masking || round->stage == RoundStage::consistency ||
+       round->stage == RoundStage::unmasking);
   auto accepted = in_secure_stage ? round->secure->on_message(client_id, frame)
                                   : result<void>(fail(errc::failed_precondition,
                                                       "no secure-aggregated round is in progress"));

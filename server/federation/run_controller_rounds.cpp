@@ -63,6 +63,7 @@ std::optional<Clock::steady_time> RunController::next_wakeup() const {
       if (active_->round && (active_->round->stage == RoundStage::collecting ||
                              active_->round->stage == RoundStage::sharing_keys ||
                              active_->round->stage == RoundStage::masking ||
+                             active_->round->stage == RoundStage::consistency ||
                              active_->round->stage == RoundStage::unmasking)) {
         return active_->round->deadline;
       }
@@ -296,6 +297,7 @@ bool RunController::step_round() {
   switch (round.stage) {
     case RoundStage::sharing_keys:
     case RoundStage::masking:
+    case RoundStage::consistency:
     case RoundStage::unmasking:
       return step_secure_stage();
     case RoundStage::collecting:
@@ -394,7 +396,8 @@ bool RunController::step_secure_stage() {
   }
   run.move(stage_before == RoundStage::collecting     ? RoundEvent::keys_collected
            : stage_before == RoundStage::sharing_keys ? RoundEvent::shares_collected
-                                                      : RoundEvent::inputs_collected);
+           : stage_before == RoundStage::masking      ? RoundEvent::inputs_collected
+                                                      : RoundEvent::survivors_signed);
   round.deadline = env_.clock.steady() + stage_timeout;
   return true;
 }

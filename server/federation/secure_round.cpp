@@ -80,6 +80,17 @@ result<void> SecureRound::on_message(const std::string& client_id, const protoco
       outcome = server_.on_masked(client_id, *words);
       break;
     }
+    case MessageType::secagg_signed: {
+      auto m = secagg::parse_survivor_signature(frame.metadata);
+      if (!m) {
+        return m.error();
+      }
+      if (auto ok = check(m->envelope); !ok) {
+        return ok;
+      }
+      outcome = server_.on_signature(client_id, m->body);
+      break;
+    }
     case MessageType::secagg_revealed: {
       auto m = secagg::parse_unmask_response(frame.metadata);
       if (!m) {
@@ -118,6 +129,9 @@ bool SecureRound::stage_complete() const {
       break;
     case secagg::ServerStage::masking:
       done = &server_.masked();
+      break;
+    case secagg::ServerStage::consistency:
+      done = &server_.signed_survivors();
       break;
     case secagg::ServerStage::unmasking:
       done = &server_.unmasked();
@@ -164,12 +178,22 @@ result<void> SecureRound::close_stage(SessionDirectory& sessions, Rng& graph_rng
       return {};
     }
     case secagg::ServerStage::masking: {
-      auto request = server_.close_masking();
-      if (!request) {
-        return request.error();
+      auto list = server_.close_masking();
+      if (!list) {
+        return list.error();
       }
-      for (const auto& to : request->survivors) {
-        send(to, MessageType::secagg_unmask, secagg::to_metadata(envelope(to), *request));
+      for (const auto& to : list->survivors) {
+        send(to, MessageType::secagg_survivors, secagg::to_metadata(envelope(to), *list));
+      }
+      return {};
+    }
+    case secagg::ServerStage::consistency: {
+      auto requests = server_.close_consistency();
+      if (!requests) {
+        return requests.error();
+      }
+      for (const auto& [to, request] : *requests) {
+        send(to, MessageType::secagg_unmask, secagg::to_metadata(envelope(to), request));
       }
       return {};
     }
@@ -193,6 +217,9 @@ std::uint64_t SecureRound::bytes_down(const std::string& client_id) const {
 std::string SecureRound::progress_of(const std::string& client_id) const {
   if (server_.unmasked().count(client_id)) {
     return "helped unmask";
+  }
+  if (server_.signed_survivors().count(client_id)) {
+    return "signed the survivor list, then left before unmasking";
   }
   if (server_.masked().count(client_id)) {
     return "sent its masked update";

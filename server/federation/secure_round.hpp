@@ -2,12 +2,13 @@
 // between local training and aggregation, over the sessions.
 //
 // The run controller (run_controller_rounds.cpp) owns one per secure round. Clients
-// answer TRAIN with their keys instead of an update; then three stages follow, each
+// answer TRAIN with their keys instead of an update; then four stages follow, each
 // closed when every client it waits for has answered (or dropped) or at its deadline:
 //
 //   collecting    secagg_keys       -> close: secagg_neighbours to each advertiser
 //   sharing_keys  secagg_shares     -> close: secagg_relay to each client that shared
-//   masking       secagg_masked     -> close: secagg_unmask to each survivor
+//   masking       secagg_masked     -> close: secagg_survivors to each survivor
+//   consistency   secagg_signed     -> close: secagg_unmask (with signatures) to each signer
 //   unmasking     secagg_revealed   -> finish(): the weighted mean update
 //
 // Every message must carry the run, round and the nonce issued to its sender for this

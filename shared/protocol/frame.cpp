@@ -73,6 +73,10 @@ std::string_view message_type_name(MessageType type) noexcept {
       return "secagg_unmask";
     case MessageType::secagg_revealed:
       return "secagg_revealed";
+    case MessageType::secagg_survivors:
+      return "secagg_survivors";
+    case MessageType::secagg_signed:
+      return "secagg_signed";
   }
   return "unknown";
 }

@@ -53,8 +53,10 @@ enum class MessageType : std::uint16_t {
   secagg_shares = 42,      // client -> server: sealed Shamir shares, one per neighbour
   secagg_relay = 43,       // server -> client: the sealed shares addressed to it
   secagg_masked = 44,      // client -> server: the masked update (payload: d + 1 words)
-  secagg_unmask = 45,      // server -> client: who survived, who dropped
+  secagg_unmask = 45,      // server -> client: who survived, who dropped, signatures
   secagg_revealed = 46,    // client -> server: the shares that remove the masks
+  secagg_survivors = 47,   // server -> client: the survivor list, to sign (consistency)
+  secagg_signed = 48,      // client -> server: its signature over the survivor list
 };
 
 // "hello", "train", ... or "unknown".

@@ -12,7 +12,7 @@
 namespace fedcore::secagg {
 namespace {
 
-enum class Step { advertise, share_keys, masked_input, unmask, done };
+enum class Step { advertise, share_keys, masked_input, sign_survivors, unmask, done };
 
 std::string pair_label(std::string_view purpose, std::int64_t run, std::int64_t round,
                        std::string_view a, std::string_view b) {
@@ -60,8 +60,42 @@ struct SecAggClient::State {
   std::map<std::string, Seed> cipher_seeds;  // per neighbour, for sealing and opening
   std::map<std::string, HeldShares> held;    // shares of neighbours' secrets we hold
   std::map<std::string, SecretKind> revealed;
+  std::vector<std::string> signed_survivors;  // U3 as we signed it, sorted
 
   ~State() { OPENSSL_cleanse(self_mask_seed.data(), self_mask_seed.size()); }
+
+  // The consistency check's second half: at least t distinct neighbours that shared with
+  // us and are on the list we signed have signed that same list, each with the key of
+  // the certificate its round keys were bound to. Signatures that do not verify are not
+  // counted (a corrupt neighbour cannot stop the round on its own); without a trust
+  // anchor nothing can be verified and nothing is counted.
+  result<void> check_attestations(const std::vector<Attestation>& signatures) const {
+    if (!round.trust) {
+      return {};
+    }
+    const std::string message = survivors_message(round.run, round.round, signed_survivors);
+    std::set<std::string> verified;
+    for (const auto& a : signatures) {
+      const auto neighbour = neighbours.find(a.client_id);
+      if (neighbour == neighbours.end() || held.count(a.client_id) == 0 ||
+          !std::binary_search(signed_survivors.begin(), signed_survivors.end(), a.client_id) ||
+          verified.count(a.client_id) != 0) {
+        continue;
+      }
+      if (round.trust->verify(neighbour->second.certificate_pem, a.client_id, message,
+                              a.signature)) {
+        verified.insert(a.client_id);
+      }
+    }
+    if (verified.size() < plan.threshold) {
+      return fail(errc::permission_denied,
+                  "secure aggregation: " + std::to_string(verified.size()) +
+                      " of our neighbours' signatures over the survivor list verify, fewer than "
+                      "the threshold " +
+                      std::to_string(plan.threshold) + ": nothing revealed");
+    }
+    return {};
+  }
 
   result<void> expect(Step wanted, const char* what) const {
     if (step != wanted) {
@@ -292,8 +326,43 @@ result<void> SecAggClient::masked_input(const RelayedShares& relayed, std::span<
     std::memcpy(out.data() + start * sizeof(std::uint32_t), block.data(),
                 n * sizeof(std::uint32_t));
   }
-  s.step = Step::unmask;
+  s.step = Step::sign_survivors;
   return {};
+}
+
+result<SurvivorSignature> SecAggClient::sign_survivors(const SurvivorList& list) {
+  auto& s = *state_;
+  if (auto ok = s.expect(Step::sign_survivors, "survivor list"); !ok) {
+    return ok.error();
+  }
+  std::vector<std::string> survivors = list.survivors;
+  std::sort(survivors.begin(), survivors.end());
+  if (std::adjacent_find(survivors.begin(), survivors.end()) != survivors.end()) {
+    return fail(errc::invalid_argument,
+                "secure aggregation: the survivor list names a client twice");
+  }
+  const auto on_list = [&](const std::string& id) {
+    return std::binary_search(survivors.begin(), survivors.end(), id);
+  };
+  // Our neighbours that shared with us and survived: the only clients whose signatures
+  // we can check, and the ones that must reveal our self mask's shares.
+  const auto neighbours_on_list = static_cast<std::size_t>(
+      std::count_if(s.held.begin(), s.held.end(), [&](const auto& h) { return on_list(h.first); }));
+  if (survivors.size() < s.plan.threshold || neighbours_on_list < s.plan.threshold ||
+      !on_list(s.round.client_id)) {
+    return fail(errc::failed_precondition,
+                "secure aggregation: " + std::to_string(survivors.size()) + " survivors, " +
+                    std::to_string(neighbours_on_list) + " of them our neighbours (threshold " +
+                    std::to_string(s.plan.threshold) +
+                    "), or we are not among them: nothing signed, nothing will be revealed");
+  }
+  SurvivorSignature out;
+  if (s.round.signer) {
+    out.signature = s.round.signer->sign(survivors_message(s.round.run, s.round.round, survivors));
+  }
+  s.signed_survivors = std::move(survivors);
+  s.step = Step::unmask;
+  return out;
 }
 
 result<UnmaskResponse> SecAggClient::unmask(const UnmaskRequest& request) {
@@ -301,14 +370,18 @@ result<UnmaskResponse> SecAggClient::unmask(const UnmaskRequest& request) {
   if (auto ok = s.expect(Step::unmask, "unmask"); !ok) {
     return ok.error();
   }
-  const std::set<std::string> survivors(request.survivors.begin(), request.survivors.end());
-  const std::set<std::string> dropped(request.dropped.begin(), request.dropped.end());
-  if (survivors.size() < s.plan.threshold || survivors.count(s.round.client_id) == 0) {
-    return fail(errc::failed_precondition,
-                "secure aggregation: " + std::to_string(survivors.size()) +
-                    " survivors (threshold " + std::to_string(s.plan.threshold) +
-                    "), or we are not among them: nothing revealed");
+  std::vector<std::string> asked = request.survivors;
+  std::sort(asked.begin(), asked.end());
+  if (asked != s.signed_survivors) {
+    return fail(errc::permission_denied,
+                "secure aggregation: the unmask request names other survivors than the list "
+                "this client signed: nothing revealed");
   }
+  if (auto ok = s.check_attestations(request.signatures); !ok) {
+    return ok.error();
+  }
+  const std::set<std::string> survivors(asked.begin(), asked.end());
+  const std::set<std::string> dropped(request.dropped.begin(), request.dropped.end());
   UnmaskResponse response;
   auto reveal = [&](const std::string& owner, SecretKind kind) -> result<void> {
     auto held = s.held.find(owner);

@@ -8,9 +8,22 @@
 //                     seals each neighbour's pair of shares to it
 //   masked_input()    opens the shares it received, encodes weight·delta and adds the
 //                     self mask and one pairwise mask per neighbour that shared
-//   unmask()          reveals, per neighbour, the share of its self-mask seed if it
-//                     survived or of its mask key if it dropped -- never both, in this or
-//                     any later call, and nothing when fewer than t survived
+//   sign_survivors()  the consistency check's first half: signs the survivor list U3
+//                     (one list per round; at least t of our neighbours must be on it)
+//   unmask()          the second half, then the reveal: only for the list we signed, and
+//                     only when at least t of our neighbours' signatures over that list
+//                     verify against the certificates their keys were bound to; then per
+//                     neighbour the share of its self-mask seed if it survived or of its
+//                     mask key if it dropped -- never both, in this or any later call
+//
+// What the consistency check buys (Bonawitz et al. 2017, §4; Bell et al. 2020 run it
+// among neighbours): without it, a server that tells some of u's neighbours "u survived"
+// and others "u dropped" gets both of u's secrets as soon as 2t - k of u's neighbours are
+// corrupt and reveal both kinds; with it, an honest client reveals only for a list that
+// t of its neighbours signed, and each honest client signs one list per round, so two
+// honest clients with enough honest neighbours in common cannot be shown different lists.
+// It needs key binding (a signer and a trust anchor): without a trust anchor the client
+// still reveals only for the list it signed, but cannot check anyone else's signature.
 //
 // Each step may be called once, in order; a step out of order or repeated is refused
 // with failed_precondition. Secrets are wiped when the object goes.
@@ -81,9 +94,15 @@ class SecAggClient {
   // d + 1 + plan().metric_slots: the words of a masked input for d parameters.
   std::size_t masked_words(std::size_t parameters) const noexcept;
 
-  // Errors: failed_precondition (out of order; fewer than t survivors; we are not a
-  // survivor); permission_denied (a client in both lists, or asked for the other kind of
-  // a neighbour's secret than before).
+  // Our signature over the survivor list (empty without a signer). Errors:
+  // failed_precondition (out of order; fewer than t survivors, fewer than t of our
+  // neighbours among them, or we are not one); invalid_argument (an id twice).
+  result<SurvivorSignature> sign_survivors(const SurvivorList& list);
+
+  // Errors: failed_precondition (out of order); permission_denied (survivors other than
+  // the list we signed, a client in both lists, fewer than t verifying neighbour
+  // signatures over the list, or asked for the other kind of a neighbour's secret than
+  // before).
   result<UnmaskResponse> unmask(const UnmaskRequest& request);
 
   const RoundPlan& plan() const noexcept;

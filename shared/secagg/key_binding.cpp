@@ -76,6 +76,16 @@ std::string binding_message(std::int64_t run, std::int64_t round, std::string_vi
          std::string(client_id) + "|" + to_hex(cipher_public) + "|" + to_hex(mask_public);
 }
 
+std::string survivors_message(std::int64_t run, std::int64_t round,
+                              std::span<const std::string> survivors) {
+  std::string message =
+      "fedcore-secagg-survivors-v1|" + std::to_string(run) + "|" + std::to_string(round);
+  for (const auto& id : survivors) {
+    message += "|" + std::to_string(id.size()) + ":" + id;
+  }
+  return message;
+}
+
 struct Signer::Key {
   std::unique_ptr<EVP_PKEY, PkeyFree> pkey;
 };

@@ -33,6 +33,12 @@ std::string binding_message(std::int64_t run, std::int64_t round, std::string_vi
                             std::span<const std::uint8_t> cipher_public,
                             std::span<const std::uint8_t> mask_public);
 
+// What a client signs in the consistency check: the round's survivor list U3, each id
+// length-prefixed (ids are certificate names and may hold any separator). `survivors`
+// must be sorted and without duplicates.
+std::string survivors_message(std::int64_t run, std::int64_t round,
+                              std::span<const std::string> survivors);
+
 // A client's signing identity: its TLS key and certificate.
 class Signer {
  public:

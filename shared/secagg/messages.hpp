@@ -7,8 +7,11 @@
 //   client -> server  SharesUpload       (stage 2: sealed Shamir shares, one per neighbour)
 //   server -> client  RelayedShares      (the sealed shares addressed to this client)
 //   client -> server  masked input       (stage 3: d + 1 words mod 2^32, a frame payload)
-//   server -> client  UnmaskRequest      (who survived, who dropped after sharing)
-//   client -> server  UnmaskResponse     (stage 4: one kind of share per neighbour)
+//   server -> client  SurvivorList       (U3: who sent a masked input, the same for all)
+//   client -> server  SurvivorSignature  (stage 4, the consistency check: U3, signed)
+//   server -> client  UnmaskRequest      (U3, who dropped after sharing, the neighbours'
+//                                         signatures over U3)
+//   client -> server  UnmaskResponse     (stage 5: one kind of share per neighbour)
 #pragma once
 
 #include <cstdint>
@@ -47,9 +50,26 @@ struct RelayedShares {
   std::vector<SealedShare> shares;
 };
 
+// The consistency check (Bonawitz et al. 2017, round 3, for a malicious server): every
+// survivor is told the same survivor list and signs it; a client reveals shares only for
+// the list it signed, and only when enough of its neighbours signed that very list.
+struct SurvivorList {
+  std::vector<std::string> survivors;  // U3, sorted
+};
+
+struct SurvivorSignature {
+  Bytes signature;  // over survivors_message(); empty when the client has no signing key
+};
+
+struct Attestation {
+  std::string client_id;  // a neighbour of the recipient that signed
+  Bytes signature;
+};
+
 struct UnmaskRequest {
-  std::vector<std::string> survivors;  // sent a masked input
-  std::vector<std::string> dropped;    // shared keys, then sent no masked input
+  std::vector<std::string> survivors;   // sent a masked input (the signed list)
+  std::vector<std::string> dropped;     // shared keys, then sent no masked input
+  std::vector<Attestation> signatures;  // the recipient's neighbours that signed `survivors`
 };
 
 enum class SecretKind : std::uint8_t {

@@ -28,8 +28,10 @@ const std::set<std::string>& SecAggServer::expected_now() const noexcept {
       return u1_;
     case ServerStage::masking:
       return u2_;
-    case ServerStage::unmasking:
+    case ServerStage::consistency:
       return u3_;
+    case ServerStage::unmasking:
+      return u4_;
     case ServerStage::finished:
     case ServerStage::failed:
       break;
@@ -186,24 +188,61 @@ result<void> SecAggServer::on_masked(const std::string& client_id,
   return {};
 }
 
-result<UnmaskRequest> SecAggServer::close_masking() {
+result<SurvivorList> SecAggServer::close_masking() {
   FEDCORE_ASSERT(stage_ == ServerStage::masking, "close_masking out of order");
   if (auto ok = enough(u3_.size(), "sent masked inputs"); !ok) {
     return ok.error();
   }
-  UnmaskRequest request;
-  request.survivors.assign(u3_.begin(), u3_.end());
+  stage_ = ServerStage::consistency;
+  return SurvivorList{{u3_.begin(), u3_.end()}};
+}
+
+result<void> SecAggServer::on_signature(const std::string& client_id,
+                                        const SurvivorSignature& signature) {
+  if (auto ok = in_stage(ServerStage::consistency, client_id, u3_, u4_, "survivor signature");
+      !ok) {
+    return ok;
+  }
+  if (plan_.bind_keys && signature.signature.empty()) {
+    return fail(errc::permission_denied,
+                "secure aggregation: '" + client_id +
+                    "' did not sign the survivor list; this round binds keys to certificates");
+  }
+  // Not verified here: the clients check what they rely on, against the certificates
+  // they checked at key binding; the server only relays.
+  signatures_[client_id] = signature.signature;
+  u4_.insert(client_id);
+  return {};
+}
+
+result<std::map<std::string, UnmaskRequest>> SecAggServer::close_consistency() {
+  FEDCORE_ASSERT(stage_ == ServerStage::consistency, "close_consistency out of order");
+  if (auto ok = enough(u4_.size(), "signed the survivor list"); !ok) {
+    return ok.error();
+  }
+  UnmaskRequest common;
+  common.survivors.assign(u3_.begin(), u3_.end());
   for (const auto& id : u2_) {
     if (u3_.count(id) == 0) {
-      request.dropped.push_back(id);
+      common.dropped.push_back(id);
     }
   }
+  std::map<std::string, UnmaskRequest> out;
+  for (const auto& to : u4_) {
+    auto& request = out[to] = common;
+    for (const auto& neighbour : neighbours_[to]) {
+      if (const auto it = signatures_.find(neighbour); it != signatures_.end()) {
+        request.signatures.push_back({neighbour, it->second});
+      }
+    }
+  }
+  signatures_.clear();
   stage_ = ServerStage::unmasking;
-  return request;
+  return out;
 }
 
 result<void> SecAggServer::on_unmask(const std::string& client_id, const UnmaskResponse& response) {
-  if (auto ok = in_stage(ServerStage::unmasking, client_id, u3_, u4_, "unmask shares"); !ok) {
+  if (auto ok = in_stage(ServerStage::unmasking, client_id, u4_, u5_, "unmask shares"); !ok) {
     return ok;
   }
   for (const auto& revealed : response.shares) {
@@ -221,7 +260,7 @@ result<void> SecAggServer::on_unmask(const std::string& client_id, const UnmaskR
   for (const auto& revealed : response.shares) {
     shares_[revealed.owner].push_back(revealed.share);
   }
-  u4_.insert(client_id);
+  u5_.insert(client_id);
   return {};
 }
 

@@ -6,7 +6,9 @@
 //
 //   on_advertise* -> close_advertising()  U1: who advertised; the masking graph over U1
 //   on_shares*    -> close_sharing()      U2: who shared; each client's relayed shares
-//   on_masked*    -> close_masking()      U3: who sent a masked input; the unmask request
+//   on_masked*    -> close_masking()      U3: who sent a masked input; the survivor list
+//   on_signature* -> close_consistency()  U4: who signed U3; each one's unmask request,
+//                                         with its neighbours' signatures
 //   on_unmask*    -> finish()             the weighted mean update
 // Every close_* fails (failed_precondition, saying how many of how many) when fewer than
 // t clients are left, and the round is then lost; finish() fails when some secret cannot
@@ -33,7 +35,7 @@
 
 namespace fedcore::secagg {
 
-enum class ServerStage { advertising, sharing, masking, unmasking, finished, failed };
+enum class ServerStage { advertising, sharing, masking, consistency, unmasking, finished, failed };
 
 struct SecAggResult {
   std::vector<float> mean_delta;          // sum_i w_i delta_i / sum_i w_i
@@ -60,8 +62,14 @@ class SecAggServer {
 
   // `masked`: d + 1 + plan.metric_slots words.
   result<void> on_masked(const std::string& client_id, std::span<const std::uint32_t> masked);
-  // The same request for every survivor.
-  result<UnmaskRequest> close_masking();
+  // The same list for every survivor.
+  result<SurvivorList> close_masking();
+
+  // Errors also: permission_denied (no signature in a round that binds keys).
+  result<void> on_signature(const std::string& client_id, const SurvivorSignature& signature);
+  // The unmask request for each client that signed: U3, U2 minus U3, and the signatures
+  // of its neighbours that signed.
+  result<std::map<std::string, UnmaskRequest>> close_consistency();
 
   result<void> on_unmask(const std::string& client_id, const UnmaskResponse& response);
   result<SecAggResult> finish();
@@ -70,7 +78,8 @@ class SecAggServer {
   const std::set<std::string>& advertised() const noexcept { return u1_; }
   const std::set<std::string>& shared() const noexcept { return u2_; }
   const std::set<std::string>& masked() const noexcept { return u3_; }
-  const std::set<std::string>& unmasked() const noexcept { return u4_; }
+  const std::set<std::string>& signed_survivors() const noexcept { return u4_; }
+  const std::set<std::string>& unmasked() const noexcept { return u5_; }
   const std::set<std::string>& expected_now() const noexcept;  // whom the stage waits for
 
  private:
@@ -92,7 +101,8 @@ class SecAggServer {
   std::vector<std::uint32_t> sum_;
   // shares_[owner] = the revealed shares of owner's one secret the server may rebuild
   std::map<std::string, std::vector<Share>> shares_;
-  std::set<std::string> u1_, u2_, u3_, u4_;
+  std::map<std::string, Bytes> signatures_;  // over U3, from U4
+  std::set<std::string> u1_, u2_, u3_, u4_, u5_;
 };
 
 }  // namespace fedcore::secagg

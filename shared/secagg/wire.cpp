@@ -10,6 +10,7 @@ using nlohmann::json;
 constexpr std::size_t kMaxItems = 1024;
 constexpr std::size_t kMaxCertificate = 8192;
 constexpr std::size_t kMaxId = 128;
+constexpr std::size_t kMaxSignature = 1024;  // RSA-4096 is 512 bytes, ECDSA P-256 at most 72
 
 // Reading throws nlohmann's exceptions or Bad; each parse_* turns them into one
 // invalid_argument at its edge, so the field functions stay one line each.
@@ -92,7 +93,7 @@ AdvertisedKeys read_keys(const json& j) {
   k.client_id = text(j, "client_id", kMaxId);
   k.cipher_public = hex(j, "cipher_public", kPublicKeySize);
   k.mask_public = hex(j, "mask_public", kPublicKeySize);
-  k.signature = hex(j, "signature", 1024);
+  k.signature = hex(j, "signature", kMaxSignature);
   k.certificate_pem = text(j, "certificate", kMaxCertificate);
   return k;
 }
@@ -176,10 +177,26 @@ std::string to_metadata(const Envelope& e) {
   return envelope_json(e).dump();
 }
 
+std::string to_metadata(const Envelope& e, const SurvivorList& m) {
+  auto j = envelope_json(e);
+  j["survivors"] = m.survivors;
+  return j.dump();
+}
+
+std::string to_metadata(const Envelope& e, const SurvivorSignature& m) {
+  auto j = envelope_json(e);
+  j["signature"] = to_hex(m.signature);
+  return j.dump();
+}
+
 std::string to_metadata(const Envelope& e, const UnmaskRequest& m) {
   auto j = envelope_json(e);
   j["survivors"] = m.survivors;
   j["dropped"] = m.dropped;
+  j["signatures"] = json::array();
+  for (const auto& a : m.signatures) {
+    j["signatures"].push_back({{"client_id", a.client_id}, {"signature", to_hex(a.signature)}});
+  }
   return j.dump();
 }
 
@@ -258,7 +275,23 @@ result<Envelope> parse_masked_input(std::string_view metadata) {
 
 result<Wire<UnmaskRequest>> parse_unmask_request(std::string_view metadata) {
   return parse<UnmaskRequest>("secagg_unmask", metadata, [](const json& j) {
-    return UnmaskRequest{read_ids(j, "survivors"), read_ids(j, "dropped")};
+    UnmaskRequest m{read_ids(j, "survivors"), read_ids(j, "dropped"), {}};
+    for (const auto& item : array(j, "signatures")) {
+      m.signatures.push_back(
+          {text(item, "client_id", kMaxId), hex(item, "signature", kMaxSignature)});
+    }
+    return m;
+  });
+}
+
+result<Wire<SurvivorList>> parse_survivor_list(std::string_view metadata) {
+  return parse<SurvivorList>("secagg_survivors", metadata,
+                             [](const json& j) { return SurvivorList{read_ids(j, "survivors")}; });
+}
+
+result<Wire<SurvivorSignature>> parse_survivor_signature(std::string_view metadata) {
+  return parse<SurvivorSignature>("secagg_signed", metadata, [](const json& j) {
+    return SurvivorSignature{hex(j, "signature", kMaxSignature)};
   });
 }
 

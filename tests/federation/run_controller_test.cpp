@@ -201,6 +201,12 @@ TEST(RoundStage, TheTableAllowsOnlyTheProtocolsMoves) {
   EXPECT_EQ(next_stage(committing, committed), done);
   EXPECT_EQ(next_stage(committing, commit_failed), failed);
   EXPECT_EQ(next_stage(collecting, abandoned), failed);
+  // Secure aggregation's stages, the consistency check between masking and unmasking.
+  EXPECT_EQ(next_stage(masking, inputs_collected), consistency);
+  EXPECT_EQ(next_stage(consistency, survivors_signed), unmasking);
+  EXPECT_EQ(next_stage(consistency, below_threshold), failed);
+  EXPECT_EQ(next_stage(masking, unmasked), std::nullopt);
+  EXPECT_EQ(round_stage_name(consistency), "consistency");
   EXPECT_EQ(next_stage(selecting, all_answered), std::nullopt);
   EXPECT_EQ(next_stage(collecting, committed), std::nullopt);
   EXPECT_EQ(next_stage(done, abandoned), std::nullopt);
@@ -618,6 +624,17 @@ class SecureSites {
     controller_.poll();
     return true;
   }
+  bool sign(const std::string& id) {
+    auto* m = latest(id, protocol::MessageType::secagg_survivors);
+    if (m == nullptr) {
+      return false;
+    }
+    auto list = secagg::parse_survivor_list(m->metadata).value();
+    auto signature = sites_[id].client->sign_survivors(list.body).value();
+    deliver(id, protocol::MessageType::secagg_signed,
+            secagg::to_metadata(sites_[id].envelope, signature));
+    return true;
+  }
   bool unmask(const std::string& id) {
     auto* m = latest(id, protocol::MessageType::secagg_unmask);
     if (m == nullptr) {
@@ -684,6 +701,12 @@ TEST_F(RunControllerTest, ASecureRoundCommitsTheWeightedMeanWithoutSeeingAnUpdat
   for (const auto& [id, d] : delta) {
     if (id != "d") {
       ASSERT_TRUE(sites.mask(id, samples.at(id))) << id;
+    }
+  }
+  ASSERT_EQ(controller_->round_stage(), RoundStage::consistency);
+  for (const auto& [id, d] : delta) {
+    if (id != "d") {
+      ASSERT_TRUE(sites.sign(id)) << id;
     }
   }
   ASSERT_EQ(controller_->round_stage(), RoundStage::unmasking);

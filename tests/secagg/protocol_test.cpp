@@ -14,7 +14,14 @@
 namespace fedcore::secagg {
 namespace {
 
-enum class DropAt { never, before_advertise, before_sharing, before_masking, before_unmask };
+enum class DropAt {
+  never,
+  before_advertise,
+  before_sharing,
+  before_masking,
+  before_signing,
+  before_unmask
+};
 
 struct Site {
   std::string id;
@@ -53,7 +60,7 @@ class RoundHarness {
     std::vector<double> sum(d_, 0.0);
     double weights = 0;
     for (const auto& s : sites_) {
-      if (s.drop == DropAt::never || s.drop == DropAt::before_unmask) {
+      if (s.drop == DropAt::never || s.drop >= DropAt::before_signing) {
         for (std::size_t i = 0; i < d_; ++i) {
           sum[i] += s.weight * std::clamp(double(s.delta[i]), -plan_.clip_range / s.weight,
                                           plan_.clip_range / s.weight);
@@ -112,15 +119,30 @@ class RoundHarness {
         }
       }
     }
-    auto request = server.close_masking();
-    if (!request) {
-      return request.error();
+    auto list = server.close_masking();
+    if (!list) {
+      return list.error();
     }
-    last_request_ = *request;
     for (auto& s : sites_) {
-      if (alive(s, DropAt::before_unmask) &&
-          std::count(request->survivors.begin(), request->survivors.end(), s.id)) {
-        auto response = s.client->unmask(*request);
+      if (alive(s, DropAt::before_signing) &&
+          std::count(list->survivors.begin(), list->survivors.end(), s.id)) {
+        auto signature = s.client->sign_survivors(*list);
+        if (!signature) {
+          return signature.error();
+        }
+        if (auto ok = server.on_signature(s.id, *signature); !ok) {
+          return ok.error();
+        }
+      }
+    }
+    auto requests = server.close_consistency();
+    if (!requests) {
+      return requests.error();
+    }
+    last_request_ = requests->begin()->second;
+    for (auto& s : sites_) {
+      if (alive(s, DropAt::before_unmask) && requests->count(s.id)) {
+        auto response = s.client->unmask(requests->at(s.id));
         if (!response) {
           return response.error();
         }
@@ -131,7 +153,7 @@ class RoundHarness {
     }
     auto out = server.finish();
     stages_ = {server.advertised().size(), server.shared().size(), server.masked().size(),
-               server.unmasked().size()};
+               server.signed_survivors().size(), server.unmasked().size()};
     return out;
   }
 
@@ -180,19 +202,20 @@ TEST(SecAggRound, SparseGraphWithManyClients) {
 }
 
 TEST(SecAggRound, SurvivesDropoutsAtEveryStage) {
-  RoundHarness round(12, 200);
+  RoundHarness round(16, 200);  // k = 12, t = 7
   auto& s = round.sites();
   s[0].drop = DropAt::before_advertise;
   s[1].drop = DropAt::before_sharing;
   s[2].drop = DropAt::before_masking;  // its pairwise masks must be rebuilt
   s[3].drop = DropAt::before_masking;
-  s[4].drop = DropAt::before_unmask;  // contributes, but does not help unmask
+  s[4].drop = DropAt::before_signing;  // contributes, but does not help unmask
+  s[5].drop = DropAt::before_unmask;   // contributes and signs, but does not help unmask
   auto got = round.run();
   ASSERT_TRUE(got) << got.error().message;
-  EXPECT_EQ(round.stages_, (std::vector<std::size_t>{11, 10, 8, 7}));
+  EXPECT_EQ(round.stages_, (std::vector<std::size_t>{15, 14, 12, 11, 10}));
   EXPECT_EQ(round.last_request_.dropped.size(), 2u);
-  expect_close_to_plain(*got, round.plain_mean(), round.plan(), 8);
-  EXPECT_EQ(got->contributors.size(), 8u);
+  expect_close_to_plain(*got, round.plain_mean(), round.plan(), 12);
+  EXPECT_EQ(got->contributors.size(), 12u);
 }
 
 TEST(SecAggRound, BelowTheThresholdTheRoundFailsVisibly) {
@@ -241,19 +264,30 @@ TEST(SecAggClientRefusals, NeverRevealsBothSecretsOfOneNeighbour) {
     ASSERT_TRUE(real.on_masked(
         s.id, s.client->masked_input(relayed.at(s.id), s.delta, 1.0, rounding).value()));
   }
-  UnmaskRequest greedy;
+  const SurvivorList all = real.close_masking().value();
+  // Unmasking before signing a survivor list is out of order.
+  EXPECT_EQ(sites[0].client->unmask({all.survivors, {}, {}}).error().code,
+            errc::failed_precondition);
+  // Too few survivors, or a list without us: nothing is signed, so nothing is revealed.
+  const SurvivorList few{{sites[0].id, sites[2].id}};
+  EXPECT_EQ(sites[2].client->sign_survivors(few).error().code, errc::failed_precondition);
+  const SurvivorList without_us{{sites[0].id, sites[1].id, sites[2].id}};
+  EXPECT_EQ(sites[4].client->sign_survivors(without_us).error().code, errc::failed_precondition);
   for (auto& s : sites) {
-    greedy.survivors.push_back(s.id);
+    ASSERT_TRUE(s.client->sign_survivors(all)) << s.id;
   }
-  greedy.dropped = {sites[1].id};  // "site-101 survived and dropped"
+  UnmaskRequest greedy{all.survivors, {sites[1].id}, {}};  // "site-101 survived and dropped"
   auto refused = sites[0].client->unmask(greedy);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, errc::permission_denied);
-  // Too few survivors: nothing is revealed.
-  UnmaskRequest few{{sites[0].id, sites[2].id}, {}};
-  EXPECT_EQ(sites[2].client->unmask(few).error().code, errc::failed_precondition);
+  // A request naming other survivors than the list the client signed: refused.
+  UnmaskRequest other{{sites[0].id, sites[1].id, sites[2].id, sites[3].id}, {sites[4].id}, {}};
+  auto switched = sites[1].client->unmask(other);
+  ASSERT_FALSE(switched);
+  EXPECT_EQ(switched.error().code, errc::permission_denied);
+  EXPECT_NE(switched.error().message.find("other survivors"), std::string::npos);
   // Out of order: a client that already unmasked refuses a second request.
-  UnmaskRequest honest{greedy.survivors, {}};
+  UnmaskRequest honest{all.survivors, {}, {}};
   ASSERT_TRUE(sites[3].client->unmask(honest));
   EXPECT_EQ(sites[3].client->unmask(honest).error().code, errc::failed_precondition);
 }
@@ -299,6 +333,7 @@ TEST(SecAggServerChecks, RefusesOutOfStageDuplicateAndMalformedInputs) {
   EXPECT_EQ(server.on_advertise(sites[0].id, keys).error().code, errc::invalid_argument);
   EXPECT_EQ(server.on_masked(sites[0].id, std::vector<std::uint32_t>(11)).error().code,
             errc::failed_precondition);
+  EXPECT_EQ(server.on_signature(sites[0].id, {}).error().code, errc::failed_precondition);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #   scripts/setup.sh            build + test dependencies
 #   scripts/setup.sh --bench    also the comparison peers (PyTorch on OpenBLAS)
 #   scripts/setup.sh --cpu-levels   also QEMU user mode (scripts/run_cpu_levels.sh)
+#   scripts/setup.sh --fuzz     also clang, libFuzzer and clang's OpenMP (make fuzz, docs/fuzzing.md)
 set -euo pipefail
 
 core_packages=(
@@ -19,13 +20,16 @@ core_packages=(
 )
 bench_packages=(python3 python3-torch python3-numpy libgloo-dev)
 cpu_level_packages=(qemu-user)
+# libclang-rt-dev holds libFuzzer and the sanitizer runtimes; libomp-dev is clang's OpenMP.
+fuzz_packages=(clang libclang-rt-dev libomp-dev)
 
 want=("${core_packages[@]}")
 for arg in "$@"; do
   case "$arg" in
     --bench) want+=("${bench_packages[@]}") ;;
     --cpu-levels) want+=("${cpu_level_packages[@]}") ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --bench, --cpu-levels)" >&2; exit 2 ;;
+    --fuzz) want+=("${fuzz_packages[@]}") ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --bench, --cpu-levels, --fuzz)" >&2; exit 2 ;;
   esac
 done
 

@@ -149,8 +149,9 @@ void add_run_routes(Router& router, ApiContext& ctx) {
   for (const auto& [verb, control] :
        {std::pair{std::string("pause"), &federation::FederationServer::pause_run},
         std::pair{std::string("resume"), &federation::FederationServer::resume_run}}) {
+    // An init-capture: clang before 16 cannot capture a structured binding by name.
     router.add("POST", "/api/v1/runs/{id}/" + verb,
-               [&ctx, control](const Request& req, const PathParams& params) {
+               [&ctx, control = control](const Request& req, const PathParams& params) {
                  auto id = control_target(req, params);
                  if (!id) {
                    return error_response(id.error());

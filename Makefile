@@ -6,7 +6,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test build setup bench format format-check layout-check clean check-arch
+.PHONY: demo test build setup bench format format-check layout-check clean check-arch fuzz fuzz-regression
 
 setup:
 	@scripts/setup.sh
@@ -39,6 +39,16 @@ bench:
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS) --target bench_train_step
 	bench/compare_torch.sh build/release
+
+# libFuzzer targets with ASan + UBSan (clang; fuzz/, docs/fuzzing.md), in build/fuzz. `make fuzz`
+# runs each for FUZZ_SECONDS on a copy of its corpus; `make fuzz-regression` runs each once
+# over its committed corpus (what CI runs). Either fails if any target crashes.
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz.sh
+
+fuzz-regression:
+	JOBS=$(JOBS) scripts/fuzz.sh --regression
 
 # Compile the Eigen-using code at the x86-64-v2 baseline and with AVX-512 (x86-64-v4), with
 # warnings as errors, whatever this machine's CPU is (CI runs it after the dev build).

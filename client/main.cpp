@@ -2,6 +2,10 @@
 //
 //   fedcore-client --config client.json
 //   fedcore-client --verify-audit /var/lib/fedcore/audit.jsonl   (checks the chain, exits)
+//   fedcore-client --check-config client.json   (checks the config and what it names, exits
+//                                                0 when nothing failed: client/check_config.hpp)
+//   --log-format json: every log line one JSON object (shared/util/log_format.hpp), its
+//   `client` field this site's id (the certificate's CN) unless the line names another.
 //
 // client.json (every key: client/client_config.hpp and docs/config.md; parsed strictly, so
 // an unknown key or a value out of range stops the daemon at start, naming the key):
@@ -15,6 +19,7 @@
 //               "max_epsilon": 8, "server": {"common_name": "fl.example.org"}}}
 //                                                         (optional: client/site_policy.hpp)
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -25,8 +30,12 @@
 #include <spdlog/spdlog.h>
 
 #include "client/audit_log.hpp"
+#include "client/check_config.hpp"
 #include "client/client_config.hpp"
 #include "client/daemon.hpp"
+#include "shared/tls/check_config.hpp"
+#include "shared/util/client_id.hpp"
+#include "shared/util/log_format.hpp"
 
 namespace {
 
@@ -45,13 +54,29 @@ int verify_audit(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"fedcore-client: trains on local data and sends model updates, never data"};
-  std::string config_path, log_level = "info", audit_path;
+  std::string config_path, log_level = "info", log_format = "text", audit_path, check_path;
   auto* config_option = app.add_option("--config", config_path, "client config file (JSON)");
-  app.add_option("--verify-audit", audit_path, "check an audit log's hash chain and exit")
-      ->excludes(config_option);
+  auto* audit_option =
+      app.add_option("--verify-audit", audit_path, "check an audit log's hash chain and exit")
+          ->excludes(config_option);
+  app.add_option("--check-config", check_path,
+                 "check this config file, its certificates and data, print a report and exit "
+                 "(0: nothing failed)")
+      ->excludes(config_option, audit_option);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-format", log_format, "text (default) or json: one JSON object per line")
+      ->check(CLI::IsMember({"text", "json"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  const auto parsed_format = fedcore::parse_log_format(log_format);  // CLI11 checked it
+  const auto format = parsed_format ? *parsed_format : fedcore::LogFormat::text;
+  fedcore::install_log_format(format, {.component = "client", .client = std::nullopt});
+  if (!check_path.empty()) {
+    // A report for people on stdout, not log lines: whatever --log-format says.
+    const auto report = fedcore::client::check_client_config(check_path);
+    std::cout << report.to_text() << std::flush;
+    return report.has_failures() ? 1 : 0;
+  }
   if (!audit_path.empty()) {
     return verify_audit(audit_path);
   }
@@ -71,6 +96,12 @@ int main(int argc, char** argv) {
   if (!options) {
     spdlog::error("config file '{}': {}", config_path, options.error().message);
     return 2;
+  }
+  // Every line of this daemon is about this site: its id (the certificate's CN, which the
+  // server knows it by) goes into the `client` field of lines that name no other client.
+  if (auto id = fedcore::tls::certificate_common_name(options->tls.cert_file);
+      id && fedcore::is_valid_client_id(*id)) {
+    fedcore::install_log_format(format, {.component = "client", .client = *id});
   }
   boost::asio::io_context io;
   auto daemon = fedcore::client::ClientDaemon::create(io, std::move(*options));

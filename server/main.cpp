@@ -2,13 +2,17 @@
 //
 //   fedcore-server --config server.json [--run run.json]
 //   fedcore-server token create --config server.json --name alice
+//   fedcore-server --check-config server.json   (checks the config and what it names, exits)
 //
 // The config file (JSON) names the listener, the TLS material, the database and the
 // admin API (api/config.hpp, docs/config.md); flags override it. It is parsed strictly: an
 // unknown key or a value of the wrong type or range stops the server, naming the key. Runs left
 // "running" by a previous process resume automatically. --run starts a run from a JSON file
 // (federation/run_config.hpp), as POST /api/v1/runs does. `token create` adds an admin
-// API token to the config file and prints it, once.
+// API token to the config file and prints it, once. --check-config prints a report of
+// ok/warn/FAIL lines (server/check_config.hpp) and exits 0 when nothing failed, 1 otherwise,
+// starting nothing. --log-format json writes every log line as one JSON object
+// (shared/util/log_format.hpp).
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -23,8 +27,10 @@
 
 #include "server/api/api_server.hpp"
 #include "server/api/config.hpp"
+#include "server/check_config.hpp"
 #include "server/federation/federation_server.hpp"
 #include "shared/net/listener.hpp"
+#include "shared/util/log_format.hpp"
 
 namespace {
 
@@ -68,13 +74,18 @@ std::int64_t unix_ms() {
 
 int main(int argc, char** argv) {
   CLI::App app{"fedcore-server: the federation's TLS aggregation server"};
-  std::string config_path, run_path, database, log_level = "info";
+  std::string config_path, run_path, database, log_level = "info", log_format = "text";
+  std::string check_config_path;
   fedcore::api::ServerConfig config;
   std::string listen, ca, cert, key, crl;
   int port = -1;
   int shutdown_seconds = 10;
-  app.add_option("--config", config_path, "server config file (JSON)");
-  app.add_option("--run", run_path, "start a run from this JSON file");
+  auto* config_option = app.add_option("--config", config_path, "server config file (JSON)");
+  auto* run_option = app.add_option("--run", run_path, "start a run from this JSON file");
+  app.add_option("--check-config", check_config_path,
+                 "check this config file and the files it names, print a report and exit "
+                 "(0: nothing failed)")
+      ->excludes(config_option, run_option);
   app.add_option("--database", database, "SQLite history file (default fedcore.db)");
   app.add_option("--listen", listen, "listen address (default 127.0.0.1)");
   app.add_option("--port", port, "federation port (default 7443)")->check(CLI::Range(0, 65535));
@@ -86,6 +97,8 @@ int main(int argc, char** argv) {
                  "seconds to wind down after SIGINT/SIGTERM")
       ->check(CLI::Range(1, 600));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-format", log_format, "text (default) or json: one JSON object per line")
+      ->check(CLI::IsMember({"text", "json"}));
   int api_port = -1;
   std::string web_root;
   bool no_api = false;
@@ -103,6 +116,16 @@ int main(int argc, char** argv) {
   token->require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (auto format = fedcore::parse_log_format(log_format); format) {
+    fedcore::install_log_format(*format, {.component = "server", .client = std::nullopt});
+  }
+
+  if (!check_config_path.empty()) {
+    // A report for people on stdout, not log lines: whatever --log-format says.
+    const auto report = fedcore::server::check_server_config(check_config_path);
+    std::cout << report.to_text() << std::flush;
+    return report.has_failures() ? 1 : 0;
+  }
 
   if (*token_create) {
     auto created = fedcore::api::create_token_in_config(token_config, token_name, unix_ms());

@@ -4,6 +4,10 @@
 //   fedcore-dist worker --rank R --world N --rendezvous HOST:PORT <job options>
 //   mpirun -n N fedcore-dist worker --backend mpi <job options>
 //   fedcore-dist scale --nprocs 1,2 --out DIR [--bind auto|none] -- <job options>
+//
+// --log-format text|json, anywhere (shared/util/log_format.hpp, component "dist"): how the
+// spdlog lines of this process look; given to launch or scale, it is forwarded to the
+// workers with the job options.
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -23,6 +27,7 @@
 #include "distributed/worker.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
+#include "shared/util/log_format.hpp"
 
 namespace {
 
@@ -190,9 +195,28 @@ int main(int argc, char** argv) {
   // Everything after "--" is the job's options, passed to the workers untouched.
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> job_args;
-  if (auto dash = std::find(args.begin(), args.end(), "--"); dash != args.end()) {
+  const auto dash = std::find(args.begin(), args.end(), "--");
+  const bool has_job_args = dash != args.end();
+  if (has_job_args) {
     job_args.assign(dash + 1, args.end());
     args.erase(dash, args.end());
+  }
+  // The flag is taken out before CLI11 sees it, so every subcommand accepts it. In the job
+  // options it stays: the launcher passes them on and each worker takes it there.
+  auto own_format = take_log_format_flag(args);
+  std::vector<std::string> job_copy = job_args;
+  auto job_format = take_log_format_flag(job_copy);
+  if (!own_format || !job_format) {
+    std::cerr << "fedcore-dist: "
+              << (own_format ? job_format.error().message : own_format.error().message) << "\n";
+    return 2;
+  }
+  const LogFormat log_format =
+      own_format->has_value() ? **own_format : job_format->value_or(LogFormat::text);
+  install_log_format(log_format, {.component = "dist", .client = std::nullopt});
+  if (has_job_args && own_format->has_value() && !job_format->has_value()) {
+    job_args.push_back("--log-format");
+    job_args.push_back(log_format == LogFormat::json ? "json" : "text");
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
 

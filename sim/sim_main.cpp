@@ -1,5 +1,9 @@
 // fedcore-sim: a simulated federation in one process (the real server and N real client
 // daemons), with reports and plots. See docs/sim.md.
+//
+// --log-format text|json is taken here, before the simulation's own options are parsed
+// (sim/options.hpp): it decides only how the server's and clients' log lines look
+// (shared/util/log_format.hpp; component "sim"), not what is simulated.
 #include <cstdio>
 #include <string>
 #include <unistd.h>
@@ -7,13 +11,30 @@
 
 #include <spdlog/spdlog.h>
 
+#include "shared/util/log_format.hpp"
 #include "sim/options.hpp"
 #include "sim/progress.hpp"
 #include "sim/simulation.hpp"
 
+namespace {
+
+constexpr const char* kLogFormatHelp =
+    "\nLogging:\n  --log-format text|json   how log lines (--verbose) look; json: one JSON "
+    "object per line\n";
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace fedcore::sim;
   std::vector<std::string> args(argv + 1, argv + argc);
+  auto log_format = fedcore::take_log_format_flag(args);
+  if (!log_format) {
+    std::fprintf(stderr, "fedcore-sim: %s\nRun with --help for the options.\n",
+                 log_format.error().message.c_str());
+    return 2;
+  }
+  fedcore::install_log_format(log_format->value_or(fedcore::LogFormat::text),
+                              {.component = "sim", .client = std::nullopt});
   auto line = parse_command_line(args);
   if (!line) {
     std::fprintf(stderr, "fedcore-sim: %s\nRun with --help for the options.\n",
@@ -22,6 +43,7 @@ int main(int argc, char** argv) {
   }
   if (line->help) {
     std::fputs(line->help_text.c_str(), stdout);
+    std::fputs(kLogFormatHelp, stdout);
     return 0;
   }
   const SimOptions& options = line->options;

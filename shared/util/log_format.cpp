@@ -202,6 +202,33 @@ result<LogFormat> parse_log_format(std::string_view name) {
               "log format '" + std::string(name.substr(0, 32)) + "': expected text or json");
 }
 
+result<std::optional<LogFormat>> take_log_format_flag(std::vector<std::string>& args) {
+  constexpr std::string_view kFlag = "--log-format";
+  std::optional<LogFormat> format;
+  for (auto it = args.begin(); it != args.end();) {
+    std::string value;
+    if (*it == kFlag) {
+      if (it + 1 == args.end()) {
+        return fail(errc::invalid_argument, "--log-format needs a value: text or json");
+      }
+      value = *(it + 1);
+      it = args.erase(it, it + 2);
+    } else if (it->starts_with(std::string(kFlag) + "=")) {
+      value = it->substr(kFlag.size() + 1);
+      it = args.erase(it);
+    } else {
+      ++it;
+      continue;
+    }
+    auto parsed = parse_log_format(value);
+    if (!parsed) {
+      return parsed.error();
+    }
+    format = *parsed;
+  }
+  return format;
+}
+
 LogContext::LogContext(LogFields fields) : saved_(t_context) {
   if (fields.run || fields.round) {
     // The inner context owns both numbers, like a context over parsed text.

@@ -42,6 +42,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/formatter.h>
 
@@ -53,6 +54,11 @@ enum class LogFormat { text, json };
 
 // "text" or "json". Errors: invalid_argument naming the value.
 result<LogFormat> parse_log_format(std::string_view name);
+
+// For binaries whose own option parser must not see it (fedcore-sim, fedcore-dist): removes
+// every "--log-format X" and "--log-format=X" from `args` and returns the last X, nullopt
+// when there is none. Errors: invalid_argument for a missing or unknown value.
+result<std::optional<LogFormat>> take_log_format_flag(std::vector<std::string>& args);
 
 // The structured fields of one line; unset = unknown.
 struct LogFields {

@@ -50,6 +50,22 @@ TEST(LogFormat, ParsesTheFlagValue) {
   EXPECT_NE(bad.error().message.find("'xml'"), std::string::npos);
 }
 
+TEST(LogFormat, TakesTheFlagOutOfAnArgumentList) {
+  std::vector<std::string> args = {"--clients", "4", "--log-format", "json", "--rounds", "2"};
+  auto taken = take_log_format_flag(args);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(*taken, LogFormat::json);
+  EXPECT_EQ(args, (std::vector<std::string>{"--clients", "4", "--rounds", "2"}));
+  args = {"--log-format=json", "x", "--log-format", "text"};
+  EXPECT_EQ(**take_log_format_flag(args), LogFormat::text);  // the last one counts
+  EXPECT_EQ(args, std::vector<std::string>{"x"});
+  EXPECT_FALSE(take_log_format_flag(args)->has_value());
+  args = {"--log-format"};
+  EXPECT_FALSE(take_log_format_flag(args));
+  args = {"--log-format=yaml"};
+  EXPECT_FALSE(take_log_format_flag(args));
+}
+
 TEST(LogFormat, OneObjectPerLineWithTheFixedFields) {
   CapturedLog log({"client", std::nullopt});
   log.logger->info("stopped after {} round(s)", 3);

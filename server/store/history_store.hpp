@@ -147,6 +147,30 @@ class HistoryStore {
   // errc::data_loss (a stored row that does not read back as a scale).
   result<std::optional<FeatureScaleRecord>> feature_scale(std::int64_t run_id);
 
+  // ---- Admin access: API tokens and the audit trail
+
+  // Stores a token made through the admin API and returns it with its id. token.id and
+  // token.revoked_ms are ignored. Errors: errc::invalid_argument (a name outside 1..64
+  // bytes, a role other than "read"/"admin", a hash that is not 64 lower-case hex digits,
+  // an empty created_by); errc::already_exists (the name, or the hash, is taken).
+  result<ApiTokenRecord> create_api_token(const ApiTokenRecord& token);
+  // Every token made through the API, revoked and expired ones included, by id.
+  result<std::vector<ApiTokenRecord>> list_api_tokens();
+  // The token whose SHA-256 is `sha256_hex`, or nothing.
+  result<std::optional<ApiTokenRecord>> find_api_token(const std::string& sha256_hex);
+  // Marks token `id` revoked at now_ms and returns it; revoking a revoked token keeps its
+  // first revocation time. Errors: errc::not_found (no such token).
+  result<ApiTokenRecord> revoke_api_token(std::int64_t id, std::int64_t now_ms);
+
+  // Appends an audit row and returns its id (ids increase). record.id is ignored. Errors:
+  // errc::invalid_argument (empty method, a status outside 100..599, detail_json not JSON).
+  result<std::int64_t> append_audit(const AuditRecord& record);
+  // Up to `limit` audit rows with id < before_id (every row without it), newest first;
+  // pass the last id seen to page on. Errors: errc::invalid_argument (limit outside
+  // [1, kMaxPageSize]).
+  result<std::vector<AuditRecord>> list_audit(std::optional<std::int64_t> before_id,
+                                              std::int64_t limit);
+
   // ---- Events
 
   // Appends an event and returns its id (ids increase and are never reused). event.id is

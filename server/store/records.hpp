@@ -181,4 +181,35 @@ struct FeatureScaleRecord {
   bool operator==(const FeatureScaleRecord&) const = default;
 };
 
+// An admin API token made through the API (server/api/token_store.hpp). Only the token's
+// SHA-256 is stored; `role` is "read" or "admin".
+struct ApiTokenRecord {
+  std::int64_t id = 0;  // assigned by create_api_token; ignored on write
+  std::string name;     // 1 to 64 bytes, unique among every token ever made
+  std::string role;
+  std::string sha256_hex;  // 64 lower-case hex digits
+  std::int64_t created_ms = 0;
+  std::string created_by;  // the name of the token that made it, or "config"
+  std::optional<std::int64_t> expires_ms;
+  std::optional<std::int64_t> revoked_ms;
+
+  bool operator==(const ApiTokenRecord&) const = default;
+};
+
+// One admin action or failed authentication (server/api/audit.hpp). Never holds a token.
+struct AuditRecord {
+  std::int64_t id = 0;  // assigned by append_audit, increasing; ignored on write
+  std::int64_t time_ms = 0;
+  std::string token_name;                // empty when no token was recognised
+  std::optional<std::int64_t> token_id;  // tokens made through the API only
+  std::string role;                      // "read", "admin", or empty
+  std::string remote;                    // the client's address
+  std::string method;                    // non-empty
+  std::string path;                      // without the query string
+  std::int64_t status = 0;               // the HTTP status answered, 100..599
+  std::string detail_json = "{}";
+
+  bool operator==(const AuditRecord&) const = default;
+};
+
 }  // namespace fedcore::store

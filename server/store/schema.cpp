@@ -133,6 +133,36 @@ CREATE TABLE run_feature_scales (
 ) STRICT;
 PRAGMA user_version = 3;
 )sql"},
+    // Migration 4: admin access (issue 19). API tokens made through the admin API, kept
+    // as their SHA-256 only (the token itself is shown once and stored nowhere), and the
+    // audit trail of admin actions and failed authentications. Names are unique, revoked
+    // ones included, so an audit row's token name names one token for ever.
+    {4, R"sql(
+CREATE TABLE api_tokens (
+  id          INTEGER PRIMARY KEY AUTOINCREMENT,
+  name        TEXT    NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 64),
+  role        TEXT    NOT NULL CHECK (role IN ('read', 'admin')),
+  sha256      TEXT    NOT NULL UNIQUE CHECK (length(sha256) = 64),
+  created_ms  INTEGER NOT NULL,
+  created_by  TEXT    NOT NULL CHECK (created_by <> ''),
+  expires_ms  INTEGER,
+  revoked_ms  INTEGER
+) STRICT;
+
+CREATE TABLE audit_log (
+  id          INTEGER PRIMARY KEY AUTOINCREMENT,
+  time_ms     INTEGER NOT NULL,
+  token_name  TEXT    NOT NULL DEFAULT '',
+  token_id    INTEGER,
+  role        TEXT    NOT NULL DEFAULT '',
+  remote      TEXT    NOT NULL DEFAULT '',
+  method      TEXT    NOT NULL CHECK (method <> ''),
+  path        TEXT    NOT NULL,
+  status      INTEGER NOT NULL CHECK (status BETWEEN 100 AND 599),
+  detail_json TEXT    NOT NULL DEFAULT '{}'
+) STRICT;
+PRAGMA user_version = 4;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

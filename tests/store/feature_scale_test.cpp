@@ -110,7 +110,7 @@ TEST(HistoryFeatureScales, VersionTwoHistoryIsMigrated) {
   EXPECT_FALSE(store->feature_scale(1)->has_value());
   ASSERT_TRUE(store->save_feature_scale(sample_scale(1)));
   SideConnection side(path);
-  EXPECT_EQ(*schema_version(side.db()), 3);
+  EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);  // and on to the newest
   EXPECT_EQ(side.count("SELECT count(*) FROM run_feature_scales"), 1);
 }
 

@@ -85,8 +85,9 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
         api(ApiContext{.federation = federation,
                        .store = store,
                        .federation_listener = options.federation_listener,
-                       .api_listener = ""},
-            TokenVerifier(options.tokens), StaticFiles(options.web_root)),
+                       .api_listener = "",
+                       .clock = options.clock},
+            TokenVerifier(options.tokens), StaticFiles(options.web_root), options.auth_limits),
         table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
                                     options.max_unauthenticated_per_address,
                                     options.max_connections_per_address}) {}
@@ -195,6 +196,9 @@ asio::awaitable<bool> ApiServer::Impl::write_response(Stream& stream, Response r
 asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t id,
                                              net::ConnectionTable::Ticket ticket) {
   auto self = shared_from_this();
+  error_code no_address;
+  // For the failed-authentication limit and the audit trail.
+  const std::string remote = socket.remote_endpoint(no_address).address().to_string();
   Stream stream(std::move(socket), tls_context);
   auto& lowest = beast::get_lowest_layer(stream);
   connections[id].socket = &lowest;
@@ -299,6 +303,7 @@ asio::awaitable<void> ApiServer::Impl::serve(tcp::socket socket, std::uint64_t i
     request.content_type = std::string(message[http::field::content_type]);
     request.authorization = std::string(message[http::field::authorization]);
     request.body = std::move(message.body());
+    request.remote = remote;
 
     Response response = api.handle(request);
     if (response.event_stream && !head) {

@@ -27,8 +27,10 @@
 #include <boost/asio/io_context.hpp>
 
 #include "server/api/auth.hpp"
+#include "server/api/auth_limiter.hpp"
 #include "server/federation/federation_server.hpp"
 #include "server/store/history_store.hpp"
+#include "shared/util/clock.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::api {
@@ -57,6 +59,11 @@ struct ApiServerOptions {
   std::chrono::milliseconds write_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds event_keepalive{std::chrono::seconds(15)};
   std::size_t event_queue_limit = 1000;
+  // Failed authentications per client address before 429 (auth_limiter.hpp).
+  AuthLimits auth_limits{};
+  // Token expiry, audit times, the failed-authentication window; nullptr: the system
+  // clock. Tests inject a ManualClock (and advance it on the io_context's thread).
+  const Clock* clock = nullptr;
 };
 
 class ApiServer {

@@ -1,5 +1,6 @@
 #include "server/api/auth.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <limits>
@@ -102,7 +103,7 @@ result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens, c
   }
   std::vector<TokenEntry> out;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    StrictObject o(tokens[i], at.index(i), {"name", "sha256", "created_ms"});
+    StrictObject o(tokens[i], at.index(i), {"name", "sha256", "created_ms", "role", "expires_ms"});
     TokenEntry entry;
     for (const char* key : {"name", "sha256"}) {
       if (o.ok() && !o.has(key)) {
@@ -115,6 +116,16 @@ result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens, c
       o.reject("sha256", "must be 64 lower-case hex digits (a SHA-256)");
     }
     o.integer("created_ms", entry.created_ms, {0, std::numeric_limits<std::int64_t>::max()});
+    if (o.ok() && o.has("role")) {
+      std::string role;
+      o.choice("role", role, {"read", "admin"});
+      entry.role = role_from_name(role).value_or(Role::admin);
+    }
+    if (o.ok() && o.has("expires_ms")) {
+      std::int64_t expires = 0;
+      o.integer("expires_ms", expires, {0, std::numeric_limits<std::int64_t>::max()});
+      entry.expires_ms = expires;
+    }
     // The audit trail names a request's token: two tokens of one name are indistinguishable.
     for (const auto& earlier : out) {
       if (o.ok() && earlier.name == entry.name) {
@@ -129,18 +140,10 @@ result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens, c
   return out;
 }
 
-TokenVerifier::TokenVerifier(std::vector<TokenEntry> tokens) {
-  for (auto& t : tokens) {
-    auto d = from_hex(t.sha256_hex);
-    FEDCORE_ASSERT(d.has_value(), "token hashes are validated by tokens_from_json");
-    tokens_.push_back(Stored{std::move(t.name), std::move(*d)});
-  }
-}
-
-result<std::string> TokenVerifier::verify(std::string_view header) const {
+std::optional<std::string_view> bearer_token(std::string_view header) {
   constexpr std::string_view kScheme = "Bearer ";
   if (header.size() <= kScheme.size() || !iequals(header.substr(0, kScheme.size()), kScheme)) {
-    return fail(errc::unauthenticated, "missing bearer token (Authorization: Bearer <token>)");
+    return std::nullopt;
   }
   auto token = header.substr(kScheme.size());
   while (!token.empty() && token.front() == ' ') {
@@ -149,6 +152,22 @@ result<std::string> TokenVerifier::verify(std::string_view header) const {
   while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) {
     token.remove_suffix(1);
   }
+  if (token.empty()) {
+    return std::nullopt;
+  }
+  return token;
+}
+
+TokenVerifier::TokenVerifier(std::vector<TokenEntry> tokens) {
+  for (auto& t : tokens) {
+    auto d = from_hex(t.sha256_hex);
+    FEDCORE_ASSERT(d.has_value(), "token hashes are validated by tokens_from_json");
+    t.sha256_hex.clear();
+    tokens_.push_back(Stored{std::move(t), std::move(*d)});
+  }
+}
+
+std::optional<TokenVerifier::Match> TokenVerifier::lookup(std::string_view token) const {
   const auto presented = digest(token);
   // Every stored hash is compared, in constant time each, so the time taken does not
   // depend on which (if any) matched.
@@ -159,9 +178,34 @@ result<std::string> TokenVerifier::verify(std::string_view header) const {
     }
   }
   if (matched == nullptr) {
+    return std::nullopt;
+  }
+  return Match{matched->entry.name, matched->entry.role, matched->entry.expires_ms};
+}
+
+bool TokenVerifier::has_name(std::string_view name) const {
+  return std::any_of(tokens_.begin(), tokens_.end(),
+                     [&](const Stored& t) { return t.entry.name == name; });
+}
+
+std::vector<TokenEntry> TokenVerifier::entries() const {
+  std::vector<TokenEntry> out;
+  for (const auto& t : tokens_) {
+    out.push_back(t.entry);
+  }
+  return out;
+}
+
+result<std::string> TokenVerifier::verify(std::string_view header) const {
+  const auto token = bearer_token(header);
+  if (!token) {
+    return fail(errc::unauthenticated, "missing bearer token (Authorization: Bearer <token>)");
+  }
+  auto matched = lookup(*token);
+  if (!matched) {
     return fail(errc::unauthenticated, "invalid bearer token");
   }
-  return matched->name;
+  return std::move(matched->name);
 }
 
 }  // namespace fedcore::api

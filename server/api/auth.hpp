@@ -10,21 +10,27 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "server/api/role.hpp"
 #include "shared/util/error.hpp"
 #include "shared/util/strict_json.hpp"
 
 namespace fedcore::api {
 
+// A token of the config file. Config tokens are the bootstrap: they are `admin` tokens
+// that never expire unless the entry says otherwise ("role", "expires_ms").
 struct TokenEntry {
   std::string name;
   std::string sha256_hex;  // 64 lower-case hex digits
   std::int64_t created_ms = 0;
+  Role role = Role::admin;
+  std::optional<std::int64_t> expires_ms;  // unset: never expires
 };
 
 // SHA-256 of `token` as 64 lower-case hex digits (OpenSSL EVP).
@@ -34,14 +40,21 @@ std::string sha256_hex(std::string_view token);
 result<std::string> generate_token();
 
 // Reads the `api.tokens` array of a config ({"name","sha256","created_ms"} objects, name
-// 1 to 64 bytes and unique, sha256 64 lower-case hex digits, created_ms an integer >= 0).
+// 1 to 64 bytes and unique, sha256 64 lower-case hex digits, created_ms an integer >= 0;
+// optional "role", "read" or "admin" (default), and "expires_ms", an integer >= 0).
 // Errors: invalid_argument naming the entry and key ("server config: 'api.tokens[0].sha256'
 // must be 64 lower-case hex digits"), unknown keys included.
 result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens);
 // The same with `at` naming the array.
 result<std::vector<TokenEntry>> tokens_from_json(const nlohmann::json& tokens, const JsonPath& at);
 
-// Checks Authorization headers against the stored hashes. Immutable after construction.
+// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive,
+// surrounding blanks dropped), or nothing when the header is absent, of another scheme or
+// empty.
+std::optional<std::string_view> bearer_token(std::string_view authorization_header);
+
+// Checks Authorization headers against the config's hashes. Immutable after construction.
+// Expiry is not its business (it has no clock): lookup() reports the entry's expires_ms.
 class TokenVerifier {
  public:
   explicit TokenVerifier(std::vector<TokenEntry> tokens);
@@ -50,11 +63,23 @@ class TokenVerifier {
   // token" / "invalid bearer token"; the message never contains the token).
   result<std::string> verify(std::string_view authorization_header) const;
 
+  struct Match {
+    std::string name;
+    Role role = Role::admin;
+    std::optional<std::int64_t> expires_ms;
+  };
+  // The config entry of `token` (the token itself, not a header), or nothing.
+  std::optional<Match> lookup(std::string_view token) const;
+  // Whether a config token has this name.
+  bool has_name(std::string_view name) const;
+  // The config entries, without their hashes, in config order.
+  std::vector<TokenEntry> entries() const;
+
   std::size_t size() const noexcept { return tokens_.size(); }
 
  private:
   struct Stored {
-    std::string name;
+    TokenEntry entry;                   // sha256_hex cleared: the digest is below
     std::vector<unsigned char> digest;  // 32 bytes, decoded from hex
   };
   std::vector<Stored> tokens_;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api/api.hpp"
+#include "server/api/token_store.hpp"
 
 namespace fedcore::api::detail {
 
@@ -18,6 +19,8 @@ void add_system_routes(Router& router,
 void add_client_routes(Router& router, ApiContext& context);  // clients
 void add_run_routes(Router& router, ApiContext& context);     // runs, rounds, results
 void add_model_routes(Router& router, ApiContext& context);   // model download
+void add_token_routes(Router& router, ApiContext& context, TokenStore& tokens);  // tokens
+void add_audit_routes(Router& router, ApiContext& context);                      // audit
 
 // ---- Views (records -> JSON)
 
@@ -55,5 +58,8 @@ result<std::vector<store::RunRecord>> list_all_runs(store::HistoryStore& store);
 
 // Current time in milliseconds since the Unix epoch.
 std::int64_t now_ms();
+
+// The context's clock (the system clock unless one was injected).
+const Clock& clock_of(const ApiContext& context);
 
 }  // namespace fedcore::api::detail

@@ -23,6 +23,8 @@ struct Request {
   std::string content_type;
   std::string authorization;
   std::string body;
+  std::string remote;  // the client's address (set by the network layer)
+  std::string caller;  // the token's name once Api has authenticated it; never the token
 };
 
 struct Response {
@@ -34,6 +36,8 @@ struct Response {
   bool cacheable = false;
   // The session answers with an event stream (events.hpp) instead of `body`.
   bool event_stream = false;
+  // A short JSON object for the audit row of this request (audit.hpp); empty: none.
+  std::string audit_detail;
 };
 
 // The HTTP status of an error code and the code's name in the error shape

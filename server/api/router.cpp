@@ -41,7 +41,9 @@ void Router::add(std::string method, std::string pattern, Handler handler, Route
   for (auto s : split(pattern)) {
     entry.segments.emplace_back(s);
   }
-  entry.info = RouteInfo{std::move(method), std::move(pattern), options};
+  // The one place a route's role is settled: reading needs `read`, anything else `admin`.
+  const Role role = options.role.value_or(method == "GET" ? Role::read : Role::admin);
+  entry.info = RouteInfo{std::move(method), std::move(pattern), options, role};
   entry.handler = std::move(handler);
   entries_.push_back(std::move(entry));
 }

@@ -13,11 +13,13 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "server/api/http_types.hpp"
+#include "server/api/role.hpp"
 
 namespace fedcore::api {
 
@@ -29,12 +31,16 @@ struct RouteOptions {
   // The largest body this route reads; 0 means it takes none. Enforced by the session
   // before the body is read (413).
   std::size_t body_limit = 0;
+  // The role a token needs for this route (role.hpp). Absent: `read` for GET, `admin` for
+  // every other method, so a new mutating route is admin-only unless it says otherwise.
+  std::optional<Role> role = std::nullopt;
 };
 
 struct RouteInfo {
   std::string method;
   std::string pattern;
   RouteOptions options;
+  Role role = Role::admin;  // options.role, or the default for the method
 };
 
 class Router {

@@ -95,8 +95,9 @@ class ApiFixture {
     api.web_root = web_root().string();
     api.cert_file = pki_.server_cert();
     api.key_file = pki_.server_key();
-    api.tokens = {TokenEntry{"tester", sha256_hex(kToken), 1},
-                  TokenEntry{"other", sha256_hex(kOtherToken), 2}};
+    // Config tokens: both admins that never expire.
+    api.tokens = {TokenEntry{"tester", sha256_hex(kToken), 1, Role::admin, std::nullopt},
+                  TokenEntry{"other", sha256_hex(kOtherToken), 2, Role::admin, std::nullopt}};
     api.federation_listener = "127.0.0.1:" + std::to_string(federation_port_);
     if (options.tune) {
       options.tune(api);

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -61,7 +62,9 @@ std::string concrete(std::string pattern) {
 
 class ApiHttp : public ::testing::Test {
  protected:
-  ApiFixture fixture_;
+  // These tests present many wrong tokens on purpose; the failed-authentication limit
+  // has its own tests (access_http_test.cpp).
+  ApiFixture fixture_{{.tune = [](ApiServerOptions& o) { o.auth_limits.max_failures = 100000; }}};
 };
 
 TEST_F(ApiHttp, HealthNeedsNoTokenAndCarriesSecurityHeaders) {
@@ -545,6 +548,7 @@ TEST_F(ApiHttp, TheOpenApiDocumentListsExactlyTheRoutesServed) {
   EXPECT_EQ(doc["openapi"].get<std::string>().rfind("3.0", 0), 0u);
   EXPECT_EQ(doc, nlohmann::json::parse(openapi_document()));
   std::set<std::pair<std::string, std::string>> documented, served;
+  std::set<std::tuple<std::string, std::string, std::string>> documented_roles, served_roles;
   for (const auto& [path, operations] : doc["paths"].items()) {
     for (const auto& [method, operation] : operations.items()) {
       std::string upper = method;
@@ -552,6 +556,8 @@ TEST_F(ApiHttp, TheOpenApiDocumentListsExactlyTheRoutesServed) {
         c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       }
       documented.emplace(upper, path);
+      // The role each route needs is documented as x-fedcore-role.
+      documented_roles.emplace(upper, path, operation.value("x-fedcore-role", ""));
       // Public routes say so; every other route needs the bearer scheme.
       const bool open = operation.contains("security") && operation["security"].empty();
       EXPECT_EQ(open, path == "/api/v1/health") << method << " " << path;
@@ -559,8 +565,10 @@ TEST_F(ApiHttp, TheOpenApiDocumentListsExactlyTheRoutesServed) {
   }
   for (const auto& route : fixture_.api().api().router().routes()) {
     served.emplace(route.method, route.pattern);
+    served_roles.emplace(route.method, route.pattern, std::string(to_string(route.role)));
   }
   EXPECT_EQ(documented, served);
+  EXPECT_EQ(documented_roles, served_roles);
 }
 
 TEST_F(ApiHttp, MetricsNeedATokenAndParse) {

@@ -37,8 +37,8 @@ TEST(ApiAuth, GeneratedTokensAre64HexDigitsAndDiffer) {
 }
 
 TEST(ApiAuth, VerifierAcceptsOnlyStoredTokensAsBearer) {
-  TokenVerifier verifier(
-      {{"alice", sha256_hex("secret-a"), 1}, {"bob", sha256_hex("secret-b"), 2}});
+  TokenVerifier verifier({{"alice", sha256_hex("secret-a"), 1, Role::admin, std::nullopt},
+                          {"bob", sha256_hex("secret-b"), 2, Role::read, std::nullopt}});
   EXPECT_EQ(*verifier.verify("Bearer secret-a"), "alice");
   EXPECT_EQ(*verifier.verify("bearer secret-b"), "bob");
   EXPECT_EQ(*verifier.verify("Bearer  secret-b "), "bob");
@@ -84,7 +84,8 @@ TEST(ApiConfig, ParsesTheSectionAndNamesBadKeys) {
        "server config: 'api.tokens[0].sha256' must be 64 lower-case hex digits (a SHA-256)"},
       {R"({"tokens":[{"sha256":"xyz"}]})", "server config: 'api.tokens[0].name' is required"},
       {R"({"tokens":[{"name":"a","sha256":"xyz","admin":true}]})",
-       "server config: unknown key 'api.tokens[0].admin' (known keys: name, sha256, created_ms)"},
+       "server config: unknown key 'api.tokens[0].admin' (known keys: name, sha256, created_ms, "
+       "role, expires_ms)"},
       {R"({"prot":8443})", "server config: unknown key 'api.prot'; did you mean 'api.port'?"},
   };
   for (const auto& [text, message] : cases) {

@@ -324,7 +324,8 @@ result<std::string> start_dashboard(const SimOptions& o, const SimPki& pki,
   a.tokens = {{"fedcore-sim", api::sha256_hex(*token),
                std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::system_clock::now().time_since_epoch())
-                   .count()}};
+                   .count(),
+               api::Role::admin, std::nullopt}};
   a.federation_listener = federation_listener;
   auto bound = server_thread.call([&]() -> result<std::uint16_t> {
     auto created = api::ApiServer::create(server_thread.io(), a, server_thread.server(), store);

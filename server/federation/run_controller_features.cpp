@@ -9,7 +9,6 @@
 #include "server/federation/detail/active_run.hpp"
 #include "server/federation/feature_scaling.hpp"
 #include "server/federation/run_controller.hpp"
-#include "shared/data/normalize.hpp"
 
 namespace fedcore::federation {
 namespace {
@@ -62,16 +61,7 @@ void RunController::settle_feature_scaling() {
 void RunController::use_feature_scaling(protocol::FeatureScaling scaling,
                                         const std::string& detail_json) {
   auto& run = *active_;
-  auto& test = run.model->server_test;
-  if (test && test->size() > 0 && test->sample_shape.size() == 1) {
-    if (scaling.mode == protocol::ScalingMode::federated &&
-        test->sample_size() == scaling.mean.size()) {
-      data::FeatureScale{scaling.mean, scaling.stddev}.standardizer().apply(*test);
-    } else if (scaling.mode == protocol::ScalingMode::site) {
-      // No scale is shared: the server's test set is one more site, with its own.
-      data::Standardizer::fit(*test).apply(*test);
-    }
-  }
+  run.model->scale_server_test_set(scaling);
   spdlog::info("run {}: feature scaling {}", run.record.id, detail_json);
   event("feature_scaling", run.record.id, std::nullopt, "", detail_json);
   run.scaling = std::move(scaling);

@@ -5,7 +5,12 @@
 
 #include "shared/data/csv.hpp"
 #include "shared/data/fashion_mnist.hpp"
+#include "shared/data/feature_stats.hpp"
+#include "shared/data/normalize.hpp"
+#include "shared/model/model.hpp"
 #include "shared/model/param_io.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/model/trainer.hpp"
 #include "shared/util/checksum.hpp"
 
 namespace fedcore::federation {
@@ -29,6 +34,16 @@ result<data::Dataset> load_server_test_set(const RunConfig& config) {
 
 }  // namespace
 
+struct ServerEvaluation {
+  model::Model model;
+  data::Dataset test_set;
+};
+
+RunModel::RunModel() = default;
+RunModel::RunModel(RunModel&&) noexcept = default;
+RunModel& RunModel::operator=(RunModel&&) noexcept = default;
+RunModel::~RunModel() = default;
+
 result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
                                    const std::vector<std::int64_t>* schema_shape,
                                    std::int32_t schema_classes, store::HistoryStore& store,
@@ -49,11 +64,10 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
   if (!built) {
     return built.error();
   }
-  out.eval_model.emplace(std::move(*built));
-  out.eval_model->initialize(config.seed);
-  out.layout = out.eval_model->layout();
-  out.global = std::make_shared<const std::vector<float>>(out.eval_model->params().begin(),
-                                                          out.eval_model->params().end());
+  built->initialize(config.seed);
+  out.layout = built->layout();
+  out.global =
+      std::make_shared<const std::vector<float>>(built->params().begin(), built->params().end());
   // Resume: the last committed round's checkpoint is the global model.
   auto latest = store.latest_checkpoint(run_id);
   if (!latest) {
@@ -80,9 +94,8 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
     if (!loaded) {
       return fail(loaded.error().code, "server test set: " + loaded.error().message);
     }
-    out.server_test = std::move(*loaded);
-  } else {
-    out.eval_model.reset();
+    out.evaluation =
+        std::make_unique<ServerEvaluation>(ServerEvaluation{std::move(*built), std::move(*loaded)});
   }
   out.spec_json = nlohmann::json(out.spec);
   out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
@@ -95,12 +108,29 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
   return out;
 }
 
+void RunModel::scale_server_test_set(const protocol::FeatureScaling& scaling) {
+  if (!evaluation) {
+    return;
+  }
+  auto& test = evaluation->test_set;
+  if (test.size() == 0 || test.sample_shape.size() != 1) {
+    return;
+  }
+  if (scaling.mode == protocol::ScalingMode::federated &&
+      test.sample_size() == scaling.mean.size()) {
+    data::FeatureScale{scaling.mean, scaling.stddev}.standardizer().apply(test);
+  } else if (scaling.mode == protocol::ScalingMode::site) {
+    // No scale is shared: the server's test set is one more site, with its own.
+    data::Standardizer::fit(test).apply(test);
+  }
+}
+
 std::optional<model::EvalReport> RunModel::evaluate_global() {
-  if (!server_test || !eval_model) {
+  if (!evaluation) {
     return std::nullopt;
   }
-  std::copy(global->begin(), global->end(), eval_model->params().begin());
-  return model::evaluate(*eval_model, model::loss_for(spec), *server_test);
+  std::copy(global->begin(), global->end(), evaluation->model.params().begin());
+  return model::evaluate(evaluation->model, model::loss_for(spec), evaluation->test_set);
 }
 
 result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id,

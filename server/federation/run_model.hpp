@@ -16,25 +16,37 @@
 #include "server/federation/aggregate.hpp"
 #include "server/federation/run_config.hpp"
 #include "server/store/history_store.hpp"
-#include "shared/data/dataset.hpp"
-#include "shared/model/model.hpp"
-#include "shared/model/trainer.hpp"
+#include "shared/model/eval_report.hpp"
+#include "shared/model/layout.hpp"
+#include "shared/model/spec.hpp"
+#include "shared/protocol/messages.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::federation {
 
+// The model and test set of server-side evaluation (run_model.cpp): behind a pointer so
+// that the run controller's many includers do not compile Eigen.
+struct ServerEvaluation;
+
 struct RunModel {
+  RunModel();
+  RunModel(RunModel&&) noexcept;
+  RunModel& operator=(RunModel&&) noexcept;
+  ~RunModel();
+
   model::ModelSpec spec;     // complete
   nlohmann::json spec_json;  // `spec` as sent in TRAIN messages, made once per run
   model::ParamLayout layout;
   std::shared_ptr<const std::vector<float>> global;
   std::unique_ptr<Strategy> strategy;
-  std::optional<model::Model> eval_model;  // only with a server test set
-  std::optional<data::Dataset> server_test;
-  std::filesystem::path run_dir;  // checkpoints of this run
+  std::unique_ptr<ServerEvaluation> evaluation;  // only with a server test set
+  std::filesystem::path run_dir;                 // checkpoints of this run
 
   // Server-side evaluation of the current global model, when the run names a test set.
   std::optional<model::EvalReport> evaluate_global();
+  // Scales the server's test set (if any, and tabular) as the sites scale theirs: with
+  // the federation's scale, or fitted on itself when every site uses its own.
+  void scale_server_test_set(const protocol::FeatureScaling& scaling);
   // Writes the current global model as round `round`'s checkpoint, atomically and
   // durably (model/param_io.hpp). Errors: io_error.
   [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,

@@ -13,12 +13,9 @@
 #include <string_view>
 
 #include "shared/model/layer.hpp"
+#include "shared/model/loss_kind.hpp"
 
 namespace fedcore::model {
-
-enum class LossKind { softmax_cross_entropy, binary_cross_entropy };
-
-std::string_view loss_name(LossKind kind) noexcept;
 
 struct LossValue {
   double loss = 0;          // mean over the batch

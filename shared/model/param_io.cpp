@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared/model/model.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/byte_codec.hpp"
 #include "shared/util/checksum.hpp"

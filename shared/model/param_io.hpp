@@ -16,10 +16,11 @@
 #include <vector>
 
 #include "shared/model/layout.hpp"
-#include "shared/model/model.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::model {
+
+class Model;  // shared/model/model.hpp
 
 inline constexpr std::uint32_t kParamFormatVersion = 1;
 inline constexpr std::size_t kMaxParamHeaderBytes = 1 << 20;

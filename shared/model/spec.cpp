@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/model/layers.hpp"
+#include "shared/model/model.hpp"
 
 namespace fedcore::model {
 namespace {

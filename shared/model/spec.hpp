@@ -21,12 +21,13 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "shared/model/layout.hpp"
-#include "shared/model/loss.hpp"
-#include "shared/model/model.hpp"
+#include "shared/model/loss_kind.hpp"
 #include "shared/util/error.hpp"
 #include "shared/util/strict_json.hpp"
 
 namespace fedcore::model {
+
+class Model;  // shared/model/model.hpp: to use build_model's result (it needs Eigen)
 
 enum class ModelType { logreg, mlp, cnn };
 

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "shared/data/dataset.hpp"
+#include "shared/model/eval_report.hpp"
 #include "shared/model/loss.hpp"
 #include "shared/model/model.hpp"
 #include "shared/model/optimizer.hpp"
@@ -44,12 +45,6 @@ struct TrainReport {
   std::size_t samples = 0;  // samples processed in total
   std::size_t steps = 0;
   double seconds = 0;
-};
-
-struct EvalReport {
-  double loss = 0;
-  double accuracy = 0;
-  std::size_t samples = 0;
 };
 
 // Called after every step; cheap callbacks only.

@@ -9,6 +9,7 @@
 #include <boost/asio/local/connect_pair.hpp>
 
 #include "shared/data/dataset.hpp"
+#include "shared/model/model.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/net/frame_channel.hpp"
 #include "shared/protocol/messages.hpp"

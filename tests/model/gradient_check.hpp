@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/model/layer.hpp"
+#include "shared/model/model.hpp"
 #include "shared/util/rng.hpp"
 
 namespace fedcore::model::testing {

@@ -1,3 +1,5 @@
+#include "shared/model/model.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <string>

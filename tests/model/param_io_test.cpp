@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/model/model.hpp"
 #include "shared/model/spec.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -1,7 +1,6 @@
 #include "client/check_config.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <unistd.h>
 
@@ -132,14 +131,11 @@ void check_policy(const SitePolicy& p, tls::CheckReport& report) {
 
 tls::CheckReport check_client_config(const std::string& path, const tls::CheckOptions& options) {
   tls::CheckReport report;
-  std::ifstream in(path);
-  if (!in) {
-    report.fail("config", "cannot read " + quoted(path));
+  const auto text = tls::read_config_file(path, report);
+  if (!text) {
     return report;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto config = parse_client_config_text(text.str());
+  auto config = parse_client_config_text(*text);
   if (!config) {
     report.fail("config", quoted(path) + ": " + config.error().message);
     return report;

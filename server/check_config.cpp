@@ -1,8 +1,6 @@
 #include "server/check_config.hpp"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <unistd.h>
 
 #include "server/api/config.hpp"
@@ -120,14 +118,11 @@ void check_api(const api::ApiConfig& api, tls::CheckReport& report) {
 
 tls::CheckReport check_server_config(const std::string& path, const tls::CheckOptions& options) {
   tls::CheckReport report;
-  std::ifstream in(path);
-  if (!in) {
-    report.fail("config", "cannot read " + quoted(path));
+  const auto text = tls::read_config_file(path, report);
+  if (!text) {
     return report;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto config = api::parse_server_config_text(text.str());
+  auto config = api::parse_server_config_text(*text);
   if (!config) {
     report.fail("config", quoted(path) + ": " + config.error().message);
     return report;

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -497,6 +499,17 @@ std::string format_utc(std::chrono::system_clock::time_point time) {
   char buffer[32];
   const std::size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M UTC", &utc);
   return std::string(buffer, n);
+}
+
+std::optional<std::string> read_config_file(const std::string& path, CheckReport& report) {
+  std::ifstream in(path);
+  if (!in) {
+    report.fail("config", "cannot read " + quoted(path));
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace fedcore::tls

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,5 +97,9 @@ result<std::string> certificate_common_name(const std::string& cert_file);
 
 // "2025-12-01 09:00 UTC"
 std::string format_utc(std::chrono::system_clock::time_point time);
+
+// The text of the config file being checked, or nullopt after a FAIL "config" line saying
+// it cannot be read (the first step of both binaries' --check-config).
+std::optional<std::string> read_config_file(const std::string& path, CheckReport& report);
 
 }  // namespace fedcore::tls

@@ -53,8 +53,8 @@ class SecureParticipation {
 
   // The first message: our signed keys.
   OutgoingFrame advertise();
-  // The answer to secagg_neighbours, secagg_relay, secagg_survivors or secagg_unmask. Errors: the step's
-  // (a neighbour's key binding does not verify, too few survivors, a tampered share, a
+  // The answer to secagg_neighbours, secagg_relay, secagg_survivors or secagg_unmask. Errors: the
+  // step's (a neighbour's key binding does not verify, too few survivors, a tampered share, a
   // message for another round) -- the session then tells the server it leaves the round.
   result<OutgoingFrame> on_message(const protocol::Frame& frame);
 

@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const auto text = fuzz::as_text(data + 1, size - 1);
-  switch (data[0] % 8) {
+  switch (data[0] % 10) {
     case 0:
       round_trip("hello", protocol::parse_hello, text);
       break;
@@ -57,7 +57,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 6:
       round_trip("error", protocol::parse_error_message, text);
       break;
-    default:
+    case 8:
+      round_trip("evaluate", protocol::parse_evaluate_request, text);
+      break;
+    case 9:
+      round_trip("evaluation", protocol::parse_evaluation_report, text);
+      break;
+    default:  // 7
       (void)protocol::parse_metadata(text);
       break;
   }

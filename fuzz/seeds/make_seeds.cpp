@@ -113,6 +113,25 @@ void messages() {
                  protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", "bad"}));
   write_selected("messages", "metadata", 7, R"({"a":[1,2.5e3,"x",null,true]})");
   write_selected("messages", "hello_negative", 0, R"({"samples":-1,"input_shape":[30]})");
+
+  protocol::EvaluateRequest evaluate;
+  evaluate.run_id = 1;
+  evaluate.round = 3;
+  evaluate.nonce = kNonce;
+  evaluate.model_spec = train.model_spec;
+  evaluate.layout_fingerprint = "0123456789abcdef";
+  evaluate.final_model = true;
+  evaluate.scaling = {protocol::ScalingMode::federated, {0.5, 1.5}, {1.0, 2.0}};
+  write_selected("messages", "evaluate", 8, protocol::to_metadata(evaluate));
+  protocol::EvaluationReport evaluation{1,   3,    kNonce, protocol::EvaluationStatus::ok,
+                                        0.3, 0.88, 114,    ""};
+  write_selected("messages", "evaluation", 9, protocol::to_metadata(evaluation));
+  evaluation.status = protocol::EvaluationStatus::refused;
+  evaluation.message = "site policy: evaluation is not allowed";
+  write_selected("messages", "evaluation_refused", 9, protocol::to_metadata(evaluation));
+  write_selected("messages", "evaluation_mixed", 9,
+                 R"({"run":1,"round":3,"nonce":")" + kNonce +
+                     R"(","status":"failed","message":"x","loss":0.5})");
 }
 
 secagg::Bytes filled(std::size_t n, std::uint8_t v) {

@@ -253,8 +253,8 @@ constexpr std::uint64_t kMaxSamples = std::uint64_t{1} << 40;
 constexpr double kMaxMagnitude = 1e300;
 
 // TRAIN's "scaling": the mode, and for a federated scale its mean and std per feature.
-result<FeatureScaling> parse_scaling(const json& j) {
-  Reader r("train.scaling", j.is_object() ? j.dump() : std::string("null"));
+result<FeatureScaling> parse_scaling(const std::string& what, const json& j) {
+  Reader r(what, j.is_object() ? j.dump() : std::string("null"));
   FeatureScaling out;
   const auto mode = r.text("mode", 32);
   if (!r.ok()) {
@@ -262,7 +262,7 @@ result<FeatureScaling> parse_scaling(const json& j) {
   }
   const auto parsed = scaling_mode_from_name(mode);
   if (!parsed) {
-    return fail(errc::invalid_argument, "train.scaling: unknown 'mode' '" + mode + "'");
+    return fail(errc::invalid_argument, what + ": unknown 'mode' '" + mode + "'");
   }
   out.mode = *parsed;
   if (out.mode != ScalingMode::federated) {
@@ -283,6 +283,45 @@ result<FeatureScaling> parse_scaling(const json& j) {
     return r.take_error();
   }
   return out;
+}
+
+// TRAIN's and EVALUATE's "privacy": the run's privacy terms.
+result<PrivacyTerms> parse_privacy(const std::string& what, const json& p) {
+  Reader inner(what, p.is_object() ? p.dump() : std::string("null"));
+  PrivacyTerms out;
+  out.secure_aggregation = inner.boolean("secure_aggregation", false);
+  const auto mode = inner.text("dp", 32, std::string("none"));
+  if (auto parsed = dp_mode_from_name(mode)) {
+    out.dp = *parsed;
+  } else if (inner.ok()) {
+    return fail(errc::invalid_argument, what + ": unknown 'dp' mode '" + mode + "'");
+  }
+  out.epsilon = inner.number("epsilon", 0.0, 1e6, 0.0);
+  out.delta = inner.number("delta", 0.0, 1.0, 0.0);
+  out.clip_norm = inner.number("clip_norm", 0.0, 1e9, 0.0);
+  out.noise_multiplier = inner.number("noise_multiplier", 0.0, 1e6, 0.0);
+  if (!inner.ok()) {
+    return inner.take_error();
+  }
+  return out;
+}
+
+json privacy_json(const PrivacyTerms& p) {
+  return {{"secure_aggregation", p.secure_aggregation},
+          {"dp", dp_mode_name(p.dp)},
+          {"epsilon", p.epsilon},
+          {"delta", p.delta},
+          {"clip_norm", p.clip_norm},
+          {"noise_multiplier", p.noise_multiplier}};
+}
+
+json scaling_json(const FeatureScaling& scaling) {
+  json j = {{"mode", scaling_mode_name(scaling.mode)}};
+  if (scaling.mode == ScalingMode::federated) {
+    j["mean"] = scaling.mean;
+    j["std"] = scaling.stddev;
+  }
+  return j;
 }
 
 }  // namespace
@@ -377,25 +416,14 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
       r.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max(), 0);
   m.evaluate = r.boolean("evaluate", false);
   if (r.ok() && r.has("privacy")) {
-    const auto& p = r.raw()["privacy"];
-    auto inner = Reader("train.privacy", p.is_object() ? p.dump() : std::string("null"));
-    m.privacy.secure_aggregation = inner.boolean("secure_aggregation", false);
-    const auto mode = inner.text("dp", 32, std::string("none"));
-    if (auto parsed = dp_mode_from_name(mode)) {
-      m.privacy.dp = *parsed;
-    } else if (inner.ok()) {
-      return fail(errc::invalid_argument, "train.privacy: unknown 'dp' mode '" + mode + "'");
+    auto privacy = parse_privacy("train.privacy", r.raw()["privacy"]);
+    if (!privacy) {
+      return privacy.error();
     }
-    m.privacy.epsilon = inner.number("epsilon", 0.0, 1e6, 0.0);
-    m.privacy.delta = inner.number("delta", 0.0, 1.0, 0.0);
-    m.privacy.clip_norm = inner.number("clip_norm", 0.0, 1e9, 0.0);
-    m.privacy.noise_multiplier = inner.number("noise_multiplier", 0.0, 1e6, 0.0);
-    if (!inner.ok()) {
-      return inner.take_error();
-    }
+    m.privacy = *privacy;
   }
   if (r.ok() && r.has("scaling")) {
-    auto scaling = parse_scaling(r.raw()["scaling"]);
+    auto scaling = parse_scaling("train.scaling", r.raw()["scaling"]);
     if (!scaling) {
       return scaling.error();
     }
@@ -481,6 +509,94 @@ result<FeatureStatsReport> parse_feature_stats_report(std::string_view metadata)
   return m;
 }
 
+std::string_view evaluation_status_name(EvaluationStatus status) noexcept {
+  switch (status) {
+    case EvaluationStatus::ok:
+      return "ok";
+    case EvaluationStatus::refused:
+      return "refused";
+    case EvaluationStatus::failed:
+      return "failed";
+  }
+  return "failed";
+}
+
+std::optional<EvaluationStatus> evaluation_status_from_name(std::string_view name) noexcept {
+  for (auto status : {EvaluationStatus::ok, EvaluationStatus::refused, EvaluationStatus::failed}) {
+    if (evaluation_status_name(status) == name) {
+      return status;
+    }
+  }
+  return std::nullopt;
+}
+
+result<EvaluateRequest> parse_evaluate_request(std::string_view metadata) {
+  Reader r("evaluate", metadata);
+  EvaluateRequest m;
+  m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
+  m.round = r.integer<std::int64_t>("round", 1, kMaxRound);
+  m.nonce = r.hex("nonce", 32);
+  m.model_spec = r.object("model", 64);
+  m.layout_fingerprint = r.hex("layout", 16);
+  m.final_model = r.boolean("final", false);
+  if (r.ok() && r.has("privacy")) {
+    auto privacy = parse_privacy("evaluate.privacy", r.raw()["privacy"]);
+    if (!privacy) {
+      return privacy.error();
+    }
+    m.privacy = *privacy;
+  }
+  if (r.ok() && r.has("scaling")) {
+    auto scaling = parse_scaling("evaluate.scaling", r.raw()["scaling"]);
+    if (!scaling) {
+      return scaling.error();
+    }
+    m.scaling = std::move(*scaling);
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
+// One shape per status: metrics with ok, words without. A report that mixes them is
+// refused, so the server never records a refusal's metrics or an unexplained failure.
+result<EvaluationReport> parse_evaluation_report(std::string_view metadata) {
+  Reader r("evaluation", metadata);
+  EvaluationReport m;
+  m.run_id = r.integer<std::int64_t>("run", 1, kMaxRound);
+  m.round = r.integer<std::int64_t>("round", 1, kMaxRound);
+  m.nonce = r.hex("nonce", 32);
+  const auto status = r.text("status", 16);
+  if (r.ok()) {
+    if (auto parsed = evaluation_status_from_name(status)) {
+      m.status = *parsed;
+    } else {
+      r.fail_with("unknown 'status' '" + status + "' (ok, refused or failed)");
+    }
+  }
+  if (r.ok() && m.status == EvaluationStatus::ok) {
+    m.loss = r.number("loss", 0.0, 1e9);
+    m.accuracy = r.number("accuracy", 0.0, 1.0);
+    m.samples = r.integer<std::uint64_t>("samples", 1, kMaxSamples);
+    if (r.ok() && r.has("message")) {
+      r.fail_with("'message' is only for a refused or failed evaluation");
+    }
+  } else if (r.ok()) {
+    m.message = r.text("message", kMaxEvaluationMessage);
+    if (r.ok() && m.message.empty()) {
+      r.fail_with("a " + status + " evaluation needs a 'message' saying why");
+    }
+    if (r.ok() && (r.has("loss") || r.has("accuracy") || r.has("samples"))) {
+      r.fail_with("a " + status + " evaluation carries no metrics");
+    }
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return m;
+}
+
 result<ErrorMessage> parse_error_message(std::string_view metadata) {
   Reader r("error", metadata);
   ErrorMessage m;
@@ -517,18 +633,8 @@ std::string to_metadata(const TrainRequest& m) {
          {"proximal_mu", m.settings.proximal_mu},
          {"seed", m.settings.seed},
          {"evaluate", m.evaluate},
-         {"privacy",
-          {{"secure_aggregation", m.privacy.secure_aggregation},
-           {"dp", dp_mode_name(m.privacy.dp)},
-           {"epsilon", m.privacy.epsilon},
-           {"delta", m.privacy.delta},
-           {"clip_norm", m.privacy.clip_norm},
-           {"noise_multiplier", m.privacy.noise_multiplier}}}};
-  j["scaling"] = {{"mode", scaling_mode_name(m.scaling.mode)}};
-  if (m.scaling.mode == ScalingMode::federated) {
-    j["scaling"]["mean"] = m.scaling.mean;
-    j["scaling"]["std"] = m.scaling.stddev;
-  }
+         {"privacy", privacy_json(m.privacy)},
+         {"scaling", scaling_json(m.scaling)}};
   return j.dump();
 }
 
@@ -553,6 +659,35 @@ std::string to_metadata(const FeatureStatsReport& m) {
   return json{{"run", m.run_id},  {"nonce", m.nonce}, {"features", m.features},
               {"count", m.count}, {"sum", m.sum},     {"sum_squares", m.sum_squares}}
       .dump();
+}
+
+std::string to_metadata(const EvaluateRequest& m) {
+  FEDCORE_ASSERT(m.model_spec.is_object(), "EvaluateRequest: the model spec must be an object");
+  return json{{"run", m.run_id},
+              {"round", m.round},
+              {"nonce", m.nonce},
+              {"model", m.model_spec},
+              {"layout", m.layout_fingerprint},
+              {"final", m.final_model},
+              {"privacy", privacy_json(m.privacy)},
+              {"scaling", scaling_json(m.scaling)}}
+      .dump();
+}
+
+std::string to_metadata(const EvaluationReport& m) {
+  json j{{"run", m.run_id},
+         {"round", m.round},
+         {"nonce", m.nonce},
+         {"status", evaluation_status_name(m.status)}};
+  if (m.status == EvaluationStatus::ok) {
+    j["loss"] = m.loss;
+    j["accuracy"] = m.accuracy;
+    j["samples"] = m.samples;
+  } else {
+    j["message"] = m.message;
+  }
+  // A site's words may be cut mid-character: replaced, never thrown on.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string to_metadata(const ErrorMessage& m) {

@@ -145,6 +145,50 @@ struct FeatureStatsReport {
   std::vector<double> sum_squares;
 };
 
+// Federated evaluation (docs/protocol.md, "Federated evaluation"). The HELLO capability of a
+// client that answers EVALUATE; the server asks only clients that announce it.
+inline constexpr std::string_view kEvaluateCapability = "evaluate";
+// Longest words an EVALUATION refusal or failure carries.
+inline constexpr std::size_t kMaxEvaluationMessage = 1024;
+
+// Server -> client (evaluate): evaluate the parameters in the payload on your local test
+// split, without training. Sent after a round's aggregation with the round's new global
+// model, and at the end of a run with the final one. Carries what a TRAIN carries to build
+// and check the model, and the run's privacy terms, so that the site policy can decide.
+struct EvaluateRequest {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;  // the round whose aggregate this is
+  std::string nonce;       // 32 hex digits, fresh per (round, client): echoed in the answer
+  nlohmann::json model_spec = nlohmann::json::object();
+  std::string layout_fingerprint;  // 16 hex digits
+  bool final_model = false;        // "final": the run's last model
+  PrivacyTerms privacy;            // "privacy"; absent means none
+  FeatureScaling scaling;          // "scaling"; absent means none
+};
+
+// What a site answers to an EVALUATE.
+enum class EvaluationStatus {
+  ok,       // evaluated: loss, accuracy and samples are set
+  refused,  // the site policy forbids it (message: why)
+  failed,   // the site could not evaluate (no test split, a layout that does not fit, ...)
+};
+std::string_view evaluation_status_name(EvaluationStatus status) noexcept;
+std::optional<EvaluationStatus> evaluation_status_from_name(std::string_view name) noexcept;
+
+// Client -> server (evaluation), no payload. For status ok: loss in [0, 1e9], accuracy in
+// [0, 1], samples in [1, 2^40] and no message; otherwise a message of 1 to
+// kMaxEvaluationMessage bytes and no metrics.
+struct EvaluationReport {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  std::string nonce;
+  EvaluationStatus status = EvaluationStatus::ok;
+  double loss = 0;
+  double accuracy = 0;
+  std::uint64_t samples = 0;
+  std::string message;
+};
+
 struct ErrorMessage {
   std::string code;  // an errc name, e.g. "invalid_argument"
   std::string message;
@@ -156,6 +200,8 @@ result<TrainRequest> parse_train_request(std::string_view metadata);
 result<UpdateReport> parse_update_report(std::string_view metadata);
 result<FeatureStatsRequest> parse_feature_stats_request(std::string_view metadata);
 result<FeatureStatsReport> parse_feature_stats_report(std::string_view metadata);
+result<EvaluateRequest> parse_evaluate_request(std::string_view metadata);
+result<EvaluationReport> parse_evaluation_report(std::string_view metadata);
 result<ErrorMessage> parse_error_message(std::string_view metadata);
 
 std::string to_metadata(const Hello& m);
@@ -164,6 +210,8 @@ std::string to_metadata(const TrainRequest& m);
 std::string to_metadata(const UpdateReport& m);
 std::string to_metadata(const FeatureStatsRequest& m);
 std::string to_metadata(const FeatureStatsReport& m);
+std::string to_metadata(const EvaluateRequest& m);
+std::string to_metadata(const EvaluationReport& m);
 std::string to_metadata(const ErrorMessage& m);
 
 }  // namespace fedcore::protocol

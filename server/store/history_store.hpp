@@ -108,8 +108,13 @@ class HistoryStore {
   // errc::already_exists (two results for one client, or a checkpoint path already
   // referenced); errc::failed_precondition (a result names an unknown client);
   // errc::invalid_argument (negative counts).
+  // `evaluations` are the round's federated evaluations of its new global model
+  // (round_evaluations), written in the same transaction; their round field is ignored.
+  // Errors for them: errc::invalid_argument (an empty client id, negative samples, metrics
+  // on a status other than ok or none on ok), errc::already_exists (two for one client).
   result<RoundRecord> commit_round(const RoundRecord& round, std::span<const ClientResult> results,
-                                   const std::optional<CheckpointRef>& checkpoint);
+                                   const std::optional<CheckpointRef>& checkpoint,
+                                   std::span<const ClientEvaluation> evaluations = {});
   // Records a failed attempt at round last_round + 1 with its failure_reason and the
   // client results gathered so far, in one transaction. last_round does not move, so the
   // same round number can be attempted again and finally committed; attempts are numbered
@@ -125,6 +130,21 @@ class HistoryStore {
   // errc::not_found (no such run, round or attempt).
   result<std::vector<ClientResult>> list_client_results(
       std::int64_t run_id, std::int64_t round, std::optional<std::int64_t> attempt = std::nullopt);
+
+  // ---- Federated evaluation (round_evaluations)
+
+  // The clients' evaluations of the run's committed rounds, by round then client id; only
+  // those of `round` when given. Errors: errc::not_found (no such run).
+  result<std::vector<ClientEvaluation>> list_evaluations(
+      std::int64_t run_id, std::optional<std::int64_t> round = std::nullopt);
+  // The clients that took part in the run: those with a result of status ok in one of its
+  // committed rounds, sorted. Errors: errc::not_found (no such run).
+  result<std::vector<std::string>> run_participants(std::int64_t run_id);
+  // Sets the federated evaluation means of committed round `round` (secure rounds learn
+  // them one round later, from the next round's masked sum). Errors: errc::not_found (no
+  // such run, or the round is not committed).
+  result<void> set_federated_evaluation(std::int64_t run_id, std::int64_t round, double loss,
+                                        double accuracy);
 
   // ---- Checkpoints
 
@@ -189,7 +209,11 @@ class HistoryStore {
  private:
   explicit HistoryStore(Database db) noexcept : db_(std::move(db)) {}
   result<RoundRecord> write_round(const RoundRecord& round, std::span<const ClientResult> results,
-                                  const std::optional<CheckpointRef>& checkpoint, RoundState state);
+                                  const std::optional<CheckpointRef>& checkpoint, RoundState state,
+                                  std::span<const ClientEvaluation> evaluations = {});
+  // Inside write_round's transaction (history_store_evaluations.cpp).
+  result<void> insert_evaluations(std::int64_t run_id, std::int64_t round,
+                                  std::span<const ClientEvaluation> evaluations);
 
   Database db_;
 };

@@ -11,8 +11,9 @@ using namespace detail;
 
 result<RoundRecord> HistoryStore::commit_round(const RoundRecord& round,
                                                std::span<const ClientResult> results,
-                                               const std::optional<CheckpointRef>& checkpoint) {
-  return write_round(round, results, checkpoint, RoundState::committed);
+                                               const std::optional<CheckpointRef>& checkpoint,
+                                               std::span<const ClientEvaluation> evaluations) {
+  return write_round(round, results, checkpoint, RoundState::committed, evaluations);
 }
 
 result<RoundRecord> HistoryStore::record_failed_round(const RoundRecord& round,
@@ -23,7 +24,8 @@ result<RoundRecord> HistoryStore::record_failed_round(const RoundRecord& round,
 result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
                                               std::span<const ClientResult> results,
                                               const std::optional<CheckpointRef>& checkpoint,
-                                              RoundState state) {
+                                              RoundState state,
+                                              std::span<const ClientEvaluation> evaluations) {
   const std::string what =
       cat(state == RoundState::committed ? "cannot commit round " : "cannot record failed round ",
           round.round, " of run ", round.run_id);
@@ -161,6 +163,10 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
         return in(cat(what, ": client result for ", in_quotes(r.client_id)), ok.error());
       }
     }
+  }
+
+  if (auto ok = insert_evaluations(stored.run_id, stored.round, evaluations); !ok) {
+    return in(what, ok.error());
   }
 
   if (state == RoundState::committed) {

@@ -20,12 +20,16 @@ namespace fedcore::store {
 enum class RunState { pending, running, paused, finished, failed, stopped };
 enum class RoundState { committed, failed };
 enum class ResultStatus { ok, rejected, timeout, dropped };
+// What became of one client asked to evaluate a round's new global model.
+enum class EvaluationStatus { ok, refused, failed, timeout, offline, dropped };
 
 inline constexpr std::array<std::string_view, 6> kRunStateNames = {
     "pending", "running", "paused", "finished", "failed", "stopped"};
 inline constexpr std::array<std::string_view, 2> kRoundStateNames = {"committed", "failed"};
 inline constexpr std::array<std::string_view, 4> kResultStatusNames = {"ok", "rejected", "timeout",
                                                                        "dropped"};
+inline constexpr std::array<std::string_view, 6> kEvaluationStatusNames = {
+    "ok", "refused", "failed", "timeout", "offline", "dropped"};
 
 constexpr std::string_view to_string(RunState s) noexcept {
   return kRunStateNames[static_cast<std::size_t>(s)];
@@ -35,6 +39,9 @@ constexpr std::string_view to_string(RoundState s) noexcept {
 }
 constexpr std::string_view to_string(ResultStatus s) noexcept {
   return kResultStatusNames[static_cast<std::size_t>(s)];
+}
+constexpr std::string_view to_string(EvaluationStatus s) noexcept {
+  return kEvaluationStatusNames[static_cast<std::size_t>(s)];
 }
 
 // The value whose name is `name`, or nothing.
@@ -130,6 +137,21 @@ struct ClientResult {
   std::int64_t eval_samples = 0;
 
   bool operator==(const ClientResult&) const = default;
+};
+
+// One client's federated evaluation of a committed round's new global model
+// (round_evaluations, docs/schema.md): its metrics on its own test split, or why there are
+// none. Written with the round by commit_round.
+struct ClientEvaluation {
+  std::int64_t round = 0;  // filled in on read; commit_round writes its own round's number
+  std::string client_id;   // must name a known client
+  EvaluationStatus status = EvaluationStatus::ok;
+  std::string message;         // why not ok (the site's words, or the server's); empty when ok
+  std::optional<double> loss;  // ok only
+  std::optional<double> accuracy;
+  std::int64_t samples = 0;  // test samples behind the metrics; 0 unless ok
+
+  bool operator==(const ClientEvaluation&) const = default;
 };
 
 // A checkpoint file of the global model after a committed round. The caller writes the

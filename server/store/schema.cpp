@@ -163,6 +163,27 @@ CREATE TABLE audit_log (
 ) STRICT;
 PRAGMA user_version = 4;
 )sql"},
+    // Migration 5: federated evaluation (issue 19). What each client asked to evaluate a
+    // committed round's new global model answered: metrics on its own test split, or why
+    // there are none (refused by its policy, failed, no answer before the deadline,
+    // offline, disconnected). Written with the round; the round row's fed_eval_* columns
+    // hold their sample-weighted mean.
+    {5, R"sql(
+CREATE TABLE round_evaluations (
+  run_id    INTEGER NOT NULL REFERENCES runs (id),
+  round     INTEGER NOT NULL CHECK (round >= 1),
+  client_id TEXT    NOT NULL REFERENCES clients (id),
+  status    TEXT    NOT NULL
+            CHECK (status IN ('ok', 'refused', 'failed', 'timeout', 'offline', 'dropped')),
+  message   TEXT    NOT NULL DEFAULT '',
+  loss      REAL,
+  accuracy  REAL,
+  samples   INTEGER NOT NULL DEFAULT 0 CHECK (samples >= 0),
+  PRIMARY KEY (run_id, round, client_id),
+  CHECK (status = 'ok' OR (loss IS NULL AND accuracy IS NULL AND samples = 0))
+) STRICT;
+PRAGMA user_version = 5;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

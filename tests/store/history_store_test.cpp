@@ -52,7 +52,7 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   { open_store(path); }
   SideConnection side(path);
   EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 4);
+  EXPECT_EQ(kSchemaVersion, 5);
   auto names = side.db().prepare(
       "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
       "ORDER BY name");
@@ -62,8 +62,9 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
     tables.push_back(names->column_text(0));
   }
   EXPECT_EQ(tables, (std::vector<std::string>{"api_tokens", "audit_log", "checkpoints",
-                                              "client_results", "clients", "events", "rounds",
-                                              "run_feature_scales", "runs"}));
+                                              "client_results", "clients", "events",
+                                              "round_evaluations", "rounds", "run_feature_scales",
+                                              "runs"}));
   auto mode = side.db().prepare("PRAGMA journal_mode");
   ASSERT_EQ(*mode->step(), StepResult::row);
   EXPECT_EQ(mode->column_text(0), "wal");

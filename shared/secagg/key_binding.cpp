@@ -14,6 +14,7 @@
 #include <openssl/x509v3.h>
 
 #include "shared/util/assert.hpp"
+#include "shared/util/openssl_ptr.hpp"
 
 namespace fedcore::secagg {
 namespace {
@@ -28,28 +29,12 @@ result<std::string> read_text(const std::string& path, std::string_view what) {
   return text.str();
 }
 
-struct BioFree {
-  void operator()(BIO* b) const noexcept { BIO_free(b); }
-};
-struct X509Free {
-  void operator()(X509* x) const noexcept { X509_free(x); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const noexcept { EVP_PKEY_free(k); }
-};
-struct MdCtxFree {
-  void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
-};
-struct StoreCtxFree {
-  void operator()(X509_STORE_CTX* c) const noexcept { X509_STORE_CTX_free(c); }
-};
-
-std::unique_ptr<X509, X509Free> parse_certificate(std::string_view pem) {
-  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+openssl::x509_ptr parse_certificate(std::string_view pem) {
+  openssl::bio_ptr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   if (!bio) {
     return nullptr;
   }
-  return std::unique_ptr<X509, X509Free>(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  return openssl::x509_ptr(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
 }
 
 std::string pem_fingerprint(std::string_view pem) {
@@ -87,7 +72,7 @@ std::string survivors_message(std::int64_t run, std::int64_t round,
 }
 
 struct Signer::Key {
-  std::unique_ptr<EVP_PKEY, PkeyFree> pkey;
+  openssl::pkey_ptr pkey;
 };
 
 Signer::~Signer() = default;
@@ -102,10 +87,9 @@ result<std::shared_ptr<const Signer>> Signer::from_files(const std::string& key_
   if (!certificate) {
     return certificate.error();
   }
-  std::unique_ptr<BIO, BioFree> bio(
-      BIO_new_mem_buf(key_text->data(), static_cast<int>(key_text->size())));
-  std::unique_ptr<EVP_PKEY, PkeyFree> pkey(
-      bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  openssl::bio_ptr bio(BIO_new_mem_buf(key_text->data(), static_cast<int>(key_text->size())));
+  openssl::pkey_ptr pkey(bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
+                             : nullptr);
   OPENSSL_cleanse(key_text->data(), key_text->size());
   if (!pkey) {
     return fail(errc::invalid_argument, "'" + key_pem_path + "' is not a PEM private key");
@@ -120,7 +104,7 @@ result<std::shared_ptr<const Signer>> Signer::from_files(const std::string& key_
 }
 
 Bytes Signer::sign(std::string_view message) const {
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  openssl::md_ctx_ptr ctx(EVP_MD_CTX_new());
   std::size_t length = 0;
   FEDCORE_ASSERT(
       ctx && EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key_->pkey.get()) == 1 &&
@@ -192,7 +176,7 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
     if (!certificate) {
       return fail(errc::permission_denied, who + ": its certificate is not a PEM certificate");
     }
-    std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
+    openssl::store_ctx_ptr ctx(X509_STORE_CTX_new());
     if (!ctx || X509_STORE_CTX_init(ctx.get(), store_, certificate.get(), nullptr) != 1) {
       return fail(errc::internal, "cannot set up certificate verification");
     }
@@ -210,7 +194,7 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
     if (public_key == nullptr) {
       return fail(errc::permission_denied, who + ": its certificate has no usable public key");
     }
-    key = std::shared_ptr<EVP_PKEY>(public_key, PkeyFree{});
+    key = std::shared_ptr<EVP_PKEY>(public_key, openssl::Free<&EVP_PKEY_free>{});
     // Remembered until the certificate's notAfter (not at all if it cannot be read).
     std::time_t not_after = now;
     std::tm tm{};
@@ -223,7 +207,7 @@ result<void> TrustAnchor::verify(std::string_view certificate_pem, std::string_v
     }
     cache_->verified[fingerprint] = {std::string(client_id), not_after, key};
   }
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> md(EVP_MD_CTX_new());
+  openssl::md_ctx_ptr md(EVP_MD_CTX_new());
   if (!md || EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, key.get()) != 1 ||
       EVP_DigestVerify(md.get(), signature.data(), signature.size(),
                        reinterpret_cast<const unsigned char*>(message.data()),

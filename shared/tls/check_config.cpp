@@ -21,36 +21,20 @@
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
 
+#include "shared/util/openssl_ptr.hpp"
+
 namespace fedcore::tls {
 namespace {
 
 using Clock = std::chrono::system_clock;
 
-struct BioFree {
-  void operator()(BIO* p) const noexcept { BIO_free(p); }
-};
-struct X509Free {
-  void operator()(X509* p) const noexcept { X509_free(p); }
-};
-struct CrlFree {
-  void operator()(X509_CRL* p) const noexcept { X509_CRL_free(p); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* p) const noexcept { EVP_PKEY_free(p); }
-};
-struct StoreFree {
-  void operator()(X509_STORE* p) const noexcept { X509_STORE_free(p); }
-};
-struct StoreCtxFree {
-  void operator()(X509_STORE_CTX* p) const noexcept { X509_STORE_CTX_free(p); }
-};
 struct StackFree {
   void operator()(STACK_OF(X509) * p) const noexcept { sk_X509_free(p); }
 };
-using bio_ptr = std::unique_ptr<BIO, BioFree>;
-using x509_ptr = std::unique_ptr<X509, X509Free>;
-using crl_ptr = std::unique_ptr<X509_CRL, CrlFree>;
-using pkey_ptr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using openssl::bio_ptr;
+using openssl::crl_ptr;
+using openssl::pkey_ptr;
+using openssl::x509_ptr;
 
 std::string quoted(const std::string& path) {
   return "'" + path + "'";
@@ -226,8 +210,8 @@ std::vector<x509_ptr> check_ca(const TlsFiles& files, const CheckOptions& option
 // role's purpose, depth 2), with the times left to the expiry lines.
 void check_chain(const TlsFiles& files, const std::vector<x509_ptr>& anchors,
                  const std::vector<x509_ptr>& chain, CheckReport& report) {
-  std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
-  std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
+  openssl::store_ptr store(X509_STORE_new());
+  openssl::store_ctx_ptr ctx(X509_STORE_CTX_new());
   std::unique_ptr<STACK_OF(X509), StackFree> untrusted(sk_X509_new_null());
   if (!store || !ctx || !untrusted) {
     report.fail("tls.cert chain", "cannot verify: " + openssl_errors());

@@ -23,6 +23,7 @@
 #include <openssl/x509v3.h>
 
 #include "shared/util/assert.hpp"
+#include "shared/util/openssl_ptr.hpp"
 
 namespace fedcore::tls {
 namespace {
@@ -33,22 +34,10 @@ namespace ssl = boost::asio::ssl;
 // an intermediate introduced later, not for arbitrary chains.
 constexpr int kVerifyDepth = 2;
 
-struct BioFree {
-  void operator()(BIO* p) const noexcept { BIO_free(p); }
-};
-struct X509Free {
-  void operator()(X509* p) const noexcept { X509_free(p); }
-};
-struct CrlFree {
-  void operator()(X509_CRL* p) const noexcept { X509_CRL_free(p); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* p) const noexcept { EVP_PKEY_free(p); }
-};
-using bio_ptr = std::unique_ptr<BIO, BioFree>;
-using x509_ptr = std::unique_ptr<X509, X509Free>;
-using crl_ptr = std::unique_ptr<X509_CRL, CrlFree>;
-using pkey_ptr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using openssl::bio_ptr;
+using openssl::crl_ptr;
+using openssl::pkey_ptr;
+using openssl::x509_ptr;
 
 // All of the thread's queued OpenSSL errors, oldest first; the queue is left empty so a
 // later failure does not report this one's causes.
@@ -530,7 +519,7 @@ result<std::set<std::string>> reload_revocations(ssl::context& context,
   }
   // A fresh store, filled completely before it replaces the old one: a CRL file caught
   // half-written (or broken) leaves the server on the revocations it had.
-  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), &X509_STORE_free);
+  openssl::store_ptr store(X509_STORE_new());
   if (!store) {
     return openssl_failure(errc::internal, "cannot make a certificate store");
   }

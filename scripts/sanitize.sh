@@ -9,6 +9,14 @@
 #   thread   TSan, in build/tsan: the concurrency-heavy suites (server sessions and run
 #            controller, client daemon, collectives over TCP/TLS, SQLite store, API).
 #
+# The address tree also builds the fuzz targets of fuzz/ as corpus replayers (GCC, no
+# libFuzzer): ctest's fuzz_replay_<target> runs every committed input once (docs/fuzzing.md).
+#
+# Warnings are not errors here: the dev tree (-O3, -Werror) checks them. GCC 12's
+# flow-sensitive warnings report false positives on instrumented -O1 code in coroutine
+# frames ("may be used uninitialized" on a moved boost::system::result, "mismatched
+# new/delete" on Asio's frame allocator), which the dev build of the same code does not.
+#
 # Both are built at -O1 -g: -O0 makes the tests that train real models several times
 # slower, and -O1 keeps every report's stack readable. The numeric suites (model, training,
 # data, sim, dist) are left out: they are single-threaded Eigen loops covered by the
@@ -41,6 +49,7 @@ address_targets=(
   api_unit_test api_http_test api_run_test
   client_test site_control_test client_config_test
   collective_test
+  fuzz-targets
 )
 thread_targets=(
   net_test tls_stream_test store_test
@@ -60,14 +69,24 @@ if [[ $list_only == 1 ]]; then
   exit 0
 fi
 
+# FEDCORE_BUILD_LOCK: a file to flock around the build (not the tests), for machines where
+# several builds share the cores.
+locked() {
+  if [[ -n "${FEDCORE_BUILD_LOCK:-}" ]]; then
+    flock "$FEDCORE_BUILD_LOCK" "$@"
+  else
+    "$@"
+  fi
+}
+
 start=$SECONDS
-cmake -S . -B "$dir" -G Ninja \
+locked cmake -S . -B "$dir" -G Ninja \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
-  -DFEDCORE_SANITIZE="$kind" -DFEDCORE_WERROR=ON -DFEDCORE_BUILD_BENCH=OFF -DFEDCORE_MPI=OFF \
+  -DFEDCORE_SANITIZE="$kind" -DFEDCORE_WERROR=OFF -DFEDCORE_BUILD_BENCH=OFF -DFEDCORE_MPI=OFF \
   >/dev/null
 # The binaries the suites start as processes (crash, fd and check-config tests run the
 # real fedcore-server) come in through their add_dependencies.
-cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+locked cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
 echo "sanitize.sh: $kind build done at $((SECONDS - start)) s"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"

@@ -387,6 +387,12 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   // client selected in the round in flight may hold an upload slot.
   channel.set_admission([this, id = session->client_id](const protocol::FrameHeader& header) {
     const auto allowed = controller.upload_allowance(id, header.type);
+    if (header.metadata_length > allowed.max_metadata_bytes) {
+      return net::Admission::refuse("a " + std::string(protocol::message_type_name(header.type)) +
+                                    " with " + std::to_string(header.metadata_length) +
+                                    " metadata bytes; at most " +
+                                    std::to_string(allowed.max_metadata_bytes) + " expected");
+    }
     if (header.payload_length > allowed.max_payload_bytes) {
       return net::Admission::refuse("a " + std::string(protocol::message_type_name(header.type)) +
                                     " with " + std::to_string(header.payload_length) +
@@ -460,6 +466,11 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     }
     if (frame->type == protocol::MessageType::feature_stats) {
       controller.on_feature_stats(session->client_id, *frame);
+      drive();
+      continue;
+    }
+    if (frame->type == protocol::MessageType::evaluation) {
+      controller.on_evaluation(session->client_id, *frame);
       drive();
       continue;
     }

@@ -10,8 +10,9 @@ namespace {
 using nlohmann::json;
 
 result<SecureAggregationConfig> parse_secure(const json& j, const JsonPath& at) {
-  StrictObject o(
-      j, at, {"degree", "threshold", "clip_range", "quant_range", "stage_timeout_s", "bind_keys"});
+  StrictObject o(j, at,
+                 {"degree", "threshold", "clip_range", "quant_range", "stage_timeout_s",
+                  "bind_keys", "per_client_evaluation"});
   SecureAggregationConfig c;
   c.settings = secagg::SecAggSettings{
       .degree = 0, .threshold = 0, .clip_range = 8.0, .quant_range = 1u << 22};
@@ -21,6 +22,7 @@ result<SecureAggregationConfig> parse_secure(const json& j, const JsonPath& at) 
   o.integer("quant_range", c.settings.quant_range, {2, 4294967295});
   o.number("stage_timeout_s", c.stage_timeout_s, {0.1, 86400});
   o.boolean("bind_keys", c.bind_keys);
+  o.boolean("per_client_evaluation", c.per_client_evaluation);
   if (auto done = o.status(); !done) {
     return done.error();
   }
@@ -110,10 +112,13 @@ json to_json(const PrivacyConfig& c) {
   json j = json::object();
   if (c.secure_aggregation) {
     const auto& s = *c.secure_aggregation;
-    j["secure_aggregation"] = {
-        {"degree", s.settings.degree},          {"threshold", s.settings.threshold},
-        {"clip_range", s.settings.clip_range},  {"quant_range", s.settings.quant_range},
-        {"stage_timeout_s", s.stage_timeout_s}, {"bind_keys", s.bind_keys}};
+    j["secure_aggregation"] = {{"degree", s.settings.degree},
+                               {"threshold", s.settings.threshold},
+                               {"clip_range", s.settings.clip_range},
+                               {"quant_range", s.settings.quant_range},
+                               {"stage_timeout_s", s.stage_timeout_s},
+                               {"bind_keys", s.bind_keys},
+                               {"per_client_evaluation", s.per_client_evaluation}};
   }
   if (c.dp.mode != protocol::DpMode::none) {
     j["dp"] = {{"mode", protocol::dp_mode_name(c.dp.mode)},

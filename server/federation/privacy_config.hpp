@@ -8,7 +8,9 @@
 //       "clip_range": 8.0,                 // per-coordinate clip of weight * delta
 //       "quant_range": 4194304,            // 2^22 levels, lowered so n * q < 2^32
 //       "stage_timeout_s": 30,             // each of the three stages after training
-//       "bind_keys": true                  // keys signed with the TLS client key
+//       "bind_keys": true,                 // keys signed with the TLS client key
+//       "per_client_evaluation": false     // true: each site's evaluation of the new model
+//                                          // reaches the server (docs/privacy.md)
 //     },
 //     "dp": {
 //       "mode": "record",                  // none | record | client_central | client_distributed
@@ -36,6 +38,10 @@ struct SecureAggregationConfig {
   secagg::SecAggSettings settings;
   double stage_timeout_s = 30;
   bool bind_keys = true;
+  // Federated evaluation of a secure run. false (the default): the server learns only the
+  // sum of the sites' metrics, carried in the next round's masked inputs. true: the sites
+  // evaluate each new global model and send their own metrics, as in a plain run.
+  bool per_client_evaluation = false;
 };
 
 // Adaptive clipping (Andrew et al. 2021), client_central without secure aggregation.

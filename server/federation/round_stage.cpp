@@ -31,6 +31,9 @@ constexpr std::array kTransitions{
     Transition{RoundStage::masking, RoundEvent::below_threshold, RoundStage::failed},
     Transition{RoundStage::unmasking, RoundEvent::unmasked, RoundStage::aggregating},
     Transition{RoundStage::unmasking, RoundEvent::below_threshold, RoundStage::failed},
+    Transition{RoundStage::aggregating, RoundEvent::evaluation_requested, RoundStage::evaluating},
+    Transition{RoundStage::evaluating, RoundEvent::evaluated, RoundStage::committing},
+    Transition{RoundStage::evaluating, RoundEvent::deadline_passed, RoundStage::committing},
     Transition{RoundStage::committing, RoundEvent::committed, RoundStage::done},
     Transition{RoundStage::committing, RoundEvent::commit_failed, RoundStage::failed},
 };
@@ -71,6 +74,8 @@ std::string_view round_stage_name(RoundStage stage) noexcept {
       return "unmasking";
     case RoundStage::aggregating:
       return "aggregating";
+    case RoundStage::evaluating:
+      return "evaluating";
     case RoundStage::committing:
       return "committing";
     case RoundStage::done:
@@ -113,6 +118,10 @@ std::string_view round_event_name(RoundEvent event) noexcept {
       return "committed";
     case RoundEvent::commit_failed:
       return "commit_failed";
+    case RoundEvent::evaluation_requested:
+      return "evaluation_requested";
+    case RoundEvent::evaluated:
+      return "evaluated";
     case RoundEvent::abandoned:
       return "abandoned";
   }

@@ -5,7 +5,10 @@
 //       └─not_enough_clients──▶ failed                             │  deadline_passed
 //                                                                  ▼
 //                       failed ◀──quorum_missed── aggregating ──aggregated──▶ committing
-//                                                                               │
+//                                                       │                    ▲  │
+//                                  evaluation_requested │        evaluated   │  │
+//                                                       ▼     deadline_passed│  │
+//                                                   evaluating ──────────────┘  │
 //                                 failed ◀──commit_failed───────────────────────┤
 //                                                              done ◀─committed─┘
 //   any stage before done/failed ──abandoned──▶ failed (shutdown or stop: nothing kept)
@@ -27,7 +30,11 @@
 // collecting  updates, errors and lost sessions arrive until everyone answered or the
 //             deadline passed (federation/round.hpp judges each update);
 // aggregating quorum is decided and the strategy produces the next global model;
-// committing  the checkpoint is written and the round commits in one transaction.
+// evaluating  rounds due for federated evaluation: the participants evaluate the new
+//             global model on their test splits until all answered or the deadline
+//             (federation/evaluation_round.hpp);
+// committing  the checkpoint is written and the round commits in one transaction, with
+//             its evaluations.
 //
 // sharing_keys   each client's sealed Shamir shares are relayed to its neighbours;
 // masking        masked updates are summed as they arrive;
@@ -49,6 +56,7 @@ enum class RoundStage {
   consistency,
   unmasking,
   aggregating,
+  evaluating,
   committing,
   done,
   failed,
@@ -70,6 +78,8 @@ enum class RoundEvent {
   below_threshold,
   committed,
   commit_failed,
+  evaluation_requested,
+  evaluated,
   abandoned,
 };
 

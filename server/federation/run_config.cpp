@@ -28,6 +28,9 @@ constexpr std::string_view kKeys[] = {"name",
                                       "max_update_norm",
                                       "max_samples_per_client",
                                       "federated_evaluation",
+                                      "evaluate_every",
+                                      "evaluation_clients",
+                                      "evaluation_timeout_s",
                                       "server_test_set",
                                       "label_column",
                                       "wait_for_clients_s",
@@ -76,6 +79,9 @@ result<RunConfig> run_config_from_json(const json& j) {
   o.number("max_update_norm", c.max_update_norm, {0, 1e12});
   o.integer("max_samples_per_client", c.max_samples_per_client, {0, std::int64_t{1} << 32});
   o.boolean("federated_evaluation", c.federated_evaluation);
+  o.integer("evaluate_every", c.evaluate_every, {1, 100000});
+  o.integer("evaluation_clients", c.evaluation_clients, {0, 1000000});
+  o.number("evaluation_timeout_s", c.evaluation_timeout_s, {0.1, 86400});
   o.string("server_test_set", c.server_test_set);
   o.string("label_column", c.label_column);
   o.number("wait_for_clients_s", c.wait_for_clients_s, {0, 86400 * 7});
@@ -148,6 +154,9 @@ std::string to_json_text(const RunConfig& c) {
          {"max_update_norm", c.max_update_norm},
          {"max_samples_per_client", c.max_samples_per_client},
          {"federated_evaluation", c.federated_evaluation},
+         {"evaluate_every", c.evaluate_every},
+         {"evaluation_clients", c.evaluation_clients},
+         {"evaluation_timeout_s", c.evaluation_timeout_s},
          {"server_test_set", c.server_test_set},
          {"label_column", c.label_column},
          {"wait_for_clients_s", c.wait_for_clients_s},

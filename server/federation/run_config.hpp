@@ -16,6 +16,9 @@
 //     "max_update_norm": 0,                     // 0 = no norm bound
 //     "max_samples_per_client": 0,              // FedAvg weight cap per update; 0 = no cap
 //     "federated_evaluation": true,             // clients evaluate each global model
+//     "evaluate_every": 1,                      // ... of every k-th round (and the last)
+//     "evaluation_clients": 0,                  // at most this many per round; 0 = all
+//     "evaluation_timeout_s": 60,               // how long a round waits for evaluations
 //     "server_test_set": "",                    // a CSV path the server evaluates on, or ""
 //     "label_column": "",                       // label column of server_test_set
 //     "wait_for_clients_s": 300,                // how long a round waits for enough clients
@@ -68,7 +71,16 @@ struct RunConfig {
   // whatever it holds or claims, outweighs the others by more than the admin allows. Its
   // samples are also bounded by what its HELLO declared (Round, round.hpp).
   std::uint64_t max_samples_per_client = 0;
+  // Federated evaluation (docs/protocol.md, "Federated evaluation"): after a round's
+  // aggregation the round's participants evaluate the new global model on their test splits
+  // before the round commits; every evaluate_every-th round, and always the last round,
+  // whose model every client that took part in the run evaluates. A round asks at most
+  // evaluation_clients participants (0 = all; a seeded sample) and waits at most
+  // evaluation_timeout_s for their answers.
   bool federated_evaluation = true;
+  std::int64_t evaluate_every = 1;
+  std::int64_t evaluation_clients = 0;
+  double evaluation_timeout_s = 60;
   // A CSV path, or "fashion-mnist" / "fashion-mnist:DIR" for that data set's test split.
   std::string server_test_set;
   std::string label_column;

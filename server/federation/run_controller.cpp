@@ -360,6 +360,10 @@ void RunController::on_session_lost(const std::string& client_id, const std::str
     return;
   }
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
+  if (round != nullptr && round->evaluation && round->stage == RoundStage::evaluating) {
+    round->evaluation->on_dropped(client_id, "connection lost: " + reason);
+    return;  // its training answer was given before the round was aggregated
+  }
   if (round != nullptr && round->secure && round->judge->is_selected(client_id)) {
     round->secure->on_dropped(client_id);
     if (!round->secure->contributed(client_id) && !round->judge->has_answered(client_id)) {
@@ -429,6 +433,9 @@ bool RunController::is_training(const std::string& client_id) const {
 RunController::UploadAllowance RunController::upload_allowance(const std::string& client_id,
                                                                protocol::MessageType type) const {
   UploadAllowance allowance;
+  if (type == protocol::MessageType::evaluation) {
+    allowance.max_metadata_bytes = kMaxEvaluationMetadata;
+  }
   if (!active_ || !active_->model || !active_->model->global) {
     return allowance;  // no run, or no model yet: nobody has anything to upload
   }

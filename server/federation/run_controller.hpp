@@ -58,6 +58,10 @@
 
 namespace fedcore::federation {
 
+// An EVALUATION's metadata: a few numbers and at most kMaxEvaluationMessage bytes of words,
+// which JSON escaping can make six times longer.
+inline constexpr std::uint32_t kMaxEvaluationMetadata = 8 * 1024;
+
 // A connected client as the controller sees it: its id and the data schema of its HELLO.
 struct Candidate {
   std::string client_id;
@@ -67,6 +71,8 @@ struct Candidate {
   // Its HELLO announced protocol::kFeatureStatsCapability: it reports feature statistics
   // and applies TRAIN's "scaling".
   bool reports_feature_stats = false;
+  // Its HELLO announced protocol::kEvaluateCapability: it answers EVALUATE.
+  bool evaluates = false;
 };
 
 // What the controller needs of the connected clients (SessionRegistry in the server,
@@ -169,6 +175,10 @@ class RunController {
   // of another feature count is refused with a logged reason (and a feature_stats_refused
   // event); the client then counts as not having reported.
   void on_feature_stats(const std::string& client_id, const protocol::Frame& frame);
+  // An EVALUATION answer (run_controller_evaluation.cpp). One that is malformed, not asked
+  // for or for another evaluation is refused with a logged reason (and an
+  // evaluation_refused event); it changes nothing.
+  void on_evaluation(const std::string& client_id, const protocol::Frame& frame);
 
   // Moves the active run as far as it can go now (see the class comment).
   void poll();
@@ -186,10 +196,12 @@ class RunController {
   bool is_training(const std::string& client_id) const;
   // What a client's frame of `type` may carry now (its session's admission policy): an
   // update at most the active run's model, a masked input that plus the weight and metric
-  // words, anything else no payload; and whether the client is selected in the round in
+  // words, anything else no payload; an evaluation answer at most
+  // kMaxEvaluationMetadata of metadata; and whether the client is selected in the round in
   // flight (only then may it hold one of the server's upload slots).
   struct UploadAllowance {
     std::uint64_t max_payload_bytes = 0;
+    std::uint32_t max_metadata_bytes = protocol::FrameLimits{}.max_metadata_bytes;
     bool in_round = false;
   };
   UploadAllowance upload_allowance(const std::string& client_id, protocol::MessageType type) const;
@@ -215,6 +227,12 @@ class RunController {
   bool spend_privacy_budget(const std::vector<Candidate>& selected);
   result<void> privatize_secure_mean(secagg::SecAggResult& result, std::size_t selected);
   void commit_round();
+  // Federated evaluation (run_controller_evaluation.cpp).
+  bool evaluation_due() const;
+  void begin_evaluation();
+  bool step_evaluation();
+  std::vector<store::ClientEvaluation> take_evaluations(store::RoundRecord& record);
+  void record_secure_evaluation();
   void finish_round_attempt(bool committed);
   void end_run(store::RunState state, const std::string& why);
   void event(std::string_view kind, std::optional<std::int64_t> run,

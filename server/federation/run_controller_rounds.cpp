@@ -64,7 +64,8 @@ std::optional<Clock::steady_time> RunController::next_wakeup() const {
                              active_->round->stage == RoundStage::sharing_keys ||
                              active_->round->stage == RoundStage::masking ||
                              active_->round->stage == RoundStage::consistency ||
-                             active_->round->stage == RoundStage::unmasking)) {
+                             active_->round->stage == RoundStage::unmasking ||
+                             active_->round->stage == RoundStage::evaluating)) {
         return active_->round->deadline;
       }
       return env_.clock.steady();  // a stage is ready to move: poll again at once
@@ -254,8 +255,10 @@ void RunController::begin_round() {
       }
       plan->weight_cap = cap;
       plan->bind_keys = secure->bind_keys;
-      // Federated evaluation travels inside the masked sum (secure_participation.cpp).
-      plan->metric_slots = run.config.federated_evaluation ? 3 : 0;
+      // Federated evaluation travels inside the masked sum (secure_participation.cpp),
+      // unless the run lets the sites send their own (an evaluating stage, as in plain runs).
+      plan->metric_slots =
+          run.config.federated_evaluation && !secure->per_client_evaluation ? 3 : 0;
       round.secure.emplace(run.record.id, round.number, *plan, nonces, model.global->size());
     } else {
       spdlog::warn("run {} round {}: {}", run.record.id, round.number, plan.error().message);
@@ -275,7 +278,10 @@ void RunController::begin_round() {
     request.settings = {run.config.local_epochs, run.config.batch_size, run.config.optimizer_json,
                         run.config.proximal_mu,
                         run.config.seed + static_cast<std::uint64_t>(round.number)};
-    request.evaluate = run.config.federated_evaluation;
+    // Only a secure round's masked sum still carries an evaluation of the received model;
+    // every other run evaluates each new model after aggregating it (evaluating stage).
+    request.evaluate = privacy.secure_aggregation && run.config.federated_evaluation &&
+                       !run.config.privacy.secure_aggregation->per_client_evaluation;
     request.privacy = privacy;
     request.scaling = *run.scaling;
     auto metadata = protocol::to_metadata(request);
@@ -316,6 +322,8 @@ bool RunController::step_round() {
     case RoundStage::aggregating:
       close_round();
       return true;
+    case RoundStage::evaluating:
+      return step_evaluation();
     case RoundStage::committing:
       commit_round();
       return true;
@@ -429,7 +437,11 @@ void RunController::close_round() {
   auto& round = *run.round;
   round.closed = round.judge->close();
   if (round.closed.succeeded) {
-    run.move(RoundEvent::aggregated);
+    if (evaluation_due()) {
+      begin_evaluation();  // the participants evaluate the new model before it commits
+    } else {
+      run.move(RoundEvent::aggregated);
+    }
     return;
   }
   run.move(RoundEvent::quorum_missed);
@@ -487,13 +499,12 @@ void RunController::commit_round() {
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.secure_aggregation = round.secure.has_value();
   report.record.epsilon = round.epsilon;
-  if (round.secure_evaluation) {
-    report.record.fed_eval_loss = round.secure_evaluation->first;
-    report.record.fed_eval_accuracy = round.secure_evaluation->second;
-  }
+  const auto evaluations = take_evaluations(report.record);
   // The judge viewed the old global model; it is not used past this point.
   round.judge.reset();
-  model.global = std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  model.global = round.next_global
+                     ? round.next_global
+                     : std::make_shared<const std::vector<float>>(model.strategy->finish_round());
   if (auto* dp = dynamic_cast<DpFedAvg*>(model.strategy.get()); dp && dp->noise_failed()) {
     run.move(RoundEvent::commit_failed);
     end_run(store::RunState::paused, "the DP noise source failed; the round was not committed");
@@ -509,7 +520,8 @@ void RunController::commit_round() {
     end_run(store::RunState::paused, "cannot write checkpoint: " + checkpoint.error().message);
     return;
   }
-  auto committed = env_.store.commit_round(report.record, report.results, *checkpoint);
+  auto committed =
+      env_.store.commit_round(report.record, report.results, *checkpoint, evaluations);
   if (!committed) {
     run.move(RoundEvent::commit_failed);
     end_run(store::RunState::paused, "cannot commit round " + std::to_string(round.number) + ": " +
@@ -517,6 +529,7 @@ void RunController::commit_round() {
     return;
   }
   run.move(RoundEvent::committed);
+  record_secure_evaluation();
   spdlog::info("run {} round {} committed: {} of {} updates accepted, train loss {:.4f}{}",
                run.record.id, round.number, round.closed.accepted, report.record.selected,
                report.record.train_loss,

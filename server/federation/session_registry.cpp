@@ -28,8 +28,10 @@ std::vector<Candidate> SessionRegistry::online() const {
     const bool reports_feature_stats =
         std::find(capabilities.begin(), capabilities.end(), protocol::kFeatureStatsCapability) !=
         capabilities.end();
+    const bool evaluates = std::find(capabilities.begin(), capabilities.end(),
+                                     protocol::kEvaluateCapability) != capabilities.end();
     out.push_back({id, session->hello.input_shape, session->hello.num_classes,
-                   session->hello.samples, reports_feature_stats});
+                   session->hello.samples, reports_feature_stats, evaluates});
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "server/federation/evaluation_round.hpp"
 #include "server/federation/feature_scaling.hpp"
 #include "server/federation/privacy_budget.hpp"
 #include "server/federation/round.hpp"
@@ -30,8 +31,13 @@ struct RoundInFlight {
   std::optional<SecureRound> secure;  // secure-aggregated rounds, from training on
   RoundClose closed;                  // from aggregating on
   std::optional<double> epsilon;      // DP runs: the budget spent through this round
-  // Secure rounds with federated evaluation: (loss, accuracy) from the masked sums.
+  // Secure rounds with federated evaluation from the masked sums: (loss, accuracy) of the
+  // model the round started from, i.e. of the previous round's aggregate.
   std::optional<std::pair<double, double>> secure_evaluation;
+  // Rounds due for federated evaluation, from evaluating on: the new global model the
+  // participants evaluate (committed as is) and their answers.
+  std::shared_ptr<const std::vector<float>> next_global;
+  std::optional<EvaluationRound> evaluation;
 };
 
 struct RunController::ActiveRun {

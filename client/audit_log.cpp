@@ -251,6 +251,47 @@ result<void> AuditLog::evaluation_sent(const protocol::TrainRequest& request,
   return record("evaluation_sent", fields);
 }
 
+result<void> AuditLog::evaluation_requested(std::string_view server,
+                                            const protocol::EvaluateRequest& request,
+                                            std::size_t parameter_count) {
+  nlohmann::json fields = {{"run", request.run_id}, {"round", request.round}};
+  const auto type = request.model_spec.find("type");
+  fields["server"] = server;
+  fields["final"] = request.final_model;
+  fields["model_type"] =
+      type != request.model_spec.end() && type->is_string() ? type->get<std::string>() : "";
+  fields["model"] = request.model_spec;
+  fields["parameters"] = parameter_count;
+  fields["privacy"] = privacy_json(request.privacy);
+  return record("evaluation_requested", fields);
+}
+
+result<void> AuditLog::evaluation_refused(const protocol::EvaluateRequest& request,
+                                          const PolicyRefusal& refusal) {
+  return record("evaluation_refused", {{"run", request.run_id},
+                                       {"round", request.round},
+                                       {"reason", refusal_reason_name(refusal.reason)},
+                                       {"words", refusal.words}});
+}
+
+result<void> AuditLog::not_evaluated(const protocol::EvaluateRequest& request, const error& why) {
+  return record("not_evaluated", {{"run", request.run_id},
+                                  {"round", request.round},
+                                  {"code", errc_name(why.code)},
+                                  {"words", why.message}});
+}
+
+result<void> AuditLog::evaluation_sent(const protocol::EvaluateRequest& request,
+                                       const protocol::LocalEvaluation& evaluation) {
+  return record("evaluation_sent", {{"run", request.run_id},
+                                    {"round", request.round},
+                                    {"for", "evaluate"},
+                                    {"final", request.final_model},
+                                    {"samples", evaluation.samples},
+                                    {"loss", evaluation.loss},
+                                    {"accuracy", evaluation.accuracy}});
+}
+
 result<void> AuditLog::feature_stats_sent(std::string_view server,
                                           const protocol::FeatureStatsReport& report) {
   const auto samples = report.count.empty() ? std::uint64_t{0} : report.count.front();

@@ -17,7 +17,12 @@
 //   not_trained       run, round, code, words (local training failed)
 //   trained           run, round, samples, seconds, loss
 //   update_sent       run, round, bytes (the parameters that left the site), samples
-//   evaluation_sent   run, round, samples, loss, accuracy (of the received global model)
+//   evaluation_sent   run, round, samples, loss, accuracy (of the received global model);
+//                     for an EVALUATE also "final" and "for": "evaluate"
+//   evaluation_requested  server, run, round, final, model_type, model, parameters, privacy
+//                     (an EVALUATE: the server asks the site to evaluate a model, no training)
+//   evaluation_refused  run, round, reason (RefusalReason name), words
+//   not_evaluated     run, round, code, words (the evaluation failed at the site)
 //   feature_stats_sent  server, run, features, samples (per-feature count, sum and sum of
 //                     squares of the training split left the site: client/feature_scaling.hpp)
 //   server_refused    server, reason, words (the server failed the site's identity check)
@@ -78,6 +83,14 @@ class AuditLog {
   result<void> update_sent(const protocol::TrainRequest& request,
                            const protocol::UpdateReport& report, std::uint64_t bytes);
   result<void> evaluation_sent(const protocol::TrainRequest& request,
+                               const protocol::LocalEvaluation& evaluation);
+  result<void> evaluation_requested(std::string_view server,
+                                    const protocol::EvaluateRequest& request,
+                                    std::size_t parameter_count);
+  result<void> evaluation_refused(const protocol::EvaluateRequest& request,
+                                  const PolicyRefusal& refusal);
+  result<void> not_evaluated(const protocol::EvaluateRequest& request, const error& why);
+  result<void> evaluation_sent(const protocol::EvaluateRequest& request,
                                const protocol::LocalEvaluation& evaluation);
   result<void> feature_stats_sent(std::string_view server,
                                   const protocol::FeatureStatsReport& report);

@@ -13,6 +13,7 @@
 #include "client/audit_log.hpp"
 #include "client/backoff.hpp"
 #include "client/feature_scaling.hpp"
+#include "client/local_evaluator.hpp"
 #include "client/server_identity.hpp"
 #include "shared/net/link.hpp"
 
@@ -210,6 +211,21 @@ SessionHooks ClientDaemon::Impl::hooks() {
           co_return train_locally(request, global, data, options.threads);
         },
         asio::use_awaitable);
+  };
+  // Evaluations run on the same worker: one model at a time, heartbeats meanwhile.
+  h.evaluate =
+      [this](const protocol::EvaluateRequest& request,
+             std::span<const float> params) -> asio::awaitable<result<protocol::LocalEvaluation>> {
+    co_return co_await asio::co_spawn(
+        worker,
+        [&]() -> asio::awaitable<result<protocol::LocalEvaluation>> {
+          co_return evaluate_locally(request, params, data, options.threads);
+        },
+        asio::use_awaitable);
+  };
+  h.admit_evaluation = [this](const protocol::EvaluateRequest& request,
+                              std::size_t parameter_count) {
+    return policy.admit_evaluation(request, parameter_count, clock->steady());
   };
   h.before_update = options.before_update;
   h.admit = [this](const protocol::TrainRequest& request, std::size_t parameter_count) {

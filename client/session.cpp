@@ -126,6 +126,9 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in
       case protocol::MessageType::feature_stats_request:
         on_feature_stats_request(*frame);
         break;
+      case protocol::MessageType::evaluate:
+        co_await on_evaluate(*frame);
+        break;
       case protocol::MessageType::train:
         if (auto served = co_await on_train(*frame); !served) {
           *ended_ = true;
@@ -292,6 +295,83 @@ void ClientSession::on_feature_stats_request(const protocol::Frame& frame) {
   }
   link_->send(protocol::MessageType::feature_stats, protocol::to_metadata(*report));
   spdlog::info("run {}: feature statistics of {} features sent", request->run_id, report->features);
+}
+
+// The server asks for an evaluation of a model, no training. Whatever the outcome, the
+// server gets one EVALUATION echoing run, round and nonce, so its evaluating stage need not
+// wait for the deadline; only the metrics of an ok answer leave the site, and they are
+// recorded in the audit log first.
+asio::awaitable<void> ClientSession::on_evaluate(const protocol::Frame& frame) {
+  auto request = protocol::parse_evaluate_request(frame.metadata);
+  auto params = protocol::payload_floats(frame.payload);
+  if (!request || !params) {
+    spdlog::warn("ignoring a malformed evaluate request: {}",
+                 !request ? request.error().message : params.error().message);
+    co_return;
+  }
+  protocol::EvaluationReport answer;
+  answer.run_id = request->run_id;
+  answer.round = request->round;
+  answer.nonce = request->nonce;
+  const auto not_evaluated = [&](protocol::EvaluationStatus status, std::string words) {
+    // At most kMaxEvaluationMessage bytes, cut on a UTF-8 character boundary.
+    if (words.size() > protocol::kMaxEvaluationMessage) {
+      std::size_t cut = protocol::kMaxEvaluationMessage;
+      while (cut > 0 && (static_cast<unsigned char>(words[cut]) & 0xC0) == 0x80) {
+        --cut;
+      }
+      words.resize(cut);
+    }
+    answer.status = status;
+    answer.message = words.empty() ? std::string("(no reason given)") : std::move(words);
+    link_->send(protocol::MessageType::evaluation, protocol::to_metadata(answer));
+  };
+  const std::size_t parameter_count = params->size();
+  if (!audited(hooks_.audit, [&](AuditLog& log) {
+        return log.evaluation_requested(server_, *request, parameter_count);
+      })) {
+    not_evaluated(protocol::EvaluationStatus::failed, kUnaudited);
+    co_return;
+  }
+  if (auto refused = hooks_.admit_evaluation ? hooks_.admit_evaluation(*request, parameter_count)
+                                             : std::nullopt) {
+    spdlog::warn("run {} round {}: evaluation refused by the site policy: {}", request->run_id,
+                 request->round, refused->words);
+    // Answered even when the refusal cannot be recorded: a refusal carries no data.
+    (void)audited(hooks_.audit,
+                  [&](AuditLog& log) { return log.evaluation_refused(*request, *refused); });
+    not_evaluated(protocol::EvaluationStatus::refused, "site policy: " + refused->words);
+    co_return;
+  }
+  if (!hooks_.evaluate) {
+    not_evaluated(protocol::EvaluationStatus::failed, "this site does not evaluate models");
+    co_return;
+  }
+  auto evaluation = co_await hooks_.evaluate(*request, *params);
+  if (!evaluation) {
+    spdlog::warn("run {} round {}: not evaluated: {}", request->run_id, request->round,
+                 evaluation.error().message);
+    (void)audited(hooks_.audit,
+                  [&](AuditLog& log) { return log.not_evaluated(*request, evaluation.error()); });
+    not_evaluated(protocol::EvaluationStatus::failed, evaluation.error().message);
+    co_return;
+  }
+  if (!audited(hooks_.audit,
+               [&](AuditLog& log) { return log.evaluation_sent(*request, *evaluation); })) {
+    not_evaluated(protocol::EvaluationStatus::failed, kUnaudited);
+    co_return;
+  }
+  answer.status = protocol::EvaluationStatus::ok;
+  answer.loss = evaluation->loss;
+  answer.accuracy = evaluation->accuracy;
+  answer.samples = evaluation->samples;
+  link_->send(protocol::MessageType::evaluation, protocol::to_metadata(answer));
+  ++evaluations_sent_;
+  spdlog::info(
+      "run {} round {}: evaluated the {}model on {} test samples: accuracy {:.4f}, "
+      "loss {:.4f}",
+      request->run_id, request->round, request->final_model ? "final " : "",
+      with_commas(evaluation->samples), evaluation->accuracy, evaluation->loss);
 }
 
 void ClientSession::send(const OutgoingFrame& frame) {

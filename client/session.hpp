@@ -9,6 +9,10 @@
 //   <- TRAIN (global model)  -> UPDATE (trained parameters + report), or ERROR when the
 //                               request cannot be honoured or the site policy refuses it
 //                               (the server records "dropped" with the ERROR's words)
+//   <- EVALUATE (a model)    -> EVALUATION: loss, accuracy and samples on the local test
+//                               split (nothing is trained), or status refused (the site
+//                               policy) or failed (with the words why); a malformed
+//                               EVALUATE is logged and ignored, as a TRAIN is
 //   <- HEARTBEAT / ERROR     (logged; the session goes on)
 //   -> HEARTBEAT every heartbeat_seconds, from a coroutine of its own, also while
 //      training runs off the io thread
@@ -80,6 +84,15 @@ struct SessionHooks {
   // in the audit log first, as for an update.
   std::function<result<protocol::FeatureStatsReport>(const protocol::FeatureStatsRequest&)>
       feature_stats;
+  // Evaluates one EVALUATE's parameters on the local test split off the io thread
+  // (client/local_evaluator.hpp). Empty: every EVALUATE is answered failed.
+  std::function<boost::asio::awaitable<result<protocol::LocalEvaluation>>(
+      const protocol::EvaluateRequest&, std::span<const float>)>
+      evaluate;
+  // The site policy for EVALUATE (SitePolicyGate::admit_evaluation); a refusal is answered
+  // with status refused, "site policy: ...". May be empty.
+  std::function<std::optional<PolicyRefusal>(const protocol::EvaluateRequest&, std::size_t)>
+      admit_evaluation;
 };
 
 class ClientSession {
@@ -101,11 +114,13 @@ class ClientSession {
   void stop();
 
   std::uint64_t rounds_trained() const noexcept { return rounds_trained_; }
+  std::uint64_t evaluations_sent() const noexcept { return evaluations_sent_; }
   const std::string& identity() const noexcept { return identity_; }  // from WELCOME
 
  private:
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
   void on_feature_stats_request(const protocol::Frame& frame);
+  boost::asio::awaitable<void> on_evaluate(const protocol::Frame& frame);
   void on_secure_message(const protocol::Frame& frame);
   void send(const OutgoingFrame& frame);
 
@@ -117,6 +132,7 @@ class ClientSession {
   std::string identity_;
   std::shared_ptr<bool> ended_ = std::make_shared<bool>(false);  // shared with heartbeats
   std::uint64_t rounds_trained_ = 0;
+  std::uint64_t evaluations_sent_ = 0;
   std::optional<SecureParticipation> secure_;  // the secure round in progress, if any
 };
 

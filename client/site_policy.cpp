@@ -82,7 +82,8 @@ result<SitePolicy> parse_site_policy(const nlohmann::json& j) {
 result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at) {
   StrictObject o(j, at,
                  {"allowed_model_types", "max_parameters", "max_local_epochs", "max_rounds_per_day",
-                  "require_secure_aggregation", "max_epsilon", "server"});
+                  "require_secure_aggregation", "max_epsilon", "allow_evaluation",
+                  "max_evaluations_per_day", "server"});
   SitePolicy p;
   if (const auto* types = o.ok() ? o.find("allowed_model_types") : nullptr) {
     // Only names a model spec can have: a misspelt one would refuse every run of the type.
@@ -104,6 +105,8 @@ result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at
   o.integer("max_rounds_per_day", p.max_rounds_per_day, {1, 100'000});
   o.boolean("require_secure_aggregation", p.require_secure_aggregation);
   o.number("max_epsilon", p.max_epsilon, {0, 1e6, true});
+  o.boolean("allow_evaluation", p.allow_evaluation);
+  o.integer("max_evaluations_per_day", p.max_evaluations_per_day, {1, 100'000});
   if (o.ok() && o.has("server")) {
     auto server = parse_server(*o.find("server"), o.at("server"));
     if (o.take(server)) {
@@ -136,6 +139,10 @@ std::string_view refusal_reason_name(RefusalReason reason) noexcept {
       return "server_fingerprint";
     case RefusalReason::server_name:
       return "server_name";
+    case RefusalReason::evaluation:
+      return "evaluation";
+    case RefusalReason::evaluations_per_day:
+      return "evaluations_per_day";
   }
   return "unknown";
 }
@@ -147,13 +154,12 @@ std::size_t SitePolicyGate::rounds_within_day(Clock::steady_time now) const {
       admitted_.begin(), admitted_.end(), [&](Clock::steady_time t) { return now - t < kDay; }));
 }
 
-std::optional<PolicyRefusal> SitePolicyGate::check(const protocol::TrainRequest& request,
-                                                   std::size_t parameter_count,
-                                                   Clock::steady_time now) const {
+std::optional<PolicyRefusal> SitePolicyGate::check_model(const nlohmann::json& model_spec,
+                                                         std::size_t parameter_count) const {
   const auto& p = policy_;
   if (!p.allowed_model_types.empty()) {
-    const auto type_field = request.model_spec.find("type");
-    const std::string type = type_field != request.model_spec.end() && type_field->is_string()
+    const auto type_field = model_spec.find("type");
+    const std::string type = type_field != model_spec.end() && type_field->is_string()
                                  ? type_field->get<std::string>()
                                  : std::string();
     if (std::find(p.allowed_model_types.begin(), p.allowed_model_types.end(), type) ==
@@ -168,6 +174,16 @@ std::optional<PolicyRefusal> SitePolicyGate::check(const protocol::TrainRequest&
                          "the model has " + std::to_string(parameter_count) +
                              " parameters, more than the " + std::to_string(*p.max_parameters) +
                              " allowed"};
+  }
+  return std::nullopt;
+}
+
+std::optional<PolicyRefusal> SitePolicyGate::check(const protocol::TrainRequest& request,
+                                                   std::size_t parameter_count,
+                                                   Clock::steady_time now) const {
+  const auto& p = policy_;
+  if (auto refused = check_model(request.model_spec, parameter_count)) {
+    return refused;
   }
   if (p.max_local_epochs && request.settings.epochs > *p.max_local_epochs) {
     return PolicyRefusal{RefusalReason::local_epochs, std::to_string(request.settings.epochs) +
@@ -218,6 +234,48 @@ std::optional<PolicyRefusal> SitePolicyGate::admit(const protocol::TrainRequest&
   auto refused = check(request, parameter_count, now);
   if (!refused) {
     record_round(now);
+  }
+  return refused;
+}
+
+std::optional<PolicyRefusal> SitePolicyGate::check_evaluation(
+    const protocol::EvaluateRequest& request, std::size_t parameter_count,
+    Clock::steady_time now) const {
+  const auto& p = policy_;
+  if (!p.allow_evaluation) {
+    return PolicyRefusal{RefusalReason::evaluation,
+                         "this site does not evaluate models for the "
+                         "server (allow_evaluation is false)"};
+  }
+  if (auto refused = check_model(request.model_spec, parameter_count)) {
+    return refused;
+  }
+  if (p.max_evaluations_per_day) {
+    const auto recent = static_cast<std::size_t>(std::count_if(
+        evaluations_.begin(), evaluations_.end(), [&](auto t) { return now - t < kDay; }));
+    if (recent >= *p.max_evaluations_per_day) {
+      return PolicyRefusal{RefusalReason::evaluations_per_day,
+                           "already " + std::to_string(recent) +
+                               " evaluations in the last 24 hours, at most " +
+                               std::to_string(*p.max_evaluations_per_day) + " allowed"};
+    }
+  }
+  if (p.max_epsilon) {
+    return PolicyRefusal{RefusalReason::dp_required,
+                         "differential privacy is required, and evaluation metrics leave the "
+                         "site outside any privacy budget"};
+  }
+  return std::nullopt;
+}
+
+std::optional<PolicyRefusal> SitePolicyGate::admit_evaluation(
+    const protocol::EvaluateRequest& request, std::size_t parameter_count, Clock::steady_time now) {
+  auto refused = check_evaluation(request, parameter_count, now);
+  if (!refused && policy_.max_evaluations_per_day) {
+    evaluations_.push_back(now);
+    while (evaluations_.size() > *policy_.max_evaluations_per_day) {
+      evaluations_.pop_front();
+    }
   }
   return refused;
 }

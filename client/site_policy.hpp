@@ -10,6 +10,8 @@
 //     "max_rounds_per_day": 24,                   // rounds admitted in any rolling 24 h
 //     "require_secure_aggregation": true,
 //     "max_epsilon": 8.0,                         // DP required, with a budget of at most ε
+//     "allow_evaluation": true,                   // answer the server's EVALUATE requests
+//     "max_evaluations_per_day": 48,              // evaluations admitted in any rolling 24 h
 //     "server": {"sha256": ["AB:CD:..."],         // accepted server certificate fingerprints
 //                "common_name": "fedcore-server"} // and/or the server certificate's CN
 //   }
@@ -18,6 +20,13 @@
 // ε above max_epsilon, is refused when max_epsilon is set (any DP mode within the budget
 // is accepted). Unknown keys are errors, so that a misspelt limit is never silently
 // ignored.
+//
+// An EVALUATE (the server asks the site to evaluate a model on its test split, without
+// training; docs/protocol.md) is checked by check_evaluation: refused when allow_evaluation is
+// false, when max_evaluations_per_day evaluations were admitted in the last 24 h, when the
+// site requires DP (max_epsilon: the metrics would leave outside any privacy budget), and
+// for the model type and parameter count as a TRAIN is. Round, epoch and secure-aggregation
+// limits are about training and do not apply.
 //
 // The rounds-per-day window counts the rounds this site admitted (record_round) in the last
 // 24 hours of the injected clock's steady time; it lives in memory, so a restarted daemon
@@ -59,6 +68,8 @@ struct SitePolicy {
   std::optional<std::uint32_t> max_rounds_per_day;
   bool require_secure_aggregation = false;
   std::optional<double> max_epsilon;  // set: DP required, ε at most this
+  bool allow_evaluation = true;
+  std::optional<std::uint32_t> max_evaluations_per_day;
   ServerAcceptance server;
 };
 
@@ -74,15 +85,17 @@ result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at
 // Why a request (or a server) was refused. The names (refusal_reason_name) are stable: they
 // are written to the audit log and begin the words of the ERROR sent to the server.
 enum class RefusalReason {
-  model_type,          // the model's type is not in allowed_model_types
-  parameter_count,     // more parameters than max_parameters
-  local_epochs,        // more local epochs than max_local_epochs
-  rounds_per_day,      // max_rounds_per_day rounds already admitted in the last 24 h
-  secure_aggregation,  // secure aggregation required, the run does not use it
-  dp_required,         // max_epsilon set, the run applies no differential privacy
-  epsilon,             // the run's ε is above max_epsilon
-  server_fingerprint,  // the server certificate's SHA-256 is not an accepted one
-  server_name,         // the server certificate's CN is not the accepted one
+  model_type,           // the model's type is not in allowed_model_types
+  parameter_count,      // more parameters than max_parameters
+  local_epochs,         // more local epochs than max_local_epochs
+  rounds_per_day,       // max_rounds_per_day rounds already admitted in the last 24 h
+  secure_aggregation,   // secure aggregation required, the run does not use it
+  dp_required,          // max_epsilon set, the run applies no differential privacy
+  epsilon,              // the run's ε is above max_epsilon
+  server_fingerprint,   // the server certificate's SHA-256 is not an accepted one
+  server_name,          // the server certificate's CN is not the accepted one
+  evaluation,           // allow_evaluation is false
+  evaluations_per_day,  // max_evaluations_per_day evaluations already admitted in the last 24 h
 };
 std::string_view refusal_reason_name(RefusalReason reason) noexcept;
 
@@ -112,6 +125,16 @@ class SitePolicyGate {
   std::optional<PolicyRefusal> admit(const protocol::TrainRequest& request,
                                      std::size_t parameter_count, Clock::steady_time now);
 
+  // Checks one EVALUATE request (see the file comment); `parameter_count` is the number of
+  // floats in its payload. Does not count it: admit_evaluation() does.
+  std::optional<PolicyRefusal> check_evaluation(const protocol::EvaluateRequest& request,
+                                                std::size_t parameter_count,
+                                                Clock::steady_time now) const;
+  // check_evaluation(), then counts the evaluation toward max_evaluations_per_day.
+  std::optional<PolicyRefusal> admit_evaluation(const protocol::EvaluateRequest& request,
+                                                std::size_t parameter_count,
+                                                Clock::steady_time now);
+
   // Checks the server's certificate against policy.server.
   std::optional<PolicyRefusal> check_server(const ServerIdentity& server) const;
 
@@ -119,10 +142,15 @@ class SitePolicyGate {
 
  private:
   std::size_t rounds_within_day(Clock::steady_time now) const;
+  // The model type and parameter count limits, shared by TRAIN and EVALUATE.
+  std::optional<PolicyRefusal> check_model(const nlohmann::json& model_spec,
+                                           std::size_t parameter_count) const;
 
   SitePolicy policy_;
   // Admission times of the last max_rounds_per_day rounds, oldest first (bounded).
   std::deque<Clock::steady_time> admitted_;
+  // The same for evaluations and max_evaluations_per_day.
+  std::deque<Clock::steady_time> evaluations_;
 };
 
 }  // namespace fedcore::client

@@ -105,6 +105,7 @@ Api::Api(ApiContext context, TokenVerifier tokens, StaticFiles files, AuthLimits
   detail::add_system_routes(router_, context_);
   detail::add_client_routes(router_, context_);
   detail::add_run_routes(router_, context_);
+  detail::add_evaluation_routes(router_, context_);
   detail::add_model_routes(router_, context_);
   detail::add_token_routes(router_, context_, tokens_);
   detail::add_audit_routes(router_, context_);

@@ -16,9 +16,10 @@ namespace fedcore::api::detail {
 
 void add_system_routes(Router& router,
                        ApiContext& context);  // health, info, metrics, openapi, events
-void add_client_routes(Router& router, ApiContext& context);  // clients
-void add_run_routes(Router& router, ApiContext& context);     // runs, rounds, results
-void add_model_routes(Router& router, ApiContext& context);   // model download
+void add_client_routes(Router& router, ApiContext& context);      // clients
+void add_run_routes(Router& router, ApiContext& context);         // runs, rounds, results
+void add_evaluation_routes(Router& router, ApiContext& context);  // federated evaluation
+void add_model_routes(Router& router, ApiContext& context);       // model download
 void add_token_routes(Router& router, ApiContext& context, TokenStore& tokens);  // tokens
 void add_audit_routes(Router& router, ApiContext& context);                      // audit
 

@@ -473,6 +473,36 @@ async function scenario() {
     await shot(page, '06-run-manual-finished');
   });
 
+  await step('the federated evaluation: a curve per round and each client\'s answer for a round', async () => {
+    // Every round of the manual run was evaluated by its three participants, after its
+    // aggregation; round 3's model is the final one.
+    await waitPoints(page, 'federated', 3);
+    const api = await apiCall('GET', `/api/v1/runs/${manualId}/evaluation`);
+    assert.equal(api.status, 200, api.text);
+    assert.deepEqual(api.json.items.map((e) => [e.round, e.final, e.clients.ok]), [[1, false, 3], [2, false, 3], [3, true, 3]]);
+    const rounds = await apiCall('GET', `/api/v1/runs/${manualId}/rounds`);
+    for (const e of api.json.items) {
+      const r = rounds.json.items.find((x) => x.round === e.round && x.state === 'committed');
+      assert.equal(e.accuracy, r.fed_eval_accuracy, `round ${e.round}: the curve is the round's recorded mean`);
+    }
+    const rows = page.locator('#evaluation-rounds tbody tr[data-round]');
+    assert.equal(await rows.count(), 3);
+    assert.match(await rows.nth(2).textContent(), /3 \(final\)/);
+    await page.selectOption('#round-select', '3');
+    await page.locator('#evaluation-table caption', { hasText: 'round 3' }).waitFor();
+    await page.locator('#evaluation-meta', { hasText: 'the final model' }).waitFor();
+    const clients = await page.locator('#evaluation-table tbody tr[data-client]').evaluateAll((trs) =>
+      trs.map((tr) => [tr.dataset.client, tr.dataset.status, tr.children[2].textContent.trim()]));
+    assert.deepEqual(clients.map((c) => c[0]).sort(), clientIds);
+    for (const [id, status, accuracy] of clients) {
+      assert.equal(status, 'ok', id);
+      assert.match(accuracy, /\d+(\.\d+)? ?%/, `${id} shows its accuracy (${accuracy})`);
+    }
+    const fed = await page.$eval('figure[data-chart="federated"] canvas', (c) => c.getAttribute('aria-label'));
+    assert.match(fed, /over 3 round/);
+    await shot(page, '06b-run-federated-evaluation');
+  });
+
   await step('an automatic run started from the form completes while the page watches', async () => {
     await page.click('a[data-nav="new-run"]');
     await page.locator('#run-form').waitFor();

@@ -114,6 +114,9 @@ export const api = {
   rounds: (id) => getAll(`/api/v1/runs/${encodeURIComponent(id)}/rounds`),
   results: (id, round) =>
     get(`/api/v1/runs/${encodeURIComponent(id)}/rounds/${encodeURIComponent(round)}/results`),
+  evaluation: (id) => get(`/api/v1/runs/${encodeURIComponent(id)}/evaluation`),
+  roundEvaluation: (id, round) =>
+    get(`/api/v1/runs/${encodeURIComponent(id)}/rounds/${encodeURIComponent(round)}/evaluation`),
   // Checks a token without storing it or triggering the global 401 handling.
   checkToken: (t) => request('GET', '/api/v1/info', { tokenOverride: t }),
   // The global model as a Blob (the download needs the Authorization header, so a plain

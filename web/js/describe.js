@@ -8,6 +8,7 @@ const runStateKinds = {
 };
 const resultKinds = { ok: 'ok', rejected: 'bad', timeout: 'warn', dropped: 'neutral' };
 const roundKinds = { committed: 'ok', failed: 'bad', running: 'info' };
+const evaluationKinds = { ok: 'ok', refused: 'warn', failed: 'bad', timeout: 'warn', offline: 'neutral', dropped: 'neutral' };
 
 const RUN_STATES = ['pending', 'running', 'paused', 'finished', 'failed', 'stopped'];
 
@@ -19,6 +20,11 @@ export function runBadge(state) {
 
 export function resultBadge(status) {
   return badge(status === 'timeout' ? 'timed out' : status, resultKinds[status] || 'neutral');
+}
+
+// What a client asked to evaluate a round's new model answered (GET .../evaluation).
+export function evaluationBadge(status) {
+  return badge(status === 'timeout' ? 'timed out' : status, evaluationKinds[status] || 'neutral');
 }
 
 export function roundBadge(state) {

@@ -1,13 +1,14 @@
 // One run: its state and progress, accuracy and loss per round (server and federated
-// evaluation), participation per round, the per-client results of a chosen round, and
-// the admin actions (stop; next round for manual runs; model download). Live events
+// evaluation), participation per round, the per-client results of a chosen round, the
+// federated evaluation (its curve per round and each client's answer for the chosen round),
+// and the admin actions (stop; next round for manual runs; model download). Live events
 // for this run reload the rounds, so the charts gain points without reloading the page.
 
 import { api } from '../api.js';
 import { coalesce } from '../events.js';
 import { badge, fill, h, setTitle, stat, table } from '../dom.js';
 import { ago, bytes, clock, compact, dash, dateTime, shortDateTime, metric, number, percent, seconds } from '../format.js';
-import { resultBadge, roundBadge, runActive, runBadge } from '../describe.js';
+import { evaluationBadge, resultBadge, roundBadge, runActive, runBadge } from '../describe.js';
 import { ParticipationChart, RoundLineChart, chartAvailable } from '../charts.js';
 
 export function mount(root, ctx) {
@@ -15,6 +16,7 @@ export function mount(root, ctx) {
   setTitle(`Run ${id}`);
   let run = null;
   let rounds = [];
+  let evaluation = [];  // GET .../evaluation items: the evaluated rounds' means and counts
   let info = null;
   let selected = ctx.query.has('round') ? Number(ctx.query.get('round')) : null;
   let followLatest = selected === null;
@@ -34,6 +36,10 @@ export function mount(root, ctx) {
   const accFigure = figure('accuracy', 'Accuracy per round', 'higher is better');
   const lossFigure = figure('loss', 'Loss per round', 'lower is better');
   const partFigure = figure('participation', 'Participation per round', 'clients per attempt');
+  const fedFigure = figure('federated', 'Federated evaluation per round', 'the new model on the sites\' test splits');
+  const fedRoundsBox = h('div#evaluation-rounds');
+  const fedClientsBox = h('div#evaluation-table');
+  const fedMeta = h('p.muted#evaluation-meta');
   const roundsBox = h('div#rounds-table');
   const roundSelect = h('select#round-select', { disabled: true });
   const resultsBox = h('div#results-table');
@@ -54,6 +60,11 @@ export function mount(root, ctx) {
       roundMeta, resultsBox,
       h('div.toolbar.download',
         h('label', { for: 'model-format' }, 'Global model after this round'), downloadFormat, downloadButton)),
+    h('section.panel#federated-evaluation', { 'aria-labelledby': 'evaluation-title' },
+      h('div.panel-head', h('h2#evaluation-title', 'Federated evaluation')),
+      h('p.muted', 'After a round is aggregated, its participants evaluate the new global model on their own test splits; the last round\'s model is evaluated by every client that took part in the run. Means are weighted by test samples.'),
+      h('div.chart-grid', fedFigure, fedRoundsBox),
+      h('h3#evaluation-clients-title', 'Clients in the selected round'), fedMeta, fedClientsBox),
     h('section.panel', { 'aria-labelledby': 'rounds-title' }, h('h2#rounds-title', 'Rounds'), roundsBox),
     h('section.panel', { 'aria-labelledby': 'config-title' }, h('h2#config-title', 'Configuration'), configBox));
 
@@ -78,9 +89,14 @@ export function mount(root, ctx) {
       describe: (rows) => describeMetric('Loss', rows, ['eval_loss', 'fed_eval_loss'], (v) => metric(v)),
     }));
     charts.push(new ParticipationChart(partFigure.querySelector('canvas'), { onPick: pick }));
+    charts.push(new RoundLineChart(fedFigure.querySelector('canvas'), {
+      yTitle: 'accuracy', yMin: 0, yMax: 1, onPick: pick,
+      series: [{ key: 'accuracy', label: 'federated accuracy (weighted mean)', color: '--series-2' }],
+      describe: (rows) => describeMetric('Federated accuracy', rows, ['accuracy'], percent),
+    }));
     ctx.cleanup(() => charts.forEach((c) => c.destroy()));
   } else {
-    for (const f of [accFigure, lossFigure, partFigure]) {
+    for (const f of [accFigure, lossFigure, partFigure, fedFigure]) {
       fill(f.querySelector('.chart-box'), h('p.muted', 'Charts need web/node_modules (run npm ci in web/). The tables below have the same numbers.'));
     }
   }
@@ -186,9 +202,73 @@ export function mount(root, ctx) {
       charts[0].update(rows);
       charts[1].update(rows);
       charts[2].update(rounds);
+      charts[3].update(evaluation);
     } else {
       accFigure.dataset.points = lossFigure.dataset.points = String(rows.length);
       partFigure.dataset.points = String(rounds.length);
+      fedFigure.dataset.points = String(evaluation.length);
+    }
+  }
+
+  // The evaluated rounds: the mean each committed with, and who answered how.
+  function renderEvaluationRounds() {
+    const count = (e, status) => (e.clients && e.clients[status]) || 0;
+    fill(fedRoundsBox, table({
+      caption: 'Federated evaluation per round',
+      columns: [
+        { label: 'Round', className: 'num', value: (e) => (e.final ? `${e.round} (final)` : e.round) },
+        { label: 'Accuracy', className: 'num', value: (e) => percent(e.accuracy) },
+        { label: 'Loss', className: 'num', value: (e) => metric(e.loss) },
+        { label: 'Test samples', className: 'num', value: (e) => (e.per_client ? number(e.samples) : 'sum only') },
+        { label: 'Evaluated', className: 'num', value: (e) => (e.per_client ? `${count(e, 'ok')} / ${Object.values(e.clients).reduce((a, b) => a + b, 0)}` : '') },
+        { label: 'Not evaluated', value: (e) => ['refused', 'failed', 'timeout', 'offline', 'dropped']
+          .filter((s) => count(e, s) > 0).map((s) => `${count(e, s)} ${s === 'timeout' ? 'timed out' : s}`).join(', ') },
+      ],
+      rows: evaluation,
+      rowAttrs: (e) => ({ dataset: { round: String(e.round) }, class: e.round === selected ? 'selected' : null }),
+      empty: run && run.config && run.config.federated_evaluation === false
+        ? 'Federated evaluation is off for this run.' : 'No round has been evaluated yet.',
+    }));
+    for (const tr of fedRoundsBox.querySelectorAll('tbody tr[data-round]')) {
+      tr.addEventListener('click', () => selectRound(Number(tr.dataset.round), true));
+    }
+  }
+
+  // Each client's answer for the selected round (only evaluated rounds are asked for).
+  async function renderEvaluationClients() {
+    const round = selected;
+    const summary = evaluation.find((e) => e.round === round);
+    if (!round || !summary) {
+      fedMeta.textContent = round ? `Round ${round} was not evaluated by the clients.` : '';
+      fill(fedClientsBox, null);
+      return;
+    }
+    if (!summary.per_client) {
+      fedMeta.textContent = `Round ${round}: secure aggregation; the sites sent only the sum of their metrics (accuracy ${percent(summary.accuracy)}).`;
+      fill(fedClientsBox, null);
+      return;
+    }
+    try {
+      const answer = await api.roundEvaluation(id, round);
+      if (!ctx.alive || round !== selected) return;
+      fedMeta.textContent = `Round ${round}${answer.final ? ' (the final model)' : ''}: weighted mean accuracy ${percent(answer.accuracy)}, loss ${metric(answer.loss)}.`;
+      fill(fedClientsBox, table({
+        caption: `Federated evaluation of round ${round}, per client`,
+        columns: [
+          { label: 'Client', value: (r) => r.client_id },
+          { label: 'Status', value: (r) => evaluationBadge(r.status) },
+          { label: 'Accuracy', className: 'num', value: (r) => percent(r.accuracy) },
+          { label: 'Loss', className: 'num', value: (r) => metric(r.loss) },
+          { label: 'Test samples', className: 'num', value: (r) => (r.status === 'ok' ? number(r.samples) : '') },
+          { label: 'Message', className: 'reason', value: (r) => r.message || '' },
+        ],
+        rows: answer.items,
+        rowAttrs: (r) => ({ dataset: { client: r.client_id, status: r.status } }),
+        empty: 'No client was asked to evaluate this round.',
+      }));
+    } catch (e) {
+      if (!ctx.alive) return;
+      fill(fedClientsBox, h('p.notice', { dataset: { kind: 'bad' } }, `Cannot load the evaluation of round ${round}: ${e.message}`));
     }
   }
 
@@ -250,7 +330,8 @@ export function mount(root, ctx) {
       ['Optimizer', c.optimizer ? compact(c.optimizer) : undefined],
       ['Round timeout', c.round_timeout_s !== undefined ? seconds(c.round_timeout_s) : undefined],
       ['Seed', c.seed],
-      ['Federated evaluation', c.federated_evaluation === undefined ? undefined : (c.federated_evaluation ? 'yes' : 'no')],
+      ['Federated evaluation', c.federated_evaluation === undefined ? undefined
+        : (c.federated_evaluation ? `yes${c.evaluate_every > 1 ? `, every ${c.evaluate_every} rounds and the last` : ''}` : 'no')],
       ['Server test set', c.server_test_set || undefined],
       ['On failed round', c.on_failed_round],
       ['Manual', run.manual ? 'yes: each round waits for an admin' : 'no'],
@@ -310,10 +391,11 @@ export function mount(root, ctx) {
       history.replaceState(null, '', `#/runs/${id}?${q}`);
     }
     roundSelect.value = String(round);
-    for (const tr of roundsBox.querySelectorAll('tbody tr[data-round]')) {
+    for (const tr of [...roundsBox.querySelectorAll('tbody tr[data-round]'), ...fedRoundsBox.querySelectorAll('tbody tr[data-round]')]) {
       tr.classList.toggle('selected', Number(tr.dataset.round) === round);
     }
     renderResults();
+    renderEvaluationClients();
   }
   roundSelect.addEventListener('change', () => selectRound(Number(roundSelect.value), true));
 
@@ -391,10 +473,12 @@ export function mount(root, ctx) {
   let firstLoad = true;
   async function load() {
     try {
-      const [newRun, newRounds, newInfo] = await Promise.all([api.run(id), api.rounds(id), api.info()]);
+      const [newRun, newRounds, newInfo, newEvaluation] = await Promise.all([
+        api.run(id), api.rounds(id), api.info(), api.evaluation(id)]);
       if (!ctx.alive) return;
       run = newRun;
       rounds = newRounds;
+      evaluation = newEvaluation.items;
       info = newInfo;
       const latest = rounds.length ? rounds.at(-1).round : null;
       const previousSelected = selected;
@@ -404,9 +488,13 @@ export function mount(root, ctx) {
       renderFlight();
       renderCharts();
       renderRounds();
+      renderEvaluationRounds();
       renderRoundSelect();
       renderConfig();
-      if (firstLoad || selected !== previousSelected || followLatest) renderResults();
+      if (firstLoad || selected !== previousSelected || followLatest) {
+        renderResults();
+        renderEvaluationClients();
+      }
       firstLoad = false;
     } catch (e) {
       if (firstLoad) ctx.fail(e, root);

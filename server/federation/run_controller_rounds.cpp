@@ -520,8 +520,7 @@ void RunController::commit_round() {
     end_run(store::RunState::paused, "cannot write checkpoint: " + checkpoint.error().message);
     return;
   }
-  auto committed =
-      env_.store.commit_round(report.record, report.results, *checkpoint, evaluations);
+  auto committed = env_.store.commit_round(report.record, report.results, *checkpoint, evaluations);
   if (!committed) {
     run.move(RoundEvent::commit_failed);
     end_run(store::RunState::paused, "cannot commit round " + std::to_string(round.number) + ": " +

@@ -61,10 +61,9 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   while (*names->step() == StepResult::row) {
     tables.push_back(names->column_text(0));
   }
-  EXPECT_EQ(tables, (std::vector<std::string>{"api_tokens", "audit_log", "checkpoints",
-                                              "client_results", "clients", "events",
-                                              "round_evaluations", "rounds", "run_feature_scales",
-                                              "runs"}));
+  EXPECT_EQ(tables, (std::vector<std::string>{
+                        "api_tokens", "audit_log", "checkpoints", "client_results", "clients",
+                        "events", "round_evaluations", "rounds", "run_feature_scales", "runs"}));
   auto mode = side.db().prepare("PRAGMA journal_mode");
   ASSERT_EQ(*mode->step(), StepResult::row);
   EXPECT_EQ(mode->column_text(0), "wal");

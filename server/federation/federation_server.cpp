@@ -86,7 +86,7 @@ struct FederationServer::Impl final : EventSink {
                                                : nullptr),
         sleeper(options.sleeper != nullptr ? *options.sleeper : *own_sleeper),
         controller(RunEnvironment{s, sessions, clock, entropy, *this, std::move(h),
-                                  options.checkpoint_dir}),
+                                  options.checkpoint_dir, nullptr, options.storage_retry}),
         table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
                                     options.max_unauthenticated_per_address}) {}
 
@@ -704,6 +704,7 @@ ServerStatus FederationServer::status() const {
   out.active_run_id = s.controller.active_run_id();
   out.active_round = s.controller.active_round();
   out.waiting_for_admin = s.controller.phase() == RunPhase::waiting_for_admin;
+  out.storage_hold = s.controller.storage_hold();
   out.online_clients = s.sessions.size();
   out.connections = s.connections;
   return out;

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@
 
 #include "server/federation/run_config.hpp"
 #include "server/federation/server_hooks.hpp"
+#include "server/federation/storage_fault.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/net/frame_channel.hpp"
 #include "shared/net/sleeper.hpp"
@@ -72,6 +74,9 @@ struct ServerOptions {
   // net::ManualSleeper to run an idle hour in microseconds. Must outlive the server.
   net::Sleeper* sleeper = nullptr;
   net::ChannelOptions channel;  // idle_timeout should exceed 3 heartbeats
+  // How a run that a full or read-only disk paused waits for its storage: probes from
+  // first_probe, doubling up to max_interval (storage_fault.hpp).
+  StorageRetry storage_retry{};
   // At most this many large updates (>= large_payload_bytes) are received at once; the
   // server's memory for uploads is this many model sizes, whatever the client count.
   std::size_t max_inflight_updates = 2;
@@ -96,6 +101,9 @@ struct ServerStatus {
   bool waiting_for_admin = false;  // manual run waiting for advance_round()
   std::size_t online_clients = 0;
   std::size_t connections = 0;  // open sockets, including those not yet HELLO'd
+  // The run a full or read-only disk paused, while it waits for its storage
+  // (storage_fault.hpp); its stored state may still say running.
+  std::optional<StorageHold> storage_hold;
 };
 
 // Bytes the federation listener moved, over all sessions past and present.

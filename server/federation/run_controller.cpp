@@ -70,6 +70,11 @@ result<std::int64_t> RunController::start_run(const RunConfig& config) {
     return fail(errc::failed_precondition,
                 "run " + std::to_string(active_->record.id) + " is still active");
   }
+  if (hold_) {
+    return fail(errc::failed_precondition, "run " + std::to_string(hold_->run_id) +
+                                               " waits for its storage (" + hold_->reason +
+                                               "); resume or stop it first");
+  }
   const auto now = env_.clock.wall_ms();
   auto run = env_.store.create_run(config.name, to_json_text(config), config.rounds, now);
   if (!run) {
@@ -119,6 +124,8 @@ result<void> RunController::resume_runs() {
       return marked.error();
     }
   }
+  // A run a full or read-only disk paused resumes by itself, across a restart too.
+  hold_paused_for_storage(*runs);
   return {};
 }
 
@@ -141,6 +148,9 @@ result<void> RunController::stop_run(std::int64_t run_id) {
       !saved) {
     return saved.error();
   }
+  if (hold_ && hold_->run_id == run_id) {
+    hold_.reset();  // no more probes: the admin has decided
+  }
   if (active) {
     if (active_->round) {
       spdlog::info("run {} round {}: abandoned, the run was stopped", run_id,
@@ -161,6 +171,10 @@ result<void> RunController::pause_run(std::int64_t run_id) {
   if (!run) {
     return run.error();
   }
+  if (hold_ && hold_->run_id == run_id) {
+    return fail(errc::failed_precondition,
+                "run " + std::to_string(run_id) + " is already paused: " + hold_->reason);
+  }
   if (!active_ || active_->record.id != run_id) {
     return fail(errc::failed_precondition, "run " + std::to_string(run_id) +
                                                " is not the active run (" +
@@ -179,6 +193,21 @@ result<void> RunController::resume_run(std::int64_t run_id) {
     return run.error();
   }
   const auto name = "run " + std::to_string(run_id);
+  if (hold_ && !stopping_) {
+    if (hold_->run_id != run_id) {
+      return fail(errc::failed_precondition, "run " + std::to_string(hold_->run_id) +
+                                                 " waits for its storage; resume or stop it first");
+    }
+    // A probe now, out of turn: the schedule of the next one stays.
+    auto resumed = resume_held_run("admin");
+    if (!resumed && hold_) {
+      ++hold_->probes;
+      hold_->last_probe_error = resumed.error().message;
+      return fail(errc::unavailable, name + " waits for its storage, which still refuses writes: " +
+                                         resumed.error().message);
+    }
+    return resumed;
+  }
   if (run->state != store::RunState::paused) {
     return fail(errc::failed_precondition,
                 name + " is " + std::string(store::to_string(run->state)) + ", not paused");
@@ -234,6 +263,7 @@ result<std::int64_t> RunController::advance_round(std::int64_t run_id) {
 
 void RunController::shutdown() {
   stopping_ = true;
+  hold_.reset();  // a restart holds it again (resume_runs) or resumes it (still running)
   if (active_ && active_->round) {
     spdlog::info("run {} round {}: abandoned by shutdown; it will be run again after a restart",
                  active_->record.id, active_->round->number);

@@ -30,6 +30,12 @@
 // checkpoint reference; nothing of an abandoned round (stop, shutdown) is stored, and a
 // restarted server resumes every running run from its last committed round.
 //
+// Storage faults (storage_fault.hpp): when the disk refuses the checkpoint or the commit
+// (full, read-only, I/O error), nothing of the round is recorded, the run is paused with a
+// reason such as "disk full: ..." and held: the controller probes the storage with a
+// doubling interval (an input of next_wakeup()) and resumes the run from its last
+// committed round once the storage takes writes again.
+//
 // Failures are never silent: every way a run ends is recorded in the store (state and
 // reason), logged, sent as a `run_ended` event and passed to ServerHooks::run_ended. An
 // unexpected exception while driving a run ends it as failed with the exception's text
@@ -49,6 +55,7 @@
 #include "server/federation/round_stage.hpp"
 #include "server/federation/run_config.hpp"
 #include "server/federation/server_hooks.hpp"
+#include "server/federation/storage_fault.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/protocol/frame.hpp"
 #include "shared/protocol/messages.hpp"
@@ -116,6 +123,8 @@ struct RunEnvironment {
   EventSink& events;
   ServerHooks hooks;
   std::string checkpoint_dir;
+  Disks* disks = nullptr;  // checkpoint files and storage probes; null: the real disks
+  StorageRetry storage_retry{};
 };
 
 enum class RunPhase {
@@ -136,7 +145,7 @@ class RunController {
   RunController& operator=(const RunController&) = delete;
 
   // Records the run (state running) and makes it active. Errors: failed_precondition
-  // while another run is active or after shutdown(); the store's errors.
+  // while another run is active or on storage hold, or after shutdown(); the store's errors.
   [[nodiscard]] result<std::int64_t> start_run(const RunConfig& config);
   // Makes the store's running run active again (after a crash or a restart): at most
   // one; others are marked paused with a reason, unreadable configs failed.
@@ -149,8 +158,10 @@ class RunController {
   // and the run is recorded as paused with the reason "paused by an admin". Errors:
   // not_found; failed_precondition when it is not the active run.
   [[nodiscard]] result<void> pause_run(std::int64_t run_id);
-  // Makes a paused run active again; it continues after its last committed round.
-  // Errors: not_found; failed_precondition when it is not paused or another run is active.
+  // Makes a paused run active again; it continues after its last committed round. A run
+  // on storage hold is probed first. Errors: not_found; failed_precondition when it is not
+  // paused or another run is active or on hold; unavailable (naming what the storage
+  // said) while the storage of a held run still refuses writes.
   [[nodiscard]] result<void> resume_run(std::int64_t run_id);
   // Manual runs wait before every round until this is called. Returns the number of the
   // round that will start. Errors: not_found; failed_precondition when the run is not
@@ -192,6 +203,8 @@ class RunController {
   // The round in flight (0 when none) and its stage.
   std::int64_t active_round() const noexcept;
   std::optional<RoundStage> round_stage() const noexcept;
+  // The run paused for its storage and waiting for a probe to pass, if any.
+  const std::optional<StorageHold>& storage_hold() const noexcept { return hold_; }
   // Selected in the round in flight and not yet answered.
   bool is_training(const std::string& client_id) const;
   // What a client's frame of `type` may carry now (its session's admission policy): an
@@ -235,6 +248,14 @@ class RunController {
   void record_secure_evaluation();
   void finish_round_attempt(bool committed);
   void end_run(store::RunState state, const std::string& why);
+  // Storage faults (run_controller_storage.cpp).
+  void pause_for_failed_write(const error& failure, FailedWrite what);
+  void hold_for_storage(const error& failure, FailedWrite what);
+  result<void> probe_storage(std::uint64_t bytes);
+  void retry_held_run();
+  result<void> resume_held_run(std::string_view by);
+  void hold_paused_for_storage(const std::vector<store::RunRecord>& runs);
+  Disks& disks() noexcept { return env_.disks != nullptr ? *env_.disks : real_disks_; }
   void event(std::string_view kind, std::optional<std::int64_t> run,
              std::optional<std::int64_t> round, std::string_view client_id,
              std::string detail_json = "{}");
@@ -245,6 +266,8 @@ class RunController {
   std::uint64_t generation_ = 0;  // counts activations: tells a hook's new run from the old
   bool stopping_ = false;
   bool polling_ = false;
+  std::optional<StorageHold> hold_;
+  RealDisks real_disks_;
 };
 
 }  // namespace fedcore::federation

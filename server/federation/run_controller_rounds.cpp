@@ -42,6 +42,9 @@ void RunController::poll() {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{polling_};
+  if (!active_ && hold_ && env_.clock.steady() >= hold_->next_probe) {
+    retry_held_run();  // a run paused for its storage: probe, and resume if it passes
+  }
   for (int steps = 0; active_ && step(); ++steps) {
     // Every step either waits (returns false) or moves a stage; a round has fewer than
     // ten stages, so this bound is never reached by a correct machine.
@@ -51,7 +54,7 @@ void RunController::poll() {
 
 std::optional<Clock::steady_time> RunController::next_wakeup() const {
   if (!active_) {
-    return std::nullopt;
+    return hold_ ? std::optional(hold_->next_probe) : std::nullopt;
   }
   switch (active_->phase) {
     case RunPhase::learning_schema:
@@ -514,17 +517,16 @@ void RunController::commit_round() {
     report.record.eval_loss = eval->loss;
     report.record.eval_accuracy = eval->accuracy;
   }
-  auto checkpoint = model.write_checkpoint(run.record.id, round.number);
+  auto checkpoint = model.write_checkpoint(run.record.id, round.number, &disks());
   if (!checkpoint) {
     run.move(RoundEvent::commit_failed);
-    end_run(store::RunState::paused, "cannot write checkpoint: " + checkpoint.error().message);
+    pause_for_failed_write(checkpoint.error(), FailedWrite::checkpoint_file);
     return;
   }
   auto committed = env_.store.commit_round(report.record, report.results, *checkpoint, evaluations);
   if (!committed) {
     run.move(RoundEvent::commit_failed);
-    end_run(store::RunState::paused, "cannot commit round " + std::to_string(round.number) + ": " +
-                                         committed.error().message);
+    pause_for_failed_write(committed.error(), FailedWrite::round_commit);
     return;
   }
   run.move(RoundEvent::committed);

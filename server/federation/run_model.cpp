@@ -133,13 +133,14 @@ std::optional<model::EvalReport> RunModel::evaluate_global() {
   return model::evaluate(evaluation->model, model::loss_for(spec), evaluation->test_set);
 }
 
-result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id,
-                                                        std::int64_t round) const {
+result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std::int64_t round,
+                                                        Disks* disks) const {
   const auto path = (run_dir / ("round-" + std::to_string(round) + ".fcp")).string();
   const auto bytes = model::encode_params(
       layout, *global,
       nlohmann::json{{"run", run_id}, {"round", round}, {"spec", nlohmann::json(spec)}}.dump());
-  if (auto written = model::write_file_atomically(path, bytes); !written) {
+  RealDisks real;
+  if (auto written = (disks != nullptr ? *disks : real).write_file(path, bytes); !written) {
     return written.error();
   }
   // The crc32 column identifies the file's content: the CRC-32 of every byte before the

@@ -15,6 +15,7 @@
 
 #include "server/federation/aggregate.hpp"
 #include "server/federation/run_config.hpp"
+#include "server/federation/storage_fault.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/model/eval_report.hpp"
 #include "shared/model/layout.hpp"
@@ -48,9 +49,12 @@ struct RunModel {
   // the federation's scale, or fitted on itself when every site uses its own.
   void scale_server_test_set(const protocol::FeatureScaling& scaling);
   // Writes the current global model as round `round`'s checkpoint, atomically and
-  // durably (model/param_io.hpp). Errors: io_error.
+  // durably (model/param_io.hpp), through `disks` (null: the real file system). A
+  // failure leaves no partial file under the checkpoint's name. Errors: those of
+  // Disks::write_file (io_error, not_found).
   [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,
-                                                              std::int64_t round) const;
+                                                              std::int64_t round,
+                                                              Disks* disks = nullptr) const;
 };
 
 // Completes the spec from one client's data schema when it lacks input shape or classes

@@ -205,6 +205,8 @@ class HistoryStore {
   // PRAGMA integrity_check over the whole file: true if it reports "ok", false if it
   // finds damage (or SQLite reports corruption while checking).
   result<bool> integrity_check();
+  // The file this store was opened on, as given to open() (":memory:" for none).
+  const std::string& path() const noexcept { return db_.path(); }
 
  private:
   explicit HistoryStore(Database db) noexcept : db_(std::move(db)) {}

@@ -142,7 +142,10 @@ result<void> write_file_atomically(const std::string& path, std::span<const std:
   if (written && ::fsync(fd) != 0) {
     written = fail(errc::io_error, os_error("cannot fsync", temp));
   }
-  ::close(fd);
+  if (::close(fd) != 0 && written) {
+    // NFS and some FUSE file systems report a full disk only when the file is closed.
+    written = fail(errc::io_error, os_error("cannot close", temp));
+  }
   if (!written) {
     ::unlink(temp.c_str());
     return written;
@@ -157,10 +160,17 @@ result<void> write_file_atomically(const std::string& path, std::span<const std:
   if (dir.empty()) {
     dir = ".";
   }
+  // A failure here is reported: the caller must not reference a file whose name may not
+  // survive a crash (the file stays, unreferenced, for the orphan sweep or the next
+  // write). EINVAL only says the file system does not sync directories.
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
-    ::fsync(dir_fd);
+    const bool synced = ::fsync(dir_fd) == 0 || errno == EINVAL;
+    const auto message = synced ? std::string() : os_error("cannot sync the directory of", path);
     ::close(dir_fd);
+    if (!synced) {
+      return fail(errc::io_error, message);
+    }
   }
   return {};
 }

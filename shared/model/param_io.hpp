@@ -56,6 +56,11 @@ result<void> export_npy(const std::string& dir, const ParamLayout& layout,
                         std::span<const float> params);
 
 // Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync of the directory).
+// Errors: not_found (no such directory); io_error for every other refusal (ENOSPC, EROFS,
+// EIO at create, write, fsync, close or rename), naming the file and the system's words.
+// A failure before the rename removes the temp file and leaves `path` as it was; a failed
+// directory sync leaves the complete new file at `path`, which the caller then must not
+// reference (it may not survive a crash).
 result<void> write_file_atomically(const std::string& path, std::span<const std::byte> bytes);
 
 }  // namespace fedcore::model

@@ -23,6 +23,7 @@
 #include "shared/util/assert.hpp"
 #include "shared/util/checksum.hpp"
 #include "shared/util/rng.hpp"
+#include "shared/util/test_point.hpp"
 
 namespace fedcore::federation {
 namespace {
@@ -214,6 +215,7 @@ void RunController::begin_round() {
   auto& round = *run.round;
   round.number = run.record.last_round + 1;
   round.started_ms = env_.clock.wall_ms();
+  test_point("round.begin", std::to_string(round.number));
 
   auto candidates = select_clients(round.number);
   if (!spend_privacy_budget(candidates)) {

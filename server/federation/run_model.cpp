@@ -12,6 +12,7 @@
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
 #include "shared/util/checksum.hpp"
+#include "shared/util/test_point.hpp"
 
 namespace fedcore::federation {
 namespace {
@@ -135,6 +136,7 @@ std::optional<model::EvalReport> RunModel::evaluate_global() {
 
 result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std::int64_t round,
                                                         Disks* disks) const {
+  test_point("checkpoint.begin", std::to_string(round));
   const auto path = (run_dir / ("round-" + std::to_string(round) + ".fcp")).string();
   const auto bytes = model::encode_params(
       layout, *global,
@@ -148,6 +150,7 @@ result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std
   // of the whole file: a CRC over a message followed by its own CRC is the same residue
   // for every message (0x2144DF1C = 558161692), so that column was one constant.
   const auto content = std::span<const std::byte>(bytes).first(bytes.size() - 4);
+  test_point("checkpoint.end", std::to_string(round));
   return store::CheckpointRef{path, static_cast<std::int64_t>(bytes.size()), crc32(content),
                               layout.fingerprint_hex()};
 }

@@ -3,6 +3,7 @@
 #include "server/store/detail/rows.hpp"
 #include "server/store/history_store.hpp"
 #include "server/store/schema.hpp"
+#include "shared/util/test_point.hpp"
 
 namespace fedcore::store {
 using namespace detail;
@@ -39,6 +40,13 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
   if (!transaction) {
     return in(what, transaction.error());
   }
+  // Where crash tests stop a commit (shared/util/test_point.hpp); inert in production.
+  const auto mark = [&](std::string_view point) {
+    if (state == RoundState::committed) {
+      test_point(point, std::to_string(round.round));
+    }
+  };
+  mark("round_commit.begin");
   auto run = get_run(round.run_id);
   if (!run) {
     return in(what, run.error());
@@ -181,9 +189,11 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
     }
   }
 
+  mark("round_commit.before_commit");
   if (auto ok = transaction->commit(); !ok) {
     return in(what, ok.error());
   }
+  mark("round_commit.end");
   return stored;
 }
 

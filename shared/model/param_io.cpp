@@ -15,6 +15,7 @@
 #include "shared/util/assert.hpp"
 #include "shared/util/byte_codec.hpp"
 #include "shared/util/checksum.hpp"
+#include "shared/util/test_point.hpp"
 
 namespace fedcore::model {
 namespace {
@@ -150,6 +151,7 @@ result<void> write_file_atomically(const std::string& path, std::span<const std:
     ::unlink(temp.c_str());
     return written;
   }
+  test_point("atomic_write.temp_synced", path);
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const auto message = os_error("cannot rename onto", path);
     ::unlink(temp.c_str());

@@ -29,6 +29,13 @@ void add_audit_routes(Router& router, ApiContext& context);                     
 nlohmann::json number_or_null(std::optional<double> v);
 nlohmann::json client_json(const store::ClientRecord& c, const federation::SessionInfo* session);
 nlohmann::json run_json(const store::RunRecord& r);
+// run_json, for a run that waits for its storage (federation/storage_fault.hpp) with state
+// paused, the hold's reason and a "storage" object; the store may not have been able to
+// record the pause.
+nlohmann::json run_view(const ApiContext& context, const store::RunRecord& r);
+// The hold as JSON: {"run_id","kind","reason","since_ms","recorded","failed_probes",
+// "last_probe_error","next_probe_in_s"}.
+nlohmann::json storage_hold_json(const federation::StorageHold& hold, const Clock& clock);
 nlohmann::json round_json(const store::RoundRecord& r);
 nlohmann::json result_json(const store::ClientResult& r);
 

@@ -139,6 +139,16 @@ std::string render_metrics(const MetricsSnapshot& s, const UpdateCounters& updat
   out +=
       "fedcore_round_duration_seconds_count " + std::to_string(s.round_durations_s.size()) + "\n";
 
+  header(out, "fedcore_storage_fault", "gauge",
+         "1 while a run waits for its storage after the disk refused a write, by kind.");
+  for (std::string_view kind : {"disk_full", "read_only", "io_error"}) {
+    out += "fedcore_storage_fault{kind=\"" + std::string(kind) + "\"} " +
+           (s.storage_fault == kind ? "1" : "0") + "\n";
+  }
+  header(out, "fedcore_storage_failed_probes", "gauge",
+         "Storage probes that failed since the run waiting for its storage was paused.");
+  out += "fedcore_storage_failed_probes " + std::to_string(s.storage_failed_probes) + "\n";
+
   header(out, "fedcore_uptime_seconds", "gauge", "Seconds since the server started.");
   out += "fedcore_uptime_seconds " + number(s.uptime_s) + "\n";
   return out;

@@ -33,6 +33,10 @@ struct MetricsSnapshot {
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   double uptime_s = 0;
+  // The kind code of the run held for its storage ("disk_full", "read_only", "io_error"),
+  // empty when none; and its failed probes so far.
+  std::string storage_fault;
+  std::int64_t storage_failed_probes = 0;
 };
 
 // The label value for a rejection or staleness reason text of the federation server, for

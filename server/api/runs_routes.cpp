@@ -79,7 +79,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
                if (!run) {
                  return error_response(run.error());
                }
-               auto response = json_reply(201, run_json(*run));
+               auto response = json_reply(201, run_view(ctx, *run));
                response.headers.emplace_back("Location", "/api/v1/runs/" + std::to_string(*id));
                return response;
              },
@@ -113,7 +113,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& r : *runs) {
       if (!wanted || r.state == *wanted) {
-        all.push_back(run_json(r));
+        all.push_back(run_view(ctx, r));
       }
     }
     return page_response(all, *page);
@@ -128,7 +128,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
       return error_response(id.error());
     }
     auto run = ctx.store.get_run(*id);
-    return run ? json_reply(200, run_json(*run)) : run_error(run.error(), *id);
+    return run ? json_reply(200, run_view(ctx, *run)) : run_error(run.error(), *id);
   });
 
   router.add("POST", "/api/v1/runs/{id}/stop",
@@ -141,7 +141,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
                  return run_error(stopped.error(), *id);
                }
                auto run = ctx.store.get_run(*id);
-               return run ? json_reply(200, run_json(*run)) : run_error(run.error(), *id);
+               return run ? json_reply(200, run_view(ctx, *run)) : run_error(run.error(), *id);
              },
              {.needs_token = true, .body_limit = kMaxJsonBody});
 
@@ -160,7 +160,7 @@ void add_run_routes(Router& router, ApiContext& ctx) {
                    return run_error(done.error(), *id);
                  }
                  auto run = ctx.store.get_run(*id);
-                 return run ? json_reply(200, run_json(*run)) : run_error(run.error(), *id);
+                 return run ? json_reply(200, run_view(ctx, *run)) : run_error(run.error(), *id);
                },
                {.needs_token = true, .body_limit = kMaxJsonBody});
   }

@@ -19,8 +19,15 @@ result<MetricsSnapshot> snapshot(ApiContext& ctx) {
   if (!runs) {
     return runs.error();
   }
+  const auto hold = ctx.federation.status().storage_hold;
+  if (hold) {
+    s.storage_fault = std::string(federation::storage_fault_code(hold->kind));
+    s.storage_failed_probes = hold->probes;
+  }
   for (const auto& run : *runs) {
-    ++s.runs_by_state[std::string(store::to_string(run.state))];
+    // A run held for its storage is paused, whatever the history could record.
+    const auto state = hold && hold->run_id == run.id ? store::RunState::paused : run.state;
+    ++s.runs_by_state[std::string(store::to_string(state))];
     auto rounds = ctx.store.list_rounds(run.id);
     if (!rounds) {
       return rounds.error();
@@ -57,16 +64,19 @@ void add_system_routes(Router& router, ApiContext& ctx) {
     }
     const auto status = ctx.federation.status();
     return json_reply(
-        200, {{"version", api_version()},
-              {"uptime_s", uptime_s(ctx)},
-              {"listeners", {{"federation", ctx.federation_listener}, {"api", ctx.api_listener}}},
-              {"run_active", status.run_active},
-              {"active_run_id", status.active_run_id == 0 ? nlohmann::json(nullptr)
-                                                          : nlohmann::json(status.active_run_id)},
-              {"active_round", status.active_round == 0 ? nlohmann::json(nullptr)
-                                                        : nlohmann::json(status.active_round)},
-              {"waiting_for_admin", status.waiting_for_admin},
-              {"online_clients", status.online_clients}});
+        200,
+        {{"version", api_version()},
+         {"uptime_s", uptime_s(ctx)},
+         {"listeners", {{"federation", ctx.federation_listener}, {"api", ctx.api_listener}}},
+         {"run_active", status.run_active},
+         {"active_run_id", status.active_run_id == 0 ? nlohmann::json(nullptr)
+                                                     : nlohmann::json(status.active_run_id)},
+         {"active_round",
+          status.active_round == 0 ? nlohmann::json(nullptr) : nlohmann::json(status.active_round)},
+         {"waiting_for_admin", status.waiting_for_admin},
+         {"online_clients", status.online_clients},
+         {"storage", status.storage_hold ? storage_hold_json(*status.storage_hold, clock_of(ctx))
+                                         : nlohmann::json(nullptr)}});
   });
 
   router.add("GET", "/api/v1/openapi.json", [](const Request& req, const PathParams&) {

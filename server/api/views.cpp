@@ -1,4 +1,5 @@
 // JSON views of the store's records and the request helpers every resource uses.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -55,6 +56,31 @@ nlohmann::json run_json(const store::RunRecord& r) {
           {"created_ms", r.created_ms},
           {"updated_ms", r.updated_ms},
           {"config", std::move(config)}};
+}
+
+nlohmann::json storage_hold_json(const federation::StorageHold& hold, const Clock& clock) {
+  const auto until_probe = std::chrono::duration<double>(hold.next_probe - clock.steady()).count();
+  return {{"run_id", hold.run_id},
+          {"kind", federation::storage_fault_code(hold.kind)},
+          {"reason", hold.reason},
+          {"since_ms", hold.since_ms},
+          {"recorded", hold.recorded},
+          {"failed_probes", hold.probes},
+          {"last_probe_error", hold.last_probe_error},
+          {"next_probe_in_s", std::max(until_probe, 0.0)}};
+}
+
+nlohmann::json run_view(const ApiContext& context, const store::RunRecord& r) {
+  const auto hold = context.federation.status().storage_hold;
+  if (!hold || hold->run_id != r.id) {
+    return run_json(r);
+  }
+  auto held = r;
+  held.state = store::RunState::paused;
+  held.error = hold->reason;
+  auto out = run_json(held);
+  out["storage"] = storage_hold_json(*hold, clock_of(context));
+  return out;
 }
 
 nlohmann::json round_json(const store::RoundRecord& r) {

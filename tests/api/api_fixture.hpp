@@ -38,6 +38,10 @@ struct FixtureOptions {
   std::vector<std::string> client_ids = {"hospital-a", "hospital-b"};
   // Applied to the ApiServer options (timeouts, caps) before it starts.
   std::function<void(ApiServerOptions&)> tune{};
+  // Where the history (fedcore.db) and the checkpoints live; empty: the fixture's folder.
+  std::string data_dir{};
+  // Applied to the federation server's options before it is created.
+  std::function<void(federation::ServerOptions&)> tune_federation{};
 };
 
 inline void write_text(const std::filesystem::path& path, const std::string& text) {
@@ -65,14 +69,19 @@ class ApiFixture {
       EXPECT_EQ(made.status, 0) << made.output;
     }
     make_web_root();
-    auto store = store::HistoryStore::open(dir_.path("fedcore.db"));
+    const std::filesystem::path data =
+        options.data_dir.empty() ? dir_.root() : std::filesystem::path(options.data_dir);
+    auto store = store::HistoryStore::open((data / "fedcore.db").string());
     EXPECT_TRUE(store) << store.error().to_string();
     store_.emplace(std::move(*store));
 
     federation::ServerOptions fed;
     fed.tls = pki_.server_config();
-    fed.checkpoint_dir = dir_.path("checkpoints");
+    fed.checkpoint_dir = (data / "checkpoints").string();
     fed.heartbeat_seconds = 1;
+    if (options.tune_federation) {
+      options.tune_federation(fed);
+    }
     federation::ServerHooks hooks;
     hooks.round_committed = [this](std::int64_t, const store::RoundRecord&) {
       notify([&] { ++rounds_committed_; });

@@ -350,7 +350,10 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     }
   } count_traffic{ended_sessions_traffic, channel};
   const auto idle = options.channel.idle_timeout;
-  channel.set_timeouts(options.hello_timeout, options.channel.transfer_timeout);
+  // HELLO's first byte within hello_timeout, and the rest within as long again: with the
+  // transfer timeout (60 s) a peer trickling its header a byte at a time held an anonymous
+  // slot for a minute (tests/federation/storm_test.cpp).
+  channel.set_timeouts(options.hello_timeout, options.hello_timeout);
   // Memory is earned: before HELLO a peer may send nothing but a small HELLO.
   channel.set_admission([](const protocol::FrameHeader& header) {
     if (header.type != protocol::MessageType::hello) {

@@ -11,7 +11,8 @@
 //
 // Clients connect over mutual TLS 1.3 (tls/context.hpp); a client's identity is the CN
 // of its certificate, never a field of a message. After the handshake a client has
-// `hello_timeout` to say HELLO; then it must send something (heartbeats) at least every
+// `hello_timeout` to start its HELLO and as long again to finish it (the handshake has
+// `handshake_timeout`); then it must send something (heartbeats) at least every
 // `channel.idle_timeout`. A second connection under the same identity replaces the
 // first (logged). Every connection's failure (handshake refused, bad frame, deadline)
 // ends that connection only.

@@ -206,6 +206,9 @@ int main(int argc, char** argv) {
     api_options.key_file = options.tls.key_file;
     api_options.tokens = api_config.tokens;
     api_options.max_connections = api_config.max_connections;
+    api_options.handshake_timeout = api_config.handshake_timeout;
+    api_options.request_timeout = api_config.request_timeout;
+    api_options.idle_timeout = api_config.idle_timeout;
     api_options.federation_listener = options.listen_address + ":" + std::to_string(*bound);
     auto created = fedcore::api::ApiServer::create(io, api_options, **server, *store);
     if (!created) {

@@ -87,6 +87,14 @@ result<void> replace_file(const std::string& path, const std::string& text, mode
   return {};
 }
 
+// A deadline for one step of a new connection, in whole seconds (1 s .. 1 h).
+template <class Duration>
+void seconds(StrictObject& o, const char* key, Duration& target) {
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(target).count();
+  o.integer(key, s, {1, 3600});
+  target = std::chrono::seconds(s);
+}
+
 }  // namespace
 
 result<ApiConfig> parse_api_config(const json& j) {
@@ -94,13 +102,18 @@ result<ApiConfig> parse_api_config(const json& j) {
 }
 
 result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
-  StrictObject o(j, at, {"enabled", "listen", "port", "web_root", "max_connections", "tokens"});
+  StrictObject o(j, at,
+                 {"enabled", "listen", "port", "web_root", "max_connections", "tokens",
+                  "handshake_timeout_s", "request_timeout_s", "idle_timeout_s"});
   ApiConfig c;
   o.boolean("enabled", c.enabled);
   o.string("listen", c.listen_address, {.min_size = 1, .max_size = 255});
   o.integer("port", c.port, {0, 65535});
   o.string("web_root", c.web_root, kPath);
   o.integer("max_connections", c.max_connections, {1, 100000});
+  seconds(o, "handshake_timeout_s", c.handshake_timeout);
+  seconds(o, "request_timeout_s", c.request_timeout);
+  seconds(o, "idle_timeout_s", c.idle_timeout);
   if (o.ok() && o.has("tokens")) {
     auto tokens = tokens_from_json(*o.find("tokens"), o.at("tokens"));
     if (o.take(tokens)) {
@@ -114,10 +127,11 @@ result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
 }
 
 result<ServerConfig> parse_server_config(const json& j) {
-  StrictObject o(j, kRoot,
-                 {"listen", "port", "database", "checkpoint_dir", "max_connections",
-                  "max_unauthenticated", "max_unauthenticated_per_address", "max_inflight_updates",
-                  "crl_poll_s", "heartbeat_seconds", "idle_timeout_s", "tls", "api"});
+  StrictObject o(
+      j, kRoot,
+      {"listen", "port", "database", "checkpoint_dir", "max_connections", "max_unauthenticated",
+       "max_unauthenticated_per_address", "max_inflight_updates", "crl_poll_s", "heartbeat_seconds",
+       "idle_timeout_s", "handshake_timeout_s", "hello_timeout_s", "tls", "api"});
   ServerConfig c;
   auto& f = c.federation;
   o.string("listen", f.listen_address, {.min_size = 1, .max_size = 255});
@@ -135,6 +149,8 @@ result<ServerConfig> parse_server_config(const json& j) {
   auto idle_s = std::chrono::duration_cast<std::chrono::seconds>(f.channel.idle_timeout).count();
   o.integer("idle_timeout_s", idle_s, {1, 86400});
   f.channel.idle_timeout = std::chrono::seconds(idle_s);
+  seconds(o, "handshake_timeout_s", f.handshake_timeout);
+  seconds(o, "hello_timeout_s", f.hello_timeout);
   // Clients send a heartbeat every heartbeat_seconds; a read that gives up sooner than
   // three of them drops healthy sessions.
   if (o.ok() && idle_s <= 3 * static_cast<std::int64_t>(f.heartbeat_seconds)) {

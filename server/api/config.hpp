@@ -7,6 +7,7 @@
 //    "max_connections": 1024,
 //    "heartbeat_seconds": 5,                     // told to clients in WELCOME
 //    "idle_timeout_s": 120,                      // must exceed 3 heartbeats
+//    "handshake_timeout_s": 10, "hello_timeout_s": 10,  // a new connection's deadlines
 //    "tls": {"ca": "ca.pem", "cert": "server.pem", "key": "server.key", "crl": "crl.pem"},
 //    "api": {
 //      "enabled": true,              // false: no admin listener
@@ -14,6 +15,7 @@
 //      "port": 8443,                 // 0 = any free port
 //      "web_root": "web",            // the dashboard's files (docs/api.md)
 //      "max_connections": 256,
+//      "handshake_timeout_s": 10, "request_timeout_s": 10, "idle_timeout_s": 30,
 //      "tokens": [{"name": "alice", "sha256": "<64 hex>", "created_ms": 1763700000000}]
 //    }}
 //
@@ -26,6 +28,7 @@
 // config's `tls` section); it asks clients for no certificate.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -47,6 +50,11 @@ struct ApiConfig {
   std::string web_root;  // empty: the server's default (./web, or beside the binary)
   std::size_t max_connections = 256;
   std::vector<TokenEntry> tokens;
+  // A connection's TLS handshake, its request (first byte to last header byte) and the
+  // wait between keep-alive requests (api_server.hpp).
+  std::chrono::seconds handshake_timeout{10};
+  std::chrono::seconds request_timeout{10};
+  std::chrono::seconds idle_timeout{30};
 };
 
 // Reads the `api` object (absent keys keep their defaults). Errors: invalid_argument

@@ -33,8 +33,10 @@ std::string readme_example(const std::string& name) {
 TEST(ServerConfig, ReadsEveryKey) {
   auto c = parse_server_config_text(R"({"listen": "0.0.0.0", "port": 7500, "database": "h.db",
       "checkpoint_dir": "ck", "max_connections": 64, "heartbeat_seconds": 2, "idle_timeout_s": 30,
+      "handshake_timeout_s": 3, "hello_timeout_s": 4,
       "tls": {"ca": "ca.pem", "cert": "s.pem", "key": "s.key", "crl": "crl.pem"},
-      "api": {"port": 0, "enabled": false}})");
+      "api": {"port": 0, "enabled": false, "handshake_timeout_s": 5, "request_timeout_s": 6,
+              "idle_timeout_s": 7}})");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->federation.listen_address, "0.0.0.0");
   EXPECT_EQ(c->federation.port, 7500);
@@ -43,6 +45,11 @@ TEST(ServerConfig, ReadsEveryKey) {
   EXPECT_EQ(c->federation.max_connections, 64u);
   EXPECT_EQ(c->federation.heartbeat_seconds, 2u);
   EXPECT_EQ(c->federation.channel.idle_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(c->federation.handshake_timeout, std::chrono::seconds(3));
+  EXPECT_EQ(c->federation.hello_timeout, std::chrono::seconds(4));
+  EXPECT_EQ(c->api.handshake_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(c->api.request_timeout, std::chrono::seconds(6));
+  EXPECT_EQ(c->api.idle_timeout, std::chrono::seconds(7));
   EXPECT_EQ(c->federation.tls.crl_file, "crl.pem");
   EXPECT_EQ(c->api.port, 0);
   EXPECT_FALSE(c->api.enabled);
@@ -52,6 +59,8 @@ TEST(ServerConfig, ReadsEveryKey) {
   EXPECT_EQ(empty->federation.port, 7443);
   EXPECT_EQ(empty->database, "fedcore.db");
   EXPECT_EQ(empty->api.port, 8443);
+  EXPECT_EQ(empty->federation.handshake_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(empty->api.request_timeout, std::chrono::seconds(10));
 }
 
 TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
@@ -64,7 +73,12 @@ TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
       {R"({"colour": 1})",
        "server config: unknown key 'colour' (known keys: listen, port, database, checkpoint_dir, "
        "max_connections, max_unauthenticated, max_unauthenticated_per_address, "
-       "max_inflight_updates, crl_poll_s, heartbeat_seconds, idle_timeout_s, tls, api)"},
+       "max_inflight_updates, crl_poll_s, heartbeat_seconds, idle_timeout_s, "
+       "handshake_timeout_s, hello_timeout_s, tls, api)"},
+      {R"({"hello_timeout_s": 0})",
+       "server config: 'hello_timeout_s' must be an integer in [1, 3600], got 0"},
+      {R"({"api": {"request_timeout_s": 3601}})",
+       "server config: 'api.request_timeout_s' must be an integer in [1, 3600], got 3601"},
       {R"({"port": "7443"})",
        "server config: 'port' must be an integer in [0, 65535], got \"7443\""},
       {R"({"port": 70000})", "server config: 'port' must be an integer in [0, 65535], got 70000"},

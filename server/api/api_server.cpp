@@ -45,6 +45,8 @@ using Stream = beast::ssl_stream<beast::tcp_stream>;
 using boost::system::error_code;
 
 constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+// Connections taken from the backlog per accept completion (net::accept_waiting).
+constexpr std::size_t kAcceptBatch = 64;
 
 // No inline script or style, nothing from elsewhere, no framing (docs/api.md).
 constexpr const char* kContentSecurityPolicy =
@@ -90,7 +92,10 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
             TokenVerifier(options.tokens), StaticFiles(options.web_root), options.auth_limits),
         table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
                                     options.max_unauthenticated_per_address,
-                                    options.max_connections_per_address}) {}
+                                    options.max_connections_per_address}),
+        room(io_context) {
+    table.set_room_callback([this] { room.cancel(); });
+  }
 
   struct Connection {
     beast::tcp_stream* socket = nullptr;
@@ -106,12 +111,15 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
   Api api;
   std::optional<std::uint64_t> subscription;
   net::ConnectionTable table;
+  asio::steady_timer room;  // the accept loop's wait while `table` is full
   LogThrottle throttle{std::chrono::seconds(10)};
   std::map<std::uint64_t, Connection> connections;
   std::uint64_t next_connection = 1;
   bool stopping = false;
 
   asio::awaitable<void> accept_loop();
+  // A slot in `table` and a serving coroutine, or closed at once.
+  void admit(tcp::socket socket, std::chrono::steady_clock::time_point now);
   asio::awaitable<void> serve(tcp::socket socket, std::uint64_t id,
                               net::ConnectionTable::Ticket ticket);
   asio::awaitable<bool> write_response(Stream& stream, Response r, unsigned version,
@@ -125,6 +133,13 @@ asio::awaitable<void> ApiServer::Impl::accept_loop() {
   std::chrono::milliseconds pause{0};
   asio::steady_timer pause_timer(io);
   while (!stopping) {
+    if (!table.has_room()) {
+      // At the connection limits new connections wait in the backlog, in arrival order,
+      // until a slot is given back (net/connection_table.hpp); bounded, for shutdown.
+      room.expires_after(std::chrono::milliseconds(250));
+      co_await room.async_wait(kNoThrow);
+      continue;
+    }
     auto [ec, socket] = co_await acceptor.async_accept(kNoThrow);
     const auto now = std::chrono::steady_clock::now();
     if (ec) {
@@ -145,31 +160,39 @@ asio::awaitable<void> ApiServer::Impl::accept_loop() {
       continue;
     }
     pause = std::chrono::milliseconds(0);
-    error_code ignored;
-    const auto address = socket.remote_endpoint(ignored).address().to_string();
-    auto ticket = table.admit(address);
-    if (!ticket) {
-      if (auto suppressed = throttle.admit("refused:" + address, now)) {
-        spdlog::warn("admin API: refusing a connection from {}: {}{}", address,
-                     ticket.error().message, suppressed_suffix(*suppressed));
-      }
-      socket.close(ec);
-      continue;
-    }
-    const auto id = next_connection++;
-    connections[id] = Connection{};
-    asio::co_spawn(io, serve(std::move(socket), id, std::move(*ticket)),
-                   [self, id](std::exception_ptr e) {
-                     self->connections.erase(id);
-                     if (e) {
-                       try {
-                         std::rethrow_exception(e);
-                       } catch (const std::exception& ex) {
-                         spdlog::error("admin API connection {}: {}", id, ex.what());
-                       }
-                     }
-                   });
+    admit(std::move(socket), now);
+    net::accept_waiting(acceptor, kAcceptBatch, [this, now](tcp::socket more) {
+      admit(std::move(more), now);
+      return table.has_room();
+    });
   }
+}
+
+void ApiServer::Impl::admit(tcp::socket socket, std::chrono::steady_clock::time_point now) {
+  error_code ignored;
+  const auto address = socket.remote_endpoint(ignored).address().to_string();
+  auto ticket = table.admit(address);
+  if (!ticket) {
+    if (auto suppressed = throttle.admit("refused:" + address, now)) {
+      spdlog::warn("admin API: refusing a connection from {}: {}{}", address,
+                   ticket.error().message, suppressed_suffix(*suppressed));
+    }
+    socket.close(ignored);
+    return;
+  }
+  const auto id = next_connection++;
+  connections[id] = Connection{};
+  asio::co_spawn(io, serve(std::move(socket), id, std::move(*ticket)),
+                 [self = shared_from_this(), id](std::exception_ptr e) {
+                   self->connections.erase(id);
+                   if (e) {
+                     try {
+                       std::rethrow_exception(e);
+                     } catch (const std::exception& ex) {
+                       spdlog::error("admin API connection {}: {}", id, ex.what());
+                     }
+                   }
+                 });
 }
 
 asio::awaitable<bool> ApiServer::Impl::write_response(Stream& stream, Response r, unsigned version,
@@ -465,6 +488,7 @@ void ApiServer::shutdown() {
   }
   error_code ignored;
   s.acceptor.close(ignored);
+  s.room.cancel();
   s.close_all();
 }
 

@@ -4,7 +4,8 @@
 // connection alive; GET /api/v1/events turns the connection into an event stream fed
 // by FederationServer::subscribe_events (events.hpp).
 //
-// Bounds (docs/engineering.md R1, R3): a connection cap (extra connections are closed at
+// Bounds (docs/engineering.md R1, R3): a connection cap (at it, new connections wait in
+// the kernel's backlog until a slot is free; over a per-address cap they are closed at
 // once); a TLS handshake deadline; a request deadline from the first byte of a request
 // to its last (a client that trickles headers is cut off); an idle deadline between
 // keep-alive requests; a write deadline; an 8 KiB header limit (431) and per-route body

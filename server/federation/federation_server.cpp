@@ -36,6 +36,8 @@ using net::TlsStream;
 namespace {
 
 constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+// Connections taken from the backlog per accept completion (net::accept_waiting).
+constexpr std::size_t kAcceptBatch = 64;
 // A HELLO names the client's schema, capabilities and software: a few hundred bytes.
 constexpr std::uint32_t kMaxHelloMetadata = 16 * 1024;
 
@@ -88,7 +90,10 @@ struct FederationServer::Impl final : EventSink {
         controller(RunEnvironment{s, sessions, clock, entropy, *this, std::move(h),
                                   options.checkpoint_dir, nullptr, options.storage_retry}),
         table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
-                                    options.max_unauthenticated_per_address}) {}
+                                    options.max_unauthenticated_per_address}),
+        room(io_context) {
+    table.set_room_callback([this] { room.cancel(); });
+  }
 
   asio::io_context& io;
   ServerOptions options;
@@ -105,6 +110,7 @@ struct FederationServer::Impl final : EventSink {
   net::Sleeper& sleeper;  // the heartbeat loops' clock
   RunController controller;
   net::ConnectionTable table;  // sockets from the listener
+  asio::steady_timer room;     // the accept loop's wait while `table` is full
   LogThrottle throttle{std::chrono::seconds(10)};
   std::size_t connections = 0;
   std::uint64_t next_serial = 1;
@@ -163,6 +169,7 @@ struct FederationServer::Impl final : EventSink {
   }
 
   asio::awaitable<void> accept_loop();
+  void admit(tcp::socket socket);  // a slot in `table` and a session, or closed at once
   asio::awaitable<void> watch_crl();
   result<std::size_t> reload_revocations();
   asio::awaitable<void> serve(tcp::socket socket, net::ConnectionTable::Ticket ticket);
@@ -242,6 +249,13 @@ asio::awaitable<void> FederationServer::Impl::accept_loop() {
   std::chrono::milliseconds pause{0};
   asio::steady_timer pause_timer(io);
   while (!stopping) {
+    if (!table.has_room()) {
+      // At the connection limits new connections wait in the backlog, in arrival order,
+      // until a slot is given back (net/connection_table.hpp); bounded, for shutdown.
+      room.expires_after(std::chrono::milliseconds(250));
+      co_await room.async_wait(kNoThrow);
+      continue;
+    }
     auto [ec, socket] = co_await acceptor.async_accept(kNoThrow);
     if (ec) {
       if (stopping || ec == asio::error::operation_aborted) {
@@ -259,18 +273,26 @@ asio::awaitable<void> FederationServer::Impl::accept_loop() {
       continue;
     }
     pause = std::chrono::milliseconds(0);
-    error_code ignored;
-    const auto address = socket.remote_endpoint(ignored).address().to_string();
-    auto ticket = table.admit(address);
-    if (!ticket) {
-      if (auto suppressed = throttle.admit("refused:" + address, clock.steady())) {
-        spdlog::warn("refusing a connection from {}: {}{}", address, ticket.error().message,
-                     suppressed_suffix(*suppressed));
-      }
-      continue;  // the socket closes as it goes out of scope
-    }
-    asio::co_spawn(io, serve(std::move(socket), std::move(*ticket)), log_session_exception);
+    admit(std::move(socket));
+    net::accept_waiting(acceptor, kAcceptBatch, [this](tcp::socket more) {
+      admit(std::move(more));
+      return table.has_room();
+    });
   }
+}
+
+void FederationServer::Impl::admit(tcp::socket socket) {
+  error_code ignored;
+  const auto address = socket.remote_endpoint(ignored).address().to_string();
+  auto ticket = table.admit(address);
+  if (!ticket) {
+    if (auto suppressed = throttle.admit("refused:" + address, clock.steady())) {
+      spdlog::warn("refusing a connection from {}: {}{}", address, ticket.error().message,
+                   suppressed_suffix(*suppressed));
+    }
+    return;  // the socket closes as it goes out of scope
+  }
+  asio::co_spawn(io, serve(std::move(socket), std::move(*ticket)), log_session_exception);
 }
 
 asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket,
@@ -651,6 +673,7 @@ void FederationServer::shutdown() {
   s.controller.shutdown();
   s.wakeup.cancel();
   s.crl_tick.cancel();
+  s.room.cancel();
   s.options.channel.payload_gate->close();
   for (const auto& [id, session] : s.sessions.all()) {
     session->link->close();

@@ -74,6 +74,7 @@ void ConnectionTable::Ticket::authenticated() noexcept {
       it != table_->anonymous_by_address_.end() && --it->second == 0) {
     table_->anonymous_by_address_.erase(it);
   }
+  table_->room_given_back();
 }
 
 void ConnectionTable::Ticket::release() noexcept {
@@ -86,7 +87,14 @@ void ConnectionTable::Ticket::release() noexcept {
       it != table_->open_by_address_.end() && --it->second == 0) {
     table_->open_by_address_.erase(it);
   }
+  table_->room_given_back();
   table_ = nullptr;
+}
+
+void ConnectionTable::room_given_back() noexcept {
+  if (room_callback_ && has_room()) {
+    room_callback_();
+  }
 }
 
 }  // namespace fedcore::net

@@ -16,10 +16,18 @@
 // Ticket::authenticated(); the ticket gives its slot back when it goes. The listener's
 // own deadline (handshake, HELLO) frees a slot nobody earns.
 //
+// At the totals (max_open, max_unauthenticated) a listener stops accepting until a slot
+// is given back (has_room, the room callback), as HAProxy and nginx do at their
+// connection limits: new connections wait in the kernel's backlog in arrival order. Had
+// they been accepted and refused, every peer would reconnect at once and a legitimate
+// one would win a slot only by lottery (tests/federation/storm_test.cpp). A peer over a
+// per-address limit is refused at once: it is the one holding too much.
+//
 // Thread safety: none; the table and its tickets belong to one io_context thread.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -67,6 +75,16 @@ class ConnectionTable {
   // resource_exhausted naming the limit that is full. The table must outlive the ticket.
   result<Ticket> admit(const std::string& address);
 
+  // Whether a connection from an address with nothing open could be admitted now: both
+  // totals are below their limits.
+  bool has_room() const noexcept {
+    return open_ < limits_.max_open && anonymous_ < limits_.max_unauthenticated;
+  }
+  // Called whenever a ticket gives back a slot (its anonymous one, or its whole slot) and
+  // the table has room; a listener waiting for room wakes on it. Must not admit or release
+  // from inside the call.
+  void set_room_callback(std::function<void()> callback) { room_callback_ = std::move(callback); }
+
   std::size_t open() const noexcept { return open_; }
   std::size_t unauthenticated() const noexcept { return anonymous_; }
   std::size_t unauthenticated_from(const std::string& address) const;
@@ -74,11 +92,14 @@ class ConnectionTable {
   const ConnectionLimits& limits() const noexcept { return limits_; }
 
  private:
+  void room_given_back() noexcept;
+
   ConnectionLimits limits_;
   std::size_t open_ = 0;
   std::size_t anonymous_ = 0;
   std::map<std::string, std::size_t> anonymous_by_address_;
   std::map<std::string, std::size_t> open_by_address_;
+  std::function<void()> room_callback_;
 };
 
 }  // namespace fedcore::net

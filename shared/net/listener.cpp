@@ -33,6 +33,23 @@ result<std::uint16_t> open_listener(tcp::acceptor& acceptor, const std::string& 
   return acceptor.local_endpoint().port();
 }
 
+std::size_t accept_waiting(tcp::acceptor& acceptor, std::size_t max,
+                           const std::function<bool(tcp::socket)>& take) {
+  boost::system::error_code ec;
+  acceptor.non_blocking(true, ec);  // only this synchronous accept: async ones never block
+  std::size_t taken = 0;
+  bool more = true;
+  while (more && !ec && taken < max) {
+    tcp::socket socket(acceptor.get_executor());
+    acceptor.accept(socket, ec);
+    if (!ec) {
+      ++taken;
+      more = take(std::move(socket));
+    }
+  }
+  return taken;
+}
+
 bool is_resource_shortage(const boost::system::error_code& ec) noexcept {
   return ec == boost::system::errc::too_many_files_open ||
          ec == boost::system::errc::too_many_files_open_in_system ||

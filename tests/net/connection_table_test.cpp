@@ -63,6 +63,31 @@ TEST(ConnectionTable, AnAuthenticatedConnectionFreesItsAnonymousSlotAndClosingFr
   EXPECT_TRUE(table.admit("127.0.0.9"));
 }
 
+// A listener stops accepting while the totals are reached and wakes when a slot comes back
+// (storm_test.cpp: refusing at the total made every peer reconnect at once).
+TEST(ConnectionTable, SaysWhenItIsFullAndCallsBackWhenASlotIsGivenBack) {
+  ConnectionTable table(
+      {.max_open = 3, .max_unauthenticated = 2, .max_unauthenticated_per_address = 2});
+  int calls = 0;
+  table.set_room_callback([&] { ++calls; });
+  auto a = table.admit("127.0.0.2");
+  auto b = table.admit("127.0.0.3");
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(table.has_room());  // two anonymous of two
+  a->authenticated();              // an anonymous slot back: room, and a call
+  EXPECT_TRUE(table.has_room());
+  EXPECT_EQ(calls, 1);
+  auto c = table.admit("127.0.0.4");
+  ASSERT_TRUE(c);
+  b->authenticated();
+  c->authenticated();
+  EXPECT_FALSE(table.has_room());  // three open of three
+  EXPECT_EQ(calls, 1);             // slots went from anonymous to open: no room yet
+  { auto gone = std::move(*a); }   // a closed connection gives its slot back
+  EXPECT_TRUE(table.has_room());
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(ConnectionTable, OpenConnectionsPerAddressCanBeCapped) {
   ConnectionTable table({.max_open = 100,
                          .max_unauthenticated = 100,

@@ -104,6 +104,8 @@ class ServerProcess {
     return true;
   }
   int exit_status() const noexcept { return exit_status_; }
+  // The process id while it runs (for /proc); -1 once it is reaped.
+  pid_t pid() const noexcept { return pid_; }
 
   // SIGKILL and reap (nothing if the process already exited and was reaped).
   void kill_now() {

@@ -161,10 +161,9 @@ asio::awaitable<void> ApiServer::Impl::accept_loop() {
     }
     pause = std::chrono::milliseconds(0);
     admit(std::move(socket), now);
-    net::accept_waiting(acceptor, kAcceptBatch, [this, now](tcp::socket more) {
-      admit(std::move(more), now);
-      return table.has_room();
-    });
+    net::accept_waiting(
+        acceptor, kAcceptBatch, [this] { return table.has_room(); },
+        [this, now](tcp::socket more) { admit(std::move(more), now); });
   }
 }
 

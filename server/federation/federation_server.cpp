@@ -274,10 +274,9 @@ asio::awaitable<void> FederationServer::Impl::accept_loop() {
     }
     pause = std::chrono::milliseconds(0);
     admit(std::move(socket));
-    net::accept_waiting(acceptor, kAcceptBatch, [this](tcp::socket more) {
-      admit(std::move(more));
-      return table.has_room();
-    });
+    net::accept_waiting(
+        acceptor, kAcceptBatch, [this] { return table.has_room(); },
+        [this](tcp::socket more) { admit(std::move(more)); });
   }
 }
 

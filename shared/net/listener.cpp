@@ -34,17 +34,17 @@ result<std::uint16_t> open_listener(tcp::acceptor& acceptor, const std::string& 
 }
 
 std::size_t accept_waiting(tcp::acceptor& acceptor, std::size_t max,
-                           const std::function<bool(tcp::socket)>& take) {
+                           const std::function<bool()>& room,
+                           const std::function<void(tcp::socket)>& take) {
   boost::system::error_code ec;
   acceptor.non_blocking(true, ec);  // only this synchronous accept: async ones never block
   std::size_t taken = 0;
-  bool more = true;
-  while (more && !ec && taken < max) {
+  while (!ec && taken < max && room()) {
     tcp::socket socket(acceptor.get_executor());
     acceptor.accept(socket, ec);
     if (!ec) {
       ++taken;
-      more = take(std::move(socket));
+      take(std::move(socket));
     }
   }
   return taken;

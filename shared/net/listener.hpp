@@ -20,16 +20,18 @@ result<std::uint16_t> open_listener(boost::asio::ip::tcp::acceptor& acceptor,
                                     const std::string& address, std::uint16_t port);
 
 // Takes the connections already waiting in `acceptor`'s backlog, without blocking, at most
-// `max`, and passes each to `take`; stops when `take` returns false (e.g. the listener's
-// connection table is full) and at the first accept that would block or fails (a failure is
-// the next async_accept's to report). Returns how many it took.
+// `max`, and passes each to `take`; asks `room()` before each accept and stops when it says
+// no (the listener's connection table is full: the rest wait in the backlog), and at the
+// first accept that would block or fails (a failure is the next async_accept's to report).
+// Returns how many it took.
 //
 // A listener that accepts with one async_accept at a time takes one connection per pass
 // of its io_context's queue; under a storm of handshakes that queue is long, and a new
 // connection waited seconds in the kernel's backlog, its deadlines not yet running and its
 // refusal not yet sent (tests/federation/storm_test.cpp). Call it after each async_accept.
 std::size_t accept_waiting(boost::asio::ip::tcp::acceptor& acceptor, std::size_t max,
-                           const std::function<bool(boost::asio::ip::tcp::socket)>& take);
+                           const std::function<bool()>& room,
+                           const std::function<void(boost::asio::ip::tcp::socket)>& take);
 
 // accept() failures that mean "the process or the system is out of something" (EMFILE,
 // ENFILE, ENOBUFS, ENOMEM): retrying at once only spins, so the listener backs off.

@@ -14,9 +14,11 @@
 // server still stops cleanly. The figures go to stdout ("figure:" lines) for
 // docs/results.md ("Connection storms").
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -452,6 +454,23 @@ TEST(ConnectionStorms, RoundsAndTheApiCarryOnAndSlowSocketsAreClosedOnTime) {
       settle_ms / 1000);
   std::ifstream log_file(log, std::ios::ate);
   std::printf("figure: server log %ld bytes\n", static_cast<long>(log_file.tellg()));
+  {
+    // Its warnings, the first of each kind (a throttled line says how many it stands for).
+    std::ifstream in(log);
+    std::string line;
+    std::map<std::string, int> kinds;
+    while (std::getline(in, line)) {
+      if (line.find("[warning]") != std::string::npos ||
+          line.find("[error]") != std::string::npos) {
+        // The kind: the message without its numbers (addresses, ports, counts).
+        std::string kind = line.substr(line.find(']', line.find(']') + 1) + 2);
+        std::erase_if(kind, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+        if (++kinds[kind.substr(0, 60)] == 1) {
+          std::printf("log: %s\n", line.c_str());
+        }
+      }
+    }
+  }
 
   // The run in the storm completed every round, and the API answered every probe.
   EXPECT_EQ(storm_rounds.size(), static_cast<std::size_t>(kRounds));

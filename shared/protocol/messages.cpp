@@ -400,6 +400,27 @@ result<Welcome> parse_welcome(std::string_view metadata) {
   return m;
 }
 
+// The optional "privacy" and "scaling" objects TRAIN and EVALUATE both carry, read into
+// `privacy` and `scaling` (left as they are when absent or when `r` already failed).
+static result<void> read_privacy_and_scaling(Reader& r, const std::string& kind,
+                                             PrivacyTerms& privacy, FeatureScaling& scaling) {
+  if (r.ok() && r.has("privacy")) {
+    auto parsed = parse_privacy(kind + ".privacy", r.raw()["privacy"]);
+    if (!parsed) {
+      return parsed.error();
+    }
+    privacy = *parsed;
+  }
+  if (r.ok() && r.has("scaling")) {
+    auto parsed = parse_scaling(kind + ".scaling", r.raw()["scaling"]);
+    if (!parsed) {
+      return parsed.error();
+    }
+    scaling = std::move(*parsed);
+  }
+  return {};
+}
+
 result<TrainRequest> parse_train_request(std::string_view metadata) {
   Reader r("train", metadata);
   TrainRequest m;
@@ -415,19 +436,8 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
   m.settings.seed =
       r.integer<std::uint64_t>("seed", 0, std::numeric_limits<std::uint64_t>::max(), 0);
   m.evaluate = r.boolean("evaluate", false);
-  if (r.ok() && r.has("privacy")) {
-    auto privacy = parse_privacy("train.privacy", r.raw()["privacy"]);
-    if (!privacy) {
-      return privacy.error();
-    }
-    m.privacy = *privacy;
-  }
-  if (r.ok() && r.has("scaling")) {
-    auto scaling = parse_scaling("train.scaling", r.raw()["scaling"]);
-    if (!scaling) {
-      return scaling.error();
-    }
-    m.scaling = std::move(*scaling);
+  if (auto terms = read_privacy_and_scaling(r, "train", m.privacy, m.scaling); !terms) {
+    return terms.error();
   }
   if (!r.ok()) {
     return r.take_error();
@@ -539,19 +549,8 @@ result<EvaluateRequest> parse_evaluate_request(std::string_view metadata) {
   m.model_spec = r.object("model", 64);
   m.layout_fingerprint = r.hex("layout", 16);
   m.final_model = r.boolean("final", false);
-  if (r.ok() && r.has("privacy")) {
-    auto privacy = parse_privacy("evaluate.privacy", r.raw()["privacy"]);
-    if (!privacy) {
-      return privacy.error();
-    }
-    m.privacy = *privacy;
-  }
-  if (r.ok() && r.has("scaling")) {
-    auto scaling = parse_scaling("evaluate.scaling", r.raw()["scaling"]);
-    if (!scaling) {
-      return scaling.error();
-    }
-    m.scaling = std::move(*scaling);
+  if (auto terms = read_privacy_and_scaling(r, "evaluate", m.privacy, m.scaling); !terms) {
+    return terms.error();
   }
   if (!r.ok()) {
     return r.take_error();

@@ -5,7 +5,6 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -16,6 +15,7 @@
 #include "client/local_evaluator.hpp"
 #include "client/server_identity.hpp"
 #include "shared/net/link.hpp"
+#include "shared/net/watchdog.hpp"
 
 namespace fedcore::client {
 namespace asio = boost::asio;
@@ -269,15 +269,11 @@ asio::awaitable<result<std::shared_ptr<net::Link>>> ClientDaemon::Impl::connect_
   if (auto prepared = tls::prepare_client_stream(stream, options.tls.server_name); !prepared) {
     co_return prepared.error();
   }
-  asio::steady_timer watchdog(io);
-  bool timed_out = false;
-  watchdog.expires_after(options.connect_timeout);
-  watchdog.async_wait([&](const error_code& ec) {
-    if (!ec) {
-      timed_out = true;
-      error_code ignored;
-      stream.next_layer().close(ignored);
-    }
+  // One deadline over connect and handshake; see shared/net/watchdog.hpp for why not a bare
+  // timer (a late expiry must not reach this frame or close a stream that got through).
+  net::Watchdog watchdog(io.get_executor(), options.connect_timeout, [&stream] {
+    error_code ignored;
+    stream.next_layer().close(ignored);
   });
   auto [connect_error, endpoint] =
       co_await asio::async_connect(stream.next_layer(), endpoints, kNoThrow);
@@ -286,7 +282,8 @@ asio::awaitable<result<std::shared_ptr<net::Link>>> ClientDaemon::Impl::connect_
     std::tie(handshake_error) =
         co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
   }
-  watchdog.cancel();
+  watchdog.disarm();
+  const bool timed_out = watchdog.fired();
   if (connect_error || handshake_error) {
     const auto& ec = connect_error ? connect_error : handshake_error;
     co_return fail(timed_out ? errc::deadline_exceeded : errc::unavailable,

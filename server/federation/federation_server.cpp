@@ -24,6 +24,7 @@
 #include "shared/net/connection_table.hpp"
 #include "shared/net/listener.hpp"
 #include "shared/net/payload_gate.hpp"
+#include "shared/net/watchdog.hpp"
 #include "shared/util/clock.hpp"
 #include "shared/util/log_throttle.hpp"
 
@@ -307,25 +308,16 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket,
 
   TlsStream stream(std::move(socket), tls_context);
   // The handshake gets its own deadline: a peer that opens a socket and says nothing
-  // must not hold a connection slot. The watchdog reaches this frame only while `armed`
-  // lives and holds: an expiry already queued when the handshake ends (cancel() cannot
-  // take it back) must neither close a session that got through nor touch this frame,
-  // which a failed handshake ends at once.
-  asio::steady_timer watchdog(io);
-  watchdog.expires_after(options.handshake_timeout);
-  bool timed_out = false;
-  auto armed = std::make_shared<bool>(true);
-  watchdog.async_wait([&, weak = std::weak_ptr<bool>(armed)](const error_code& ec) {
-    if (const auto live = weak.lock(); !ec && live && *live) {
-      timed_out = true;
-      error_code e;
-      stream.next_layer().close(e);
-    }
+  // must not hold a connection slot. (A Watchdog, not a bare timer: an expiry queued in
+  // the pass where a handshake fails must not touch this frame, which then ends at once.)
+  net::Watchdog watchdog(io.get_executor(), options.handshake_timeout, [&stream] {
+    error_code e;
+    stream.next_layer().close(e);
   });
   auto [handshake_error] =
       co_await stream.async_handshake(asio::ssl::stream_base::server, kNoThrow);
-  *armed = false;
-  watchdog.cancel();
+  watchdog.disarm();
+  const bool timed_out = watchdog.fired();
   // Per-connection refusals are throttled by reason, not by peer: a storm from hundreds of
   // addresses wrote one line per connection (500 KB in 13 s, storm_test.cpp).
   if (handshake_error) {

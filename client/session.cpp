@@ -209,7 +209,8 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     }
   }
   if (local.failure) {
-    spdlog::warn("round {}: not trained: {}", request->round, local.failure->message);
+    spdlog::warn("run {} round {}: not trained: {}", request->run_id, request->round,
+                 local.failure->message);
     (void)audited(hooks_.audit,
                   [&](AuditLog& log) { return log.not_trained(*request, *local.failure); });
     link_->send(protocol::MessageType::error,
@@ -234,15 +235,15 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     auto secure =
         SecureParticipation::begin(*request, identity_, *global, std::move(local), hooks_.secure);
     if (!secure) {
-      spdlog::warn("round {}: cannot take part in secure aggregation: {}", request->round,
-                   secure.error().message);
+      spdlog::warn("run {} round {}: cannot take part in secure aggregation: {}", request->run_id,
+                   request->round, secure.error().message);
       send_error(*link_, secure.error().code, secure.error().message);
       co_return result<void>{};
     }
     secure_.emplace(std::move(*secure));
     send(secure_->advertise());
-    spdlog::info("round {}: trained {} samples in {:.1f} s; secure aggregation: keys sent",
-                 request->round, with_commas(secure_->report().samples),
+    spdlog::info("run {} round {}: trained {} samples in {:.1f} s; secure aggregation: keys sent",
+                 request->run_id, request->round, with_commas(secure_->report().samples),
                  secure_->report().train_seconds);
     co_return result<void>{};
   }
@@ -262,9 +263,9 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
   }
   link_->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
   ++rounds_trained_;
-  spdlog::info("round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",
-               request->round, with_commas(local.report.samples), local.report.train_seconds,
-               local.report.loss, megabytes(bytes));
+  spdlog::info("run {} round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",
+               request->run_id, request->round, with_commas(local.report.samples),
+               local.report.train_seconds, local.report.loss, megabytes(bytes));
   co_return result<void>{};
 }
 
@@ -389,8 +390,8 @@ void ClientSession::on_secure_message(const protocol::Frame& frame) {
   }
   auto answer = secure_->on_message(frame);
   if (!answer) {
-    spdlog::warn("round {}: leaving the secure aggregation: {}", secure_->round(),
-                 answer.error().message);
+    spdlog::warn("run {} round {}: leaving the secure aggregation: {}", secure_->request().run_id,
+                 secure_->round(), answer.error().message);
     send_error(*link_, answer.error().code, answer.error().message);
     secure_.reset();
     return;
@@ -405,11 +406,13 @@ void ClientSession::on_secure_message(const protocol::Frame& frame) {
       return;
     }
     ++rounds_trained_;
-    spdlog::info("round {}: masked update sent ({})", secure_->round(), megabytes(answer->bytes()));
+    spdlog::info("run {} round {}: masked update sent ({})", secure_->request().run_id,
+                 secure_->round(), megabytes(answer->bytes()));
   }
   send(*answer);
   if (secure_->finished()) {
-    spdlog::info("round {}: secure aggregation done (unmasking shares sent)", secure_->round());
+    spdlog::info("run {} round {}: secure aggregation done (unmasking shares sent)",
+                 secure_->request().run_id, secure_->round());
   }
 }
 

@@ -1,9 +1,10 @@
 #include "distributed/data_parallel.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
+
+#include <spdlog/spdlog.h>
 
 #include "distributed/checkpoint.hpp"
 #include "distributed/layer_stack.hpp"
@@ -134,7 +135,7 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
       }
     }
     if (options.test_crash_after_step > 0 && done == options.test_crash_after_step && *start == 0) {
-      std::fprintf(stderr, "rank %d: test hook: crashing after step %zu\n", rank, done);
+      spdlog::warn("rank {}: test hook: crashing after step {}", rank, done);
       std::_Exit(17);
     }
   }

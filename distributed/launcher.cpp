@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,6 +11,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <spdlog/spdlog.h>
 
 namespace fedcore::distributed {
 namespace {
@@ -86,7 +86,7 @@ void stop_all(std::vector<pid_t>& running, std::chrono::milliseconds grace) {
 int attempt(const LaunchOptions& o) {
   const int port = pick_free_port(o.host);
   if (port <= 0) {
-    std::fprintf(stderr, "fedcore-dist launch: no free port on %s\n", o.host.c_str());
+    spdlog::error("fedcore-dist launch: no free port on {}", o.host);
     return 1;
   }
   const std::string rendezvous = o.host + ":" + std::to_string(port);
@@ -95,8 +95,7 @@ int attempt(const LaunchOptions& o) {
     std::string placement;
     for (const auto& block : blocks)
       placement += (placement.empty() ? "" : " | ") + cpu_list(block);
-    std::fprintf(stderr, "fedcore-dist launch: ranks bound to CPUs %s (--bind none to unbind)\n",
-                 placement.c_str());
+    spdlog::info("fedcore-dist launch: ranks bound to CPUs {} (--bind none to unbind)", placement);
   }
   std::vector<pid_t> running;
   for (int rank = 0; rank < o.nproc; ++rank) {
@@ -123,8 +122,8 @@ int attempt(const LaunchOptions& o) {
     std::erase(running, pid);
     const int code = exit_code(status);
     if (code != 0) {
-      std::fprintf(stderr, "fedcore-dist launch: worker pid %d exited with %d; stopping the job\n",
-                   static_cast<int>(pid), code);
+      spdlog::error("fedcore-dist launch: worker pid {} exited with {}; stopping the job",
+                    static_cast<int>(pid), code);
       stop_all(running, o.stop_grace);
       return code;
     }
@@ -180,8 +179,8 @@ int launch(const LaunchOptions& o) {
   int code = 0;
   for (int round = 0; round <= o.max_restarts; ++round) {
     if (round > 0) {
-      std::fprintf(stderr, "fedcore-dist launch: restart %d of %d (from the last checkpoint)\n",
-                   round, o.max_restarts);
+      spdlog::warn("fedcore-dist launch: restart {} of {} (from the last checkpoint)", round,
+                   o.max_restarts);
     }
     code = attempt(o);
     if (code == 0)

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <span>
+
+#include <spdlog/spdlog.h>
 
 #include "distributed/checkpoint.hpp"
 #include "distributed/layer_stack.hpp"
@@ -72,7 +73,7 @@ error silent_worker(int rank, milliseconds timeout) {
 }
 
 [[noreturn]] void test_crash(int rank, std::size_t step) {
-  std::fprintf(stderr, "rank %d: test hook: crashing after step %zu\n", rank, step);
+  spdlog::warn("rank {}: test hook: crashing after step {}", rank, step);
   std::_Exit(17);
 }
 

@@ -7,6 +7,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "shared/collective/collectives.hpp"
 #include "shared/collective/net_transport.hpp"
@@ -51,7 +52,7 @@ int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
   p.balance = o.balance;
   auto result = train_pipeline(comm, data, p);
   if (!result) {
-    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), result.error().to_string().c_str());
+    spdlog::error("rank {}: {}", comm.rank(), result.error().to_string());
     return is_group_failure(result.error().code) ? kGroupFailed : kLocalFailure;
   }
   // Every rank's wall time, communication time, loss and layer range, for rank 0's report.
@@ -62,7 +63,7 @@ int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
           collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
                                        .output = std::as_writable_bytes(std::span<double>(table))});
       !ok) {
-    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), ok.error().to_string().c_str());
+    spdlog::error("rank {}: {}", comm.rank(), ok.error().to_string());
     return kGroupFailed;
   }
   if (comm.rank() != 0)
@@ -113,14 +114,14 @@ int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
 int run_worker(const WorkerOptions& o) {
   const int r = o.rank;
   if (o.world < 1 || r < 0 || r >= o.world) {
-    std::fprintf(stderr, "fedcore-dist worker: rank %d is not in a world of %d\n", r, o.world);
+    spdlog::error("fedcore-dist worker: rank {} is not in a world of {}", r, o.world);
     return kBadOptions;
   }
   if (o.train.async == AsyncMode::parameter_server && o.world < 2) {
-    std::fprintf(stderr,
-                 "fedcore-dist worker: --async ps needs at least 2 ranks (rank 0 serves, the "
-                 "others compute gradients); this job has %d\n",
-                 o.world);
+    spdlog::error(
+        "fedcore-dist worker: --async ps needs at least 2 ranks (rank 0 serves, the others compute "
+        "gradients); this job has {}",
+        o.world);
     return kBadOptions;
   }
   set_compute_threads(o.compute_threads);
@@ -128,14 +129,14 @@ int run_worker(const WorkerOptions& o) {
   auto loaded =
       o.data_dir.empty() ? data::load_fashion_mnist() : data::load_fashion_mnist(o.data_dir);
   if (!loaded) {
-    std::fprintf(stderr, "rank %d: %s\n", r, loaded.error().to_string().c_str());
+    spdlog::error("rank {}: {}", r, loaded.error().to_string());
     return kLocalFailure;
   }
   data::TrainTest data{first(loaded->train, o.train_samples), first(loaded->test, o.test_samples)};
   TrainOptions train = o.train;
   auto spec = model::complete_spec(train.spec, data.train.sample_shape, data.train.num_classes);
   if (!spec) {
-    std::fprintf(stderr, "rank %d: %s\n", r, spec.error().to_string().c_str());
+    spdlog::error("rank {}: {}", r, spec.error().to_string());
     return kBadOptions;
   }
   train.spec = *spec;
@@ -144,12 +145,12 @@ int run_worker(const WorkerOptions& o) {
   if (r == 0 && o.transport != TransportKind::mpi) {
     auto hp = split_host_port(o.rendezvous);
     if (!hp) {
-      std::fprintf(stderr, "rank 0: %s\n", hp.error().to_string().c_str());
+      spdlog::error("rank 0: {}", hp.error().to_string());
       return kBadOptions;
     }
     auto started = RendezvousServer::start(hp->first, hp->second, o.job, o.world, o.join_timeout);
     if (!started) {
-      std::fprintf(stderr, "rank 0: %s\n", started.error().to_string().c_str());
+      spdlog::error("rank 0: {}", started.error().to_string());
       return kGroupFailed;
     }
     server = std::move(*started);
@@ -178,8 +179,7 @@ int run_worker(const WorkerOptions& o) {
 #ifdef FEDCORE_HAVE_MPI
     transport = collective::make_mpi_transport(MPI_COMM_WORLD);
 #else
-    std::fprintf(stderr, "rank %d: this fedcore-dist was built without MPI (-DFEDCORE_MPI=ON)\n",
-                 r);
+    spdlog::error("rank {}: this fedcore-dist was built without MPI (-DFEDCORE_MPI=ON)", r);
     return kBadOptions;
 #endif
   } else {
@@ -187,8 +187,7 @@ int run_worker(const WorkerOptions& o) {
     auto c = tls::make_client_context(
         {o.tls.ca, o.tls.client_cert, o.tls.client_key, o.tls.server_name});
     if (!s || !c) {
-      std::fprintf(stderr, "rank %d: TLS: %s\n", r,
-                   (!s ? s.error() : c.error()).to_string().c_str());
+      spdlog::error("rank {}: TLS: {}", r, (!s ? s.error() : c.error()).to_string());
       return kBadOptions;
     }
     server_ctx.emplace(std::move(*s));
@@ -197,8 +196,7 @@ int run_worker(const WorkerOptions& o) {
         collective::connect_tls(net, rendezvous, {&*server_ctx, &*client_ctx, o.tls.server_name});
   }
   if (!transport) {
-    std::fprintf(stderr, "rank %d: connecting the group: %s\n", r,
-                 transport.error().to_string().c_str());
+    spdlog::error("rank {}: connecting the group: {}", r, transport.error().to_string());
     return kGroupFailed;
   }
   // "+shm": payloads between ranks on one host may go through shared-memory rings.
@@ -212,7 +210,7 @@ int run_worker(const WorkerOptions& o) {
     return run_pipeline(comm, data, train, o, transport_name);
   auto result = train_data_parallel(comm, data, train);
   if (!result) {
-    std::fprintf(stderr, "rank %d: %s\n", r, result.error().to_string().c_str());
+    spdlog::error("rank {}: {}", r, result.error().to_string());
     return is_group_failure(result.error().code) ? kGroupFailed : kLocalFailure;
   }
   if (r == 0) {
@@ -236,7 +234,7 @@ int run_worker(const WorkerOptions& o) {
     std::fflush(stdout);
     if (!o.report.empty()) {
       if (auto ok = write_text(o.report, report.dump(2) + "\n"); !ok) {
-        std::fprintf(stderr, "rank 0: report: %s\n", ok.error().to_string().c_str());
+        spdlog::error("rank 0: report: {}", ok.error().to_string());
         return kLocalFailure;
       }
     }

@@ -56,12 +56,12 @@ int main(int argc, char** argv) {
   try {
     auto outcome = run_simulation(options, progress);
     if (!outcome) {
-      std::fprintf(stderr, "fedcore-sim: %s\n", outcome.error().to_string().c_str());
+      spdlog::error("fedcore-sim: {}", outcome.error().to_string());
       return 1;
     }
   } catch (const std::exception& e) {
     // Caught once here: anything thrown is a fault, not an expected failure.
-    std::fprintf(stderr, "fedcore-sim: unexpected failure: %s\n", e.what());
+    spdlog::error("fedcore-sim: unexpected failure: {}", e.what());
     return 1;
   }
   return 0;

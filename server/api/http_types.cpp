@@ -61,6 +61,10 @@ int http_status(errc code) noexcept {
     case errc::resource_exhausted:
       return 413;
     case errc::unavailable:
+    // The operating system refused a read or write (a full disk, a read-only or failing
+    // device): the request was fine and nothing was changed, and it may succeed once the
+    // operator has fixed the storage -- not a bug of the server (500).
+    case errc::io_error:
       return 503;
     case errc::deadline_exceeded:
       return 504;

@@ -41,7 +41,8 @@ struct Response {
 };
 
 // The HTTP status of an error code and the code's name in the error shape
-// {"error":{"code","message"}} (docs/api.md).
+// {"error":{"code","message"}} (docs/api.md). 500 is kept for `internal` (a bug) and codes
+// no request should meet; a storage failure (io_error) is 503.
 int http_status(errc code) noexcept;
 std::string_view http_error_code(errc code) noexcept;
 

@@ -139,7 +139,11 @@ FrameChannel<Stream>& FrameChannel<Stream>::operator=(FrameChannel&&) noexcept =
 template <class Stream>
 asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     std::vector<std::byte> spare) {
-  Impl& s = *impl_;
+  // The frame holds the state, not just the channel: a channel destroyed while a read is
+  // suspended (an owner torn down before its io_context) leaves this frame to be resumed
+  // with an error or destroyed later, and either touches the state and the socket.
+  const std::shared_ptr<Impl> keep = impl_;
+  Impl& s = *keep;
   FEDCORE_ASSERT(!s.reading, "FrameChannel: two reads in flight");
   s.reading = true;
   struct Done {
@@ -291,7 +295,8 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
 template <class Stream>
 asio::awaitable<result<void>> FrameChannel<Stream>::write_frame(
     protocol::MessageType type, std::string_view metadata, std::span<const std::byte> payload) {
-  Impl& s = *impl_;
+  const std::shared_ptr<Impl> keep = impl_;  // as in read_frame
+  Impl& s = *keep;
   FEDCORE_ASSERT(!s.writing, "FrameChannel: two writes in flight");
   if (metadata.size() > s.options.limits.max_metadata_bytes ||
       payload.size() > s.options.limits.max_payload_bytes) {

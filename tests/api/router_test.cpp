@@ -115,6 +115,11 @@ TEST(ApiErrors, OneShapeWithTheStatusOfTheCode) {
   EXPECT_EQ(error_response(fail(errc::invalid_argument, "x")).status, 400);
   EXPECT_EQ(error_response(fail(errc::unauthenticated, "x")).status, 401);
   EXPECT_EQ(error_response(fail(errc::internal, "x")).status, 500);
+  // A write the storage refused (full disk, failing device) is the server's temporary
+  // trouble, not a bug: 503 with the storage's own words.
+  auto full = error_response(fail(errc::io_error, "database or disk is full"));
+  EXPECT_EQ(full.status, 503);
+  EXPECT_EQ(full.body, R"({"error":{"code":"unavailable","message":"database or disk is full"}})");
   // Invalid UTF-8 from a client is replaced, not thrown on.
   EXPECT_EQ(error_response(400, "invalid_argument", "bad \xff byte").status, 400);
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fcntl.h>
 #include <fstream>
 #include <signal.h>
 #include <string>
@@ -37,7 +38,8 @@ struct Process {
   pid_t pid = -1;
 };
 
-Process start(const std::vector<std::string>& args) {
+// `output_path`: where the process's standard output and error go (empty: inherited).
+Process start(const std::vector<std::string>& args, const std::string& output_path = {}) {
   std::vector<char*> argv;
   const std::string exe = FEDCORE_DIST_EXE;
   argv.push_back(const_cast<char*>(exe.c_str()));
@@ -46,6 +48,11 @@ Process start(const std::vector<std::string>& args) {
   argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!output_path.empty()) {
+      const int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+        _exit(126);
+    }
     execv(exe.c_str(), argv.data());
     _exit(127);
   }
@@ -296,6 +303,37 @@ TEST(Launcher, ParameterServerRefusesOneRank) {
   const int code = wait_exit(
       start(with({"launch", "--nproc", "1", "--"}, with(kSmallJob, {"--async", "ps"}))), 60s);
   EXPECT_EQ(code, 2);
+}
+
+// --log-format json reaches the workers' own diagnostics too: a worker's refusal is one
+// JSON object with the component and level, not a bare text line, and nothing the job
+// prints is anything else (it trains nothing, so there is no report line).
+TEST(Launcher, WorkerDiagnosticsFollowTheJsonLogFormat) {
+  testing::TempDir dir;
+  const std::string err = dir.path("output.log");
+  const int code = wait_exit(start(with({"launch", "--log-format", "json", "--nproc", "1", "--"},
+                                        with(kSmallJob, {"--async", "ps"})),
+                                   err),
+                             60s);
+  EXPECT_EQ(code, 2);
+  std::ifstream in(err);
+  std::string line;
+  int lines = 0;
+  bool refusal_seen = false;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    ++lines;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON line: " << line;
+    EXPECT_EQ(j.value("component", ""), "dist") << line;
+    if (j.value("message", "").find("--async ps needs at least 2 ranks") != std::string::npos) {
+      refusal_seen = true;
+      EXPECT_EQ(j.value("level", ""), "error") << line;
+    }
+  }
+  EXPECT_GT(lines, 0);
+  EXPECT_TRUE(refusal_seen);
 }
 
 // A worker process dies after its third gradient: the server (and the other worker)

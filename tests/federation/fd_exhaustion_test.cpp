@@ -64,6 +64,12 @@ std::size_t count_lines_with(const std::string& path, const std::string& needle)
   return n;
 }
 
+// The server's log, for failure messages.
+std::string contents_of(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 bool port_accepts(std::uint16_t port) {
   asio::io_context io;
   asio::ip::tcp::socket socket(io);
@@ -73,6 +79,16 @@ bool port_accepts(std::uint16_t port) {
 }
 
 TEST(DescriptorExhaustion, AtItsFileLimitTheServerBacksOffAndDoesNotFloodItsLog) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer runtime needs descriptors of its own, and this test takes them all away.
+  // Seen in the ASan + UBSan tree: UBSan's vptr check validates a vtable it has not seen
+  // before by writing it into a pipe (sanitizer_common's IsAccessibleMemoryRange); at the
+  // limit pipe() fails, the check reports "object has invalid vptr" on a valid
+  // boost::system::error_category, and the server halts (the tree is built with
+  // -fno-sanitize-recover; a vptr suppression cannot match a type UBSan could not read).
+  // The behaviour under test is the server's own and runs in the release suite.
+  GTEST_SKIP() << "needs descriptors the sanitizer runtime shares with the server";
+#endif
   TempDir dir;
   Federation pki_only(dir);
   const auto& pki = pki_only.pki();
@@ -119,7 +135,7 @@ TEST(DescriptorExhaustion, AtItsFileLimitTheServerBacksOffAndDoesNotFloodItsLog)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling the port
     }
   }
-  ASSERT_TRUE(up) << "the server did not listen; its log:\n" << log;
+  ASSERT_TRUE(up) << "the server did not listen; its log:\n" << contents_of(log);
 
   asio::io_context io;
   std::vector<asio::ip::tcp::socket> sockets;
@@ -138,7 +154,8 @@ TEST(DescriptorExhaustion, AtItsFileLimitTheServerBacksOffAndDoesNotFloodItsLog)
   std::this_thread::sleep_for(std::chrono::seconds(3));  // the window under test, not a wait
   const double cpu_used = cpu_seconds(pid) - cpu_before;
   const auto accept_failures = count_lines_with(log, "accept failed");
-  EXPECT_GE(accept_failures, 1u) << "the server never reached its file limit";
+  EXPECT_GE(accept_failures, 1u) << "the server never reached its file limit; its log:\n"
+                                 << contents_of(log);
   EXPECT_LE(accept_failures, 3u) << "log storm: " << accept_failures << " accept-failure lines";
   EXPECT_LT(cpu_used, 0.5) << "the server spun at its file limit";
   // Once the sockets go, the server accepts again.
@@ -148,7 +165,7 @@ TEST(DescriptorExhaustion, AtItsFileLimitTheServerBacksOffAndDoesNotFloodItsLog)
   while (!recovered && std::chrono::steady_clock::now() < recovered_by) {
     recovered = port_accepts(port);
   }
-  EXPECT_TRUE(recovered);
+  EXPECT_TRUE(recovered) << "its log:\n" << contents_of(log);
 }
 
 }  // namespace

@@ -39,10 +39,12 @@ TEST(Watchdog, DoesNothingOnceDisarmed) {
 TEST(Watchdog, AnExpiryAlreadyQueuedWhenTheWatchdogIsDestroyedDoesNothing) {
   asio::io_context io;
   int expiries = 0;
-  auto watchdog =
-      std::make_unique<Watchdog>(io.get_executor(), milliseconds(-1), [&] { ++expiries; });
+  // The step's end is due an hour before the deadline, however long the lines between
+  // take: the io_context's first pass queues both handlers, in that order.
   asio::steady_timer step_ends(io);
-  step_ends.expires_after(milliseconds(-2));
+  step_ends.expires_at(std::chrono::steady_clock::now() - std::chrono::hours(2));
+  auto watchdog =
+      std::make_unique<Watchdog>(io.get_executor(), -std::chrono::hours(1), [&] { ++expiries; });
   bool step_ended = false;
   step_ends.async_wait([&](const boost::system::error_code& ec) {
     ASSERT_FALSE(ec);
@@ -58,9 +60,9 @@ TEST(Watchdog, AnExpiryAlreadyQueuedWhenTheWatchdogIsDestroyedDoesNothing) {
 TEST(Watchdog, AnExpiryAlreadyQueuedWhenTheWatchdogIsDisarmedDoesNothing) {
   asio::io_context io;
   int expiries = 0;
-  Watchdog watchdog(io.get_executor(), milliseconds(-1), [&] { ++expiries; });
   asio::steady_timer step_ends(io);
-  step_ends.expires_after(milliseconds(-2));
+  step_ends.expires_at(std::chrono::steady_clock::now() - std::chrono::hours(2));
+  Watchdog watchdog(io.get_executor(), -std::chrono::hours(1), [&] { ++expiries; });
   step_ends.async_wait([&](const boost::system::error_code&) { watchdog.disarm(); });
   io.run_for(std::chrono::seconds(5));
   EXPECT_EQ(expiries, 0);

@@ -137,8 +137,11 @@ TEST(FaultProxy, BandwidthLimitCapsTheThroughputOfAMegabyte) {
   ASSERT_FALSE(echoed.ec) << echoed.ec.message();
   EXPECT_EQ(echoed.data, data);
   const double rate = static_cast<double>(data.size()) / took.count();
-  EXPECT_GE(rate, 0.75 * kRate) << took.count() << " s";
+  // The cap is the property: no load makes the proxy faster than its limit. The floor only
+  // catches a limiter that is off by a large factor: a loaded machine (or a sanitizer
+  // build) legitimately runs below the limit (ASan measured 0.72x of it).
   EXPECT_LE(rate, 1.25 * kRate) << took.count() << " s";
+  EXPECT_GE(rate, 0.3 * kRate) << took.count() << " s";
   EXPECT_EQ(proxy.stats().bytes_upstream, data.size());
 }
 

@@ -463,12 +463,19 @@ void RunController::record_failed_round() {
   report.record.failure_reason = round.closed.failure_reason;
   report.record.secure_aggregation = round.secure.has_value();
   report.record.epsilon = round.epsilon;
+  spdlog::warn("run {} round {} failed: {}", run.record.id, round.number,
+               round.closed.failure_reason);
   if (auto saved = env_.store.record_failed_round(report.record, report.results); !saved) {
+    if (is_storage_failure(saved.error())) {
+      // The storage refused the record, as it would refuse a commit: the run is held for
+      // its storage and runs this round again once the storage takes writes, rather than
+      // retrying or pausing with a history that misses the attempt.
+      hold_for_storage(saved.error(), FailedWrite::round_commit);
+      return;
+    }
     spdlog::error("run {} round {}: could not record the failure: {}", run.record.id, round.number,
                   saved.error().message);
   }
-  spdlog::warn("run {} round {} failed: {}", run.record.id, round.number,
-               round.closed.failure_reason);
   event("round_failed", run.record.id, round.number, "",
         json{{"reason", round.closed.failure_reason}}.dump());
   const bool retry = run.config.on_failed_round == FailedRoundPolicy::retry &&

@@ -177,6 +177,40 @@ TEST(StorageFault, SqliteFullOnTheCommitHoldsTheRunEvenWhenThePauseCannotBeRecor
   EXPECT_TRUE(*intact);
 }
 
+// A round that fails (no quorum by its deadline) on a full database disk: its record is
+// refused like a commit, so the run is held for its storage instead of pausing for good
+// (or retrying into the same wall), and runs the round again once the disk has room.
+TEST(StorageFault, AFailedRoundWhoseRecordTheDiskRefusesHoldsTheRunUntilItHasRoom) {
+  TempDir dir;
+  FaultVfs vfs;
+  SwitchableDisks disks;
+  StorageRig rig(dir.path("history.db"), dir.path("ckpt"), &disks, kRetry);
+  const auto id = start_and_commit_round_one(rig);
+
+  vfs.fail_writes(SQLITE_FULL);
+  disks.refuse_probes = kDiskFull;
+  rig.clients.pending.clear();  // round 2's updates never come
+  rig.advance(11s);             // past round_timeout_s
+
+  const auto& hold = rig.controller->storage_hold();
+  ASSERT_TRUE(hold.has_value()) << "a failed round the disk cannot record must hold the run";
+  EXPECT_EQ(hold->kind, StorageFaultKind::disk_full);
+  EXPECT_TRUE(hold->reason.starts_with("disk full: database '" + dir.path("history.db") + "'"))
+      << hold->reason;
+  EXPECT_EQ(hold->after_round, 1);
+  EXPECT_FALSE(rig.controller->run_active());
+
+  disks.refuse_probes.reset();
+  vfs.heal();
+  rig.advance(2s);
+  ASSERT_FALSE(hold.has_value());
+  ASSERT_TRUE(rig.controller->run_active());
+  rig.answer_round();
+  rig.answer_round();
+  EXPECT_EQ(rig.committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(rig.run(id).state, store::RunState::finished);
+}
+
 TEST(StorageFault, AFailedSyncOnTheCommitIsAStorageErrorAndTheRoundIsRedone) {
   TempDir dir;
   FaultVfs vfs;

@@ -5,6 +5,7 @@
 // joined by the destructor; every wait is bounded.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -261,9 +262,10 @@ class ApiFixture {
   std::vector<std::unique_ptr<Client>> clients_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  int rounds_committed_ = 0;
-  int online_ = 0;
-  std::optional<store::RunState> ended_;
+  // Atomic: written under mutex_ (so waiters miss no change) and read by tests without it.
+  std::atomic<int> rounds_committed_{0};
+  std::atomic<int> online_{0};
+  std::atomic<std::optional<store::RunState>> ended_;
 };
 
 }  // namespace fedcore::api::testing

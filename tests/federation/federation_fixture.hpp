@@ -4,6 +4,7 @@
 // and joined by the destructor; every wait is bounded.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <future>
@@ -250,10 +251,11 @@ class Federation {
   std::vector<std::unique_ptr<Client>> clients_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  int rounds_committed_ = 0;
-  int rounds_failed_ = 0;
-  int online_ = 0;
-  std::optional<store::RunState> ended_;
+  // Atomic: written under mutex_ (so waiters miss no change) and read by tests without it.
+  std::atomic<int> rounds_committed_{0};
+  std::atomic<int> rounds_failed_{0};
+  std::atomic<int> online_{0};
+  std::atomic<std::optional<store::RunState>> ended_;
 };
 
 }  // namespace fedcore::testing

@@ -60,6 +60,7 @@
 #include "shared/secagg/key_binding.hpp"
 #include "shared/secagg/plan.hpp"
 #include "shared/tls/context.hpp"
+#include "tests/support/build_outputs.hpp"
 
 extern char** environ;
 
@@ -88,7 +89,7 @@ struct Pki {
 };
 
 Pki make_pki(const std::string& dir, int clients) {
-  const std::string script = std::string(FEDCORE_PKI_SCRIPT) + " --dir " + dir;
+  const std::string script = fedcore::testing::pki_script() + " --dir " + dir;
   if (sh(script + " init >/dev/null") != 0 ||
       sh(script + " server fedcore-server >/dev/null") != 0) {
     std::fprintf(stderr, "PKI setup failed\n");
@@ -998,7 +999,7 @@ int main(int argc, char** argv) {
     if (argc > 2) {
       params = {std::atol(argv[2])};
     }
-    rounds_bench(FEDCORE_SERVER_BIN, params, {2, 8, 32}, 5);
+    rounds_bench(fedcore::testing::server_binary(), params, {2, 8, 32}, 5);
     return 0;
   }
   if (mode == "secure") {
@@ -1037,7 +1038,7 @@ int main(int argc, char** argv) {
       }
       options.clients_and_rounds.emplace_back(n, r);
     }
-    secure_bench(FEDCORE_SERVER_BIN, options);
+    secure_bench(fedcore::testing::server_binary(), options);
     return 0;
   }
   std::fprintf(stderr,

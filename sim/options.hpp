@@ -6,10 +6,6 @@
 // The same struct is written into summary.json as the run's full configuration.
 #pragma once
 
-#ifndef FEDCORE_DEFAULT_WEB_ROOT
-#define FEDCORE_DEFAULT_WEB_ROOT "web"
-#endif
-
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -19,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "shared/util/error.hpp"
+#include "shared/util/source_tree.hpp"
 
 namespace fedcore::sim {
 
@@ -82,11 +79,11 @@ struct SimOptions {
   std::string out = "sim-out";
   std::vector<double> targets = {0.80, 0.85, 0.89};  // accuracy targets in summary.json
   int dashboard_port = 0;  // 0 = no dashboard; else the admin API and dashboard on it
-  std::string web_root = FEDCORE_DEFAULT_WEB_ROOT;  // the dashboard's files
-  int dashboard_linger_s = 0;  // keep the dashboard up this long after the run ends
-  bool quiet = false;          // only the final summary line
-  bool jsonl = false;          // one JSON object per line (rounds, then the summary)
-  bool verbose = false;        // server and client logs on stderr
+  std::string web_root = source_path("web");  // the dashboard's files
+  int dashboard_linger_s = 0;                 // keep the dashboard up this long after the run ends
+  bool quiet = false;                         // only the final summary line
+  bool jsonl = false;                         // one JSON object per line (rounds, then the summary)
+  bool verbose = false;                       // server and client logs on stderr
 };
 
 // The outcome of reading a command line: options to run with, or help text to print.

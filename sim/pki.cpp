@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <sys/wait.h>
 
+#include "shared/util/source_tree.hpp"
+
 namespace fedcore::sim {
 namespace {
 
@@ -42,7 +44,7 @@ std::string default_pki_script() {
   if (const char* env = std::getenv("FEDCORE_PKI_SCRIPT"); env != nullptr && *env != '\0') {
     return env;
   }
-  return FEDCORE_SOURCE_DIR "/certs/fedcore-pki";
+  return fedcore::source_path("certs/fedcore-pki");
 }
 
 result<SimPki> SimPki::create(const std::string& script, const std::string& dir,

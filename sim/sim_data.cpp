@@ -8,6 +8,7 @@
 #include "shared/data/fashion_mnist.hpp"
 #include "shared/data/normalize.hpp"
 #include "shared/data/split.hpp"
+#include "shared/util/source_tree.hpp"
 
 namespace fedcore::sim {
 namespace {
@@ -40,7 +41,7 @@ result<data::TrainTest> load_dataset(const SimOptions& o) {
     loaded = std::move(*cifar);
   } else if (o.dataset == "breast-cancer") {
     const std::string path = o.data_path.empty()
-                                 ? std::string(FEDCORE_DATA_DIR "/breast_cancer_wisconsin.csv")
+                                 ? fedcore::source_path("data/breast_cancer_wisconsin.csv")
                                  : o.data_path;
     auto table = data::load_csv(path, {.label_column = "benign"});
     if (!table) {

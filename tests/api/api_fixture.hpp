@@ -23,6 +23,7 @@
 #include "client/daemon.hpp"
 #include "server/api/api_server.hpp"
 #include "server/api/auth.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/api/https_client.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/tls/tls_support.hpp"
@@ -53,7 +54,7 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
 inline client::DataSource breast_cancer() {
   client::DataSource source;
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   return source;
 }

@@ -13,6 +13,7 @@
 #include "server/api/openapi.hpp"
 #include "tests/api/api_fixture.hpp"
 #include "tests/api/metrics_parser.hpp"
+#include "tests/support/build_outputs.hpp"
 
 namespace fedcore::api {
 namespace {
@@ -601,7 +602,7 @@ TEST(ApiTokens, TokenCreateRoundTripThroughTheServerBinary) {
   const auto config = dir.path("server.json");
   std::ofstream(config) << R"({"database": "x.db", "api": {"port": 0}})";
   auto created =
-      tls::testing::run_command(std::string(FEDCORE_SERVER_BIN) + " token create --config " +
+      tls::testing::run_command(fedcore::testing::server_binary() + " token create --config " +
                                 tls::testing::shell_quote(config) + " --name alice");
   ASSERT_EQ(created.status, 0) << created.output;
   // stdout holds the token alone on the first line; the note for the admin follows on
@@ -618,7 +619,7 @@ TEST(ApiTokens, TokenCreateRoundTripThroughTheServerBinary) {
   EXPECT_EQ(stored.dump().find(token), std::string::npos);
   // The same name again is refused, and the file keeps its one token.
   auto again =
-      tls::testing::run_command(std::string(FEDCORE_SERVER_BIN) + " token create --config " +
+      tls::testing::run_command(fedcore::testing::server_binary() + " token create --config " +
                                 tls::testing::shell_quote(config) + " --name alice");
   EXPECT_NE(again.status, 0);
   // A server configured from that file accepts the printed token.

@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "server/federation/run_config.hpp"
+#include "shared/util/source_tree.hpp"
 
 namespace fedcore::api {
 namespace {
 
 // The text of the heredoc `cat > <name> <<'JSON'` in the README.
 std::string readme_example(const std::string& name) {
-  std::ifstream in(FEDCORE_SOURCE_DIR "/README.md");
+  std::ifstream in(fedcore::source_path("README.md"));
   std::stringstream text;
   text << in.rdbuf();
   const auto all = text.str();

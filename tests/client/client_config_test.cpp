@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "shared/util/source_tree.hpp"
+
 namespace fedcore::client {
 namespace {
 
@@ -110,7 +112,7 @@ TEST(ClientConfig, EveryProblemNamesItsKeyPath) {
 }
 
 TEST(ClientConfig, TheReadmeExampleParses) {
-  std::ifstream in(FEDCORE_SOURCE_DIR "/README.md");
+  std::ifstream in(fedcore::source_path("README.md"));
   std::stringstream text;
   text << in.rdbuf();
   const auto all = text.str();

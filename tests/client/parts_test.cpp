@@ -7,6 +7,7 @@
 #include "client/data_source.hpp"
 #include "client/local_trainer.hpp"
 #include "shared/net/sleeper.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/client/client_test_support.hpp"
 
 namespace fedcore::client {
@@ -68,7 +69,7 @@ TEST(LocalTrainer, RefusesWhatItCannotHonourWithAReason) {
 TEST(DataSource, LoadsACsvAndSplitsOffALocalTestPart) {
   DataSource source;
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   auto loaded = load_local_data(source);
   ASSERT_TRUE(loaded) << loaded.error().message;
@@ -98,12 +99,12 @@ TEST(DataSource, EachBadSourceIsRefusedWithWhatWasWrong) {
   EXPECT_NE(r.error().message.find("data_batch"), std::string::npos) << r.error().message;
 
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/no-such-file.csv";
+  source.path = fedcore::source_path("data/no-such-file.csv");
   r = load_local_data(source);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("no-such-file.csv"), std::string::npos) << r.error().message;
 
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   source.partition = "iid";
   source.partition_clients = 3;

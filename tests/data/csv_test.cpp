@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "shared/util/source_tree.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fedcore::data {
@@ -180,7 +181,7 @@ TEST_F(CsvTest, TooManyColumnsIsResourceExhausted) {
 TEST(CsvDataTest, BreastCancerWisconsin) {
   CsvOptions options;
   options.label_column = "benign";
-  auto loaded = load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv", options);
+  auto loaded = load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"), options);
   ASSERT_TRUE(loaded.has_value()) << loaded.error().to_string();
   const Dataset& data = *loaded;
   EXPECT_EQ(data.size(), 569u);

@@ -8,6 +8,7 @@
 
 #include "shared/data/csv.hpp"
 #include "shared/data/partition.hpp"
+#include "shared/util/source_tree.hpp"
 
 namespace fedcore::data {
 namespace {
@@ -21,8 +22,8 @@ std::pair<double, double> pooled(const Dataset& d, Eigen::Index feature) {
 }
 
 Dataset breast_cancer() {
-  auto table =
-      load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv", {.label_column = "benign"});
+  auto table = load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
+                        {.label_column = "benign"});
   EXPECT_TRUE(table) << table.error().to_string();
   return std::move(*table);
 }

@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/train_support.hpp"
+#include "shared/util/source_tree.hpp"
+#include "tests/support/build_outputs.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fedcore::distributed {
@@ -41,7 +43,7 @@ struct Process {
 // `output_path`: where the process's standard output and error go (empty: inherited).
 Process start(const std::vector<std::string>& args, const std::string& output_path = {}) {
   std::vector<char*> argv;
-  const std::string exe = FEDCORE_DIST_EXE;
+  const std::string exe = fedcore::testing::dist_binary();
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const auto& a : args)
     argv.push_back(const_cast<char*>(a.c_str()));
@@ -240,7 +242,7 @@ namespace {
 TEST(Launcher, TwoWorkersOverTls) {
   testing::TempDir dir;
   const std::string pki = dir.path("pki");
-  const std::string script = std::string(FEDCORE_SOURCE_DIR) + "/certs/fedcore-pki --dir " + pki;
+  const std::string script = fedcore::source_path("certs/fedcore-pki") + " --dir " + pki;
   for (const char* step : {" init", " server fedcore-server", " client worker"}) {
     ASSERT_EQ(std::system((script + step + " >/dev/null 2>&1").c_str()), 0) << step;
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
@@ -16,7 +17,7 @@ using testing::TempDir;
 client::DataSource breast_cancer() {
   client::DataSource source;
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   return source;
 }

@@ -10,6 +10,7 @@
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
@@ -22,7 +23,7 @@ TEST(Federation, ThreeHospitalsTrainBreastCancerLogregToHeldOutAccuracyOf93Perce
   TempDir dir;
   // The hospitals' shards and the held-out set, standardised with statistics agreed in
   // advance (those of the pooled training part, as a consortium would publish them).
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table) << table.error().to_string();
   auto split = data::stratified_split(*table, 0.25, 7);

@@ -17,6 +17,7 @@
 #include "shared/data/partition.hpp"
 #include "shared/data/split.hpp"
 #include "shared/model/param_io.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
@@ -48,7 +49,7 @@ std::vector<nlohmann::json> audit_lines(const std::string& path) {
 
 TEST(FederatedEvaluation, EachRoundsNewModelIsEvaluatedByItsParticipantsOnTheirTestSplits) {
   TempDir dir;
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table) << table.error().to_string();
   auto split = data::stratified_split(*table, 0.25, 7);

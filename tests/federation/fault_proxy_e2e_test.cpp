@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "client/daemon.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 #include "tests/support/fault_proxy.hpp"
 
@@ -31,7 +32,7 @@ using testing::Toxics;
 client::DataSource breast_cancer() {
   client::DataSource source;
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   return source;
 }

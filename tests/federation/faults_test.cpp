@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/data/csv.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 #include "tests/federation/rogue_client.hpp"
 
@@ -20,7 +21,7 @@ using testing::TempDir;
 client::DataSource breast_cancer() {
   client::DataSource source;
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   return source;
 }

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/federation/federation_fixture.hpp"
+#include "tests/support/build_outputs.hpp"
 
 extern char** environ;
 
@@ -102,10 +103,13 @@ TEST(DescriptorExhaustion, AtItsFileLimitTheServerBacksOffAndDoesNotFloodItsLog)
   }
   // `ulimit -n` sets soft and hard limit: the server cannot raise it.
   const std::string log = dir.path("server.log");
-  std::vector<std::string> args{
-      "/bin/sh",          "-c",       "ulimit -n 48 && exec \"$0\" \"$@\"",
-      FEDCORE_SERVER_BIN, "--config", dir.path("server.json"),
-      "--no-api"};
+  std::vector<std::string> args{"/bin/sh",
+                                "-c",
+                                "ulimit -n 48 && exec \"$0\" \"$@\"",
+                                fedcore::testing::server_binary(),
+                                "--config",
+                                dir.path("server.json"),
+                                "--no-api"};
   std::vector<char*> argv;
   for (auto& a : args) {
     argv.push_back(a.data());

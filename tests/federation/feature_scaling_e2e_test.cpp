@@ -18,6 +18,7 @@
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
@@ -51,7 +52,7 @@ struct Split {
 };
 
 Split write_sites(const TempDir& dir) {
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   EXPECT_TRUE(table) << table.error().to_string();
   auto split = data::stratified_split(*table, 0.25, 7);

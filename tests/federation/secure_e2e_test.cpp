@@ -8,6 +8,7 @@
 #include "shared/data/partition.hpp"
 #include "shared/data/split.hpp"
 #include "shared/model/param_io.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 
 namespace fedcore {
@@ -83,7 +84,7 @@ RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy) {
 
 TEST(SecureFederation, FourHospitalsWithSecAggPlusMatchPlainFedAvg) {
   TempDir data_dir;
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table) << table.error().to_string();
   auto split = data::stratified_split(*table, 0.25, 7);

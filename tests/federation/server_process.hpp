@@ -3,8 +3,8 @@
 // daemons on their own threads that reconnect by themselves, and polling the history
 // file while the server writes it.
 //
-// Targets that include this define FEDCORE_SERVER_BIN (the fedcore-server binary). Every
-// wait here is bounded; the destructors kill and reap what is still running.
+// Targets that include this define fedcore::testing::server_binary() (the fedcore-server binary).
+// Every wait here is bounded; the destructors kill and reap what is still running.
 #pragma once
 
 #include <chrono>
@@ -28,6 +28,8 @@
 
 #include "client/daemon.hpp"
 #include "server/store/history_store.hpp"
+#include "shared/util/source_tree.hpp"
+#include "tests/support/build_outputs.hpp"
 #include "tests/tls/tls_support.hpp"
 
 extern char** environ;
@@ -60,7 +62,7 @@ class ServerProcess {
  public:
   ServerProcess(const std::vector<std::string>& args, const std::string& log,
                 const std::vector<std::string>& env = {}) {
-    std::string binary = FEDCORE_SERVER_BIN;
+    std::string binary = fedcore::testing::server_binary();
     std::vector<std::string> argv_text{binary};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<std::string> env_text;
@@ -196,7 +198,7 @@ inline client::ClientOptions breast_cancer_site(const tls::testing::Pki& pki, co
   options.port = port;
   options.tls = pki.client_config(id);
   options.data.format = "csv";
-  options.data.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  options.data.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   options.data.label_column = "benign";
   options.data.partition = "iid";
   options.data.partition_clients = sites;

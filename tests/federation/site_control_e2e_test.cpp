@@ -10,6 +10,7 @@
 
 #include "client/audit_log.hpp"
 #include "client/server_identity.hpp"
+#include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
 #include "tests/federation/rogue_client.hpp"
 
@@ -24,7 +25,7 @@ using testing::TempDir;
 client::DataSource breast_cancer() {
   client::DataSource source;
   source.format = "csv";
-  source.path = FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv";
+  source.path = fedcore::source_path("data/breast_cancer_wisconsin.csv");
   source.label_column = "benign";
   return source;
 }

@@ -11,6 +11,7 @@
 #include "shared/data/split.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
+#include "shared/util/source_tree.hpp"
 #include "shared/util/threads.hpp"
 
 namespace fedcore::model {
@@ -38,7 +39,7 @@ const data::TrainTest* fashion_mnist() {
 
 TEST(Training, LogregOnBreastCancerReaches95PercentTestAccuracy) {
   set_compute_threads(1);
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table) << table.error().to_string();
   auto split = data::stratified_split(*table, 0.25, 7);
@@ -97,7 +98,7 @@ TEST(Training, CnnDrivesTheLossOfOneSmallBatchNearZero) {
 
 TEST(Training, IsBitForBitReproducibleOnOneThread) {
   set_compute_threads(1);
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table);
   auto run = [&] {
@@ -113,7 +114,7 @@ TEST(Training, IsBitForBitReproducibleOnOneThread) {
 
 TEST(Training, ProximalTermKeepsWeightsNearTheAnchor) {
   set_compute_threads(1);
-  auto table = data::load_csv(FEDCORE_SOURCE_DIR "/data/breast_cancer_wisconsin.csv",
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table);
   data::Standardizer::fit(*table).apply(*table);

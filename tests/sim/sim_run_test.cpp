@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/store/history_store.hpp"
+#include "shared/util/source_tree.hpp"
 #include "sim/federation_run.hpp"
 #include "sim/report.hpp"
 #include "sim/sim_data.hpp"
@@ -278,7 +279,7 @@ TEST(SimRun, DashboardPortServesTheAdminApiWithThePrintedToken) {
   o.transport = Transport::inproc;
   o.dashboard_port = unused_port();
   o.dashboard_linger_s = 0;
-  o.web_root = FEDCORE_SOURCE_DIR "/web";
+  o.web_root = fedcore::source_path("web");
   auto data = prepare_data(o);
   ASSERT_TRUE(data) << data.error().to_string();
 

@@ -14,15 +14,9 @@
 
 #include "server/check_config.hpp"
 #include "shared/tls/check_config.hpp"
+#include "tests/support/build_outputs.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/tls/tls_support.hpp"
-
-#ifndef FEDCORE_SERVER_BIN
-#error "FEDCORE_SERVER_BIN must name the fedcore-server binary"
-#endif
-#ifndef FEDCORE_CLIENT_BIN
-#error "FEDCORE_CLIENT_BIN must name the fedcore-client binary"
-#endif
 
 namespace fedcore::tls::testing {
 namespace {
@@ -332,16 +326,16 @@ TEST_F(CheckConfig, BinariesExitWithTheVerdict) {
   bad["tls"]["key"] = pki().client_key("hospital-a");
   write(temp_.path("bad.json"), bad.dump());
   write(temp_.path("client.json"), client_json().dump());
-  const auto good = run_command(shell_quote(FEDCORE_SERVER_BIN) + " --check-config " +
-                                shell_quote(temp_.path("good.json")));
+  const auto good = run_command(shell_quote(fedcore::testing::server_binary()) +
+                                " --check-config " + shell_quote(temp_.path("good.json")));
   EXPECT_EQ(good.status, 0) << good.output;
   EXPECT_NE(good.output.find(" 0 FAIL"), std::string::npos) << good.output;
-  const auto failed = run_command(shell_quote(FEDCORE_SERVER_BIN) + " --check-config " +
-                                  shell_quote(temp_.path("bad.json")));
+  const auto failed = run_command(shell_quote(fedcore::testing::server_binary()) +
+                                  " --check-config " + shell_quote(temp_.path("bad.json")));
   EXPECT_EQ(failed.status, 1) << failed.output;
   EXPECT_NE(failed.output.find("FAIL  tls.key"), std::string::npos) << failed.output;
-  const auto client = run_command(shell_quote(FEDCORE_CLIENT_BIN) + " --check-config " +
-                                  shell_quote(temp_.path("client.json")));
+  const auto client = run_command(shell_quote(fedcore::testing::client_binary()) +
+                                  " --check-config " + shell_quote(temp_.path("client.json")));
   EXPECT_EQ(client.status, 0) << client.output;
 }
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/tls/context.hpp"
+#include "tests/support/build_outputs.hpp"
 #include "tests/tls/tls_support.hpp"
 
 namespace fedcore::tls::testing {
@@ -26,14 +27,16 @@ fs::perms permissions(const std::string& path) {
 }
 
 TEST(PkiScript, HelpDescribesEveryCommand) {
-  const CommandResult help = run_command(shell_quote(FEDCORE_PKI_SCRIPT) + " --help");
+  const CommandResult help = run_command(shell_quote(fedcore::testing::pki_script()) + " --help");
   ASSERT_EQ(help.status, 0) << help.output;
   for (const char* command : {"init", "server", "client", "sign-csr", "revoke", "crl", "list"}) {
     EXPECT_NE(help.output.find(std::string("\n  ") + command), std::string::npos) << command;
   }
-  const CommandResult crl_help = run_command(shell_quote(FEDCORE_PKI_SCRIPT) + " crl --help");
+  const CommandResult crl_help =
+      run_command(shell_quote(fedcore::testing::pki_script()) + " crl --help");
   EXPECT_NE(crl_help.output.find("--expired"), std::string::npos) << crl_help.output;
-  EXPECT_EQ(run_command(shell_quote(FEDCORE_PKI_SCRIPT) + " no-such-command").status, 2);
+  EXPECT_EQ(run_command(shell_quote(fedcore::testing::pki_script()) + " no-such-command").status,
+            2);
 }
 
 TEST(PkiScript, InitRefusesAnExistingCaUnlessForced) {
@@ -128,7 +131,7 @@ TEST(PkiScript, DirectoryComesFromTheEnvironmentWhenNotGiven) {
   fedcore::testing::TempDir temp;
   const std::string dir = temp.path("from-env");
   const CommandResult r = run_command("FEDCORE_PKI_DIR=" + shell_quote(dir) + " " +
-                                      shell_quote(FEDCORE_PKI_SCRIPT) + " init");
+                                      shell_quote(fedcore::testing::pki_script()) + " init");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir + "/ca.pem"));
   EXPECT_TRUE(fs::exists(dir + "/crl.pem"));

@@ -20,10 +20,7 @@
 #include <openssl/x509_vfy.h>
 
 #include "shared/net/tls_stream.hpp"
-
-#ifndef FEDCORE_PKI_SCRIPT
-#error "FEDCORE_PKI_SCRIPT must name certs/fedcore-pki"
-#endif
+#include "tests/support/build_outputs.hpp"
 
 namespace fedcore::tls::testing {
 namespace {
@@ -125,7 +122,8 @@ std::string shell_quote(const std::string& word) {
 }
 
 CommandResult Pki::run(const std::string& args) const {
-  return run_command(shell_quote(FEDCORE_PKI_SCRIPT) + " --dir " + shell_quote(dir_) + " " + args);
+  return run_command(shell_quote(fedcore::testing::pki_script()) + " --dir " + shell_quote(dir_) +
+                     " " + args);
 }
 
 Federation::Federation(const Ids& client_ids) {

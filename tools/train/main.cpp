@@ -23,6 +23,7 @@
 #include "shared/model/trainer.hpp"
 #include "shared/privacy/noise_source.hpp"
 #include "shared/privacy/rdp_accountant.hpp"
+#include "shared/util/source_tree.hpp"
 #include "shared/util/threads.hpp"
 
 namespace {
@@ -111,7 +112,7 @@ result<TrainTest> load_data(const Options& o) {
   }
   if (o.data == "breast-cancer") {
     const std::string path = o.data_path.empty()
-                                 ? std::string(FEDCORE_DATA_DIR "/breast_cancer_wisconsin.csv")
+                                 ? fedcore::source_path("data/breast_cancer_wisconsin.csv")
                                  : o.data_path;
     auto table = fedcore::data::load_csv(path, {.label_column = "benign"});
     if (!table) {

@@ -1,7 +1,9 @@
 #include "server/federation/aggregate.hpp"
 
+#include <algorithm>
 #include <cmath>
 
+#include "server/federation/fixed_point_mean.hpp"
 #include "shared/util/assert.hpp"
 
 namespace fedcore::federation {
@@ -20,15 +22,21 @@ class FedAvg final : public Strategy {
  public:
   explicit FedAvg(std::size_t n) : average_(n) {}
   std::string_view name() const noexcept override { return "fedavg"; }
-  void begin_round(std::span<const float>) override { average_.clear(); }
+  void begin_round(std::span<const float> global, std::uint64_t max_total_weight) override {
+    average_.begin(global, max_total_weight);
+  }
   void add_update(std::span<const float> update, std::uint64_t samples) override {
-    average_.add(update, static_cast<double>(samples));
+    average_.add(update, samples);
   }
   std::size_t updates() const noexcept override { return average_.count(); }
-  std::vector<float> finish_round() override { return average_.take_mean(); }
+  std::vector<float> finish_round() override {
+    auto next = average_.mean();
+    average_.clear();
+    return next;
+  }
 
  private:
-  WeightedAverage average_;
+  FixedPointMean average_;
 };
 
 }  // namespace
@@ -49,6 +57,16 @@ std::string_view rejection_name(Rejection reason) noexcept {
       return "norm";
   }
   return "unknown";
+}
+
+double update_distance(std::span<const float> update, std::span<const float> global) {
+  FEDCORE_ASSERT(update.size() == global.size(), "update_distance: sizes differ");
+  double squared = 0;
+  for (std::size_t i = 0; i < update.size(); ++i) {
+    const double d = double(update[i]) - double(global[i]);
+    squared += d * d;
+  }
+  return std::sqrt(squared);
 }
 
 std::optional<RejectedUpdate> validate_update(std::span<const float> update,
@@ -89,40 +107,15 @@ std::optional<RejectedUpdate> validate_update(std::span<const float> update,
                                                std::to_string(norm) + ", above the bound " +
                                                std::to_string(checks.max_update_norm)};
   }
+  // Whatever the run's own bound: the exact sum's range is planned for this distance
+  // (fixed_point_mean.hpp), and no training step moves a model this far.
+  if (!(norm <= FixedPointMean::kMaxDistance)) {
+    return RejectedUpdate{Rejection::norm, "update moves the model by L2 norm " +
+                                               std::to_string(norm) +
+                                               ", above the aggregation's limit " +
+                                               std::to_string(FixedPointMean::kMaxDistance)};
+  }
   return std::nullopt;
-}
-
-WeightedAverage::WeightedAverage(std::size_t size) : size_(size) {}
-
-void WeightedAverage::add(std::span<const float> values, double weight) {
-  FEDCORE_ASSERT(values.size() == size_, "WeightedAverage::add: size mismatch");
-  FEDCORE_ASSERT(weight > 0 && std::isfinite(weight),
-                 "WeightedAverage::add: weight must be positive");
-  total_weight_ += weight;
-  ++count_;
-  if (count_ == 1) {
-    mean_.assign(values.begin(), values.end());
-    return;
-  }
-  const auto share = static_cast<float>(weight / total_weight_);
-  float* m = mean_.data();
-  const float* v = values.data();
-  for (std::size_t i = 0; i < size_; ++i) {
-    m[i] += share * (v[i] - m[i]);
-  }
-}
-
-std::vector<float> WeightedAverage::take_mean() {
-  FEDCORE_ASSERT(count_ > 0, "WeightedAverage::take_mean: nothing to average");
-  std::vector<float> out = std::move(mean_);
-  clear();
-  return out;
-}
-
-void WeightedAverage::clear() noexcept {
-  mean_ = {};
-  total_weight_ = 0;
-  count_ = 0;
 }
 
 result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size_t param_count) {

@@ -4,7 +4,9 @@
 // client's sample count, as in FedAvg (McMahan et al. 2017). `validate_update` checks an
 // update before it may touch the aggregate (docs/engineering.md S2); a Strategy folds valid
 // updates one at a time into a running sum, so the server's memory is O(model) whatever
-// the number of clients, and produces the next global model when the round closes.
+// the number of clients, and produces the next global model when the round closes. FedAvg's
+// sum is exact fixed point (fixed_point_mean.hpp): the next model is the same bits whatever
+// order the updates arrive in.
 //
 // Thread safety: none; a round's strategy belongs to the round's coroutine.
 #pragma once
@@ -23,7 +25,9 @@
 namespace fedcore::federation {
 
 struct UpdateChecks {
-  // Reject updates whose L2 distance from the round's global model exceeds this (0 = off).
+  // Reject updates whose L2 distance from the round's global model exceeds this (0 = no
+  // bound of the run's own). FixedPointMean::kMaxDistance (65,536) always applies: the
+  // exact sum's range is planned for it.
   double max_update_norm = 0;
   // Reject sample counts above this: a client cannot buy a larger say in the average.
   std::uint64_t max_samples = std::uint64_t{1} << 32;
@@ -48,38 +52,15 @@ struct RejectedUpdate {
   std::string message;  // for people: which tensor and index, the measured norm, ...
 };
 
+// The L2 distance between an update and the global model, computed in double.
+// REQUIRES: equal sizes.
+double update_distance(std::span<const float> update, std::span<const float> global);
+
 // Checks, in the order of the Rejection enum (the first failing check is reported).
 // Returns nothing for an update that may be aggregated.
 [[nodiscard]] std::optional<RejectedUpdate> validate_update(
     std::span<const float> update, std::string_view claimed_fingerprint, std::uint64_t samples,
     std::span<const float> global, const model::ParamLayout& layout, const UpdateChecks& checks);
-
-// A running sample-weighted mean of equally long vectors, updated in place as
-// m += (w / W) (x - m), where W is the total weight so far. One float buffer of the
-// model's size (a double sum would need two), and the rounding error of each step is
-// relative to the mean itself, so it does not grow with the number of clients the way a
-// plain float sum's does.
-class WeightedAverage {
- public:
-  explicit WeightedAverage(std::size_t size);
-
-  // REQUIRES: values.size() == size(), weight > 0 and finite values (validated before).
-  void add(std::span<const float> values, double weight);
-  std::size_t size() const noexcept { return size_; }
-  std::size_t count() const noexcept { return count_; }
-  double total_weight() const noexcept { return total_weight_; }
-  // The mean so far. REQUIRES: count() > 0.
-  std::span<const float> mean() const noexcept { return mean_; }
-  // Moves the mean out (no copy) and resets to empty. REQUIRES: count() > 0.
-  std::vector<float> take_mean();
-  void clear() noexcept;
-
- private:
-  std::size_t size_;
-  std::vector<float> mean_;  // allocated by the first add() after a clear
-  double total_weight_ = 0;
-  std::size_t count_ = 0;
-};
 
 // The seam for aggregation strategies. One object lives for a whole run (so strategies
 // with server state, e.g. server momentum, can keep it between rounds).
@@ -87,11 +68,14 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string_view name() const noexcept = 0;
-  // Starts a round from the current global model.
-  virtual void begin_round(std::span<const float> global) = 0;
+  // Starts a round from the current global model. `max_total_weight` (>= 1) bounds the sum
+  // of the weights add_update will be given this round: the selected clients' declared
+  // sample counts, each capped as the round caps it. REQUIRES: `global` stays alive and
+  // unchanged until finish_round.
+  virtual void begin_round(std::span<const float> global, std::uint64_t max_total_weight) = 0;
   // How many clients the round selected (DP-FedAvg divides by it); most ignore it.
   virtual void expect_clients(std::size_t /*selected*/) {}
-  // Folds in one validated update.
+  // Folds in one validated update; the weights of a round stay within begin_round's bound.
   virtual void add_update(std::span<const float> update, std::uint64_t samples) = 0;
   virtual std::size_t updates() const noexcept = 0;
   // Returns the next global model, moved out of the strategy's state where possible.

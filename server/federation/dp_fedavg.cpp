@@ -24,7 +24,7 @@ DpFedAvg::DpFedAvg(std::size_t param_count, double clip_norm, double noise_multi
   }
 }
 
-void DpFedAvg::begin_round(std::span<const float> global) {
+void DpFedAvg::begin_round(std::span<const float> global, std::uint64_t) {
   global_.assign(global.begin(), global.end());
   std::fill(sum_.begin(), sum_.end(), 0.0);
   count_ = 0;

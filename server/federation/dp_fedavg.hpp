@@ -36,7 +36,7 @@ class DpFedAvg final : public Strategy {
            std::optional<privacy::AdaptiveClip> adaptive = std::nullopt);
 
   std::string_view name() const noexcept override { return "dp-fedavg"; }
-  void begin_round(std::span<const float> global) override;
+  void begin_round(std::span<const float> global, std::uint64_t max_total_weight) override;
   void expect_clients(std::size_t selected) override { selected_ = selected; }
   void add_update(std::span<const float> update, std::uint64_t samples) override;
   std::size_t updates() const noexcept override { return count_; }

@@ -12,6 +12,7 @@
 #include "server/federation/aggregate.hpp"
 #include "server/federation/detail/active_run.hpp"
 #include "server/federation/dp_fedavg.hpp"
+#include "server/federation/fixed_point_mean.hpp"
 #include "server/federation/round.hpp"
 #include "server/federation/round_report.hpp"
 #include "server/federation/run_controller.hpp"
@@ -227,7 +228,15 @@ void RunController::begin_round() {
   }
   run.move(RoundEvent::clients_selected);
 
-  model.strategy->begin_round(*model.global);
+  // The most weight this round's updates can bring: each selected client's declared
+  // samples under the admin's cap (Round rejects a claim above either), so the strategy can
+  // size its exact sum before the first update (fixed_point_mean.hpp).
+  std::uint64_t max_total_weight = 1;
+  for (const auto& c : candidates) {
+    const auto cap = run.config.max_samples_per_client;
+    max_total_weight += cap > 0 ? std::min<std::uint64_t>(c.samples, cap) : c.samples;
+  }
+  model.strategy->begin_round(*model.global, max_total_weight);
   model.strategy->expect_clients(candidates.size());
   RoundSettings settings;
   settings.run_id = run.record.id;
@@ -384,6 +393,15 @@ bool RunController::step_secure_stage() {
     std::vector<float> next(model.global->begin(), model.global->end());
     for (std::size_t i = 0; i < next.size(); ++i) {
       next[i] += result->mean_delta[i];
+    }
+    // The sites' updates were never validated one by one; their mean must still fit the
+    // aggregation's range (a clipping range times sqrt(parameters) can exceed it).
+    if (const double moved = update_distance(next, *model.global);
+        !(moved <= FixedPointMean::kMaxDistance)) {
+      fail_secure_round("the unmasked mean moves the model by L2 norm " + std::to_string(moved) +
+                        ", above the aggregation's limit " +
+                        std::to_string(FixedPointMean::kMaxDistance));
+      return true;
     }
     model.strategy->add_update(next, 1);
     if (result->metric_sums.size() == 3 && result->metric_sums[2] > 0) {

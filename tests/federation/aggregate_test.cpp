@@ -1,10 +1,12 @@
 #include "server/federation/aggregate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <gtest/gtest.h>
 
+#include "server/federation/fixed_point_mean.hpp"
 #include "shared/util/rng.hpp"
 
 namespace fedcore::federation {
@@ -17,7 +19,7 @@ model::ParamLayout small_layout() {
   return layout;
 }
 
-TEST(WeightedAverage, EqualsTheSampleWeightedMeanTo1e6) {
+TEST(FedAvg, EqualsTheSampleWeightedMeanTo1e6) {
   Rng rng(1);
   const std::size_t n = 10000;
   const std::vector<double> weights{1204, 37, 999, 5, 12000};
@@ -30,13 +32,13 @@ TEST(WeightedAverage, EqualsTheSampleWeightedMeanTo1e6) {
   auto strategy = make_strategy("fedavg", n);
   ASSERT_TRUE(strategy);
   std::vector<float> global(n, 0.0f);
-  (*strategy)->begin_round(global);
+  (*strategy)->begin_round(global, 20000);
   for (std::size_t c = 0; c < updates.size(); ++c) {
     (*strategy)->add_update(updates[c], static_cast<std::uint64_t>(weights[c]));
   }
   EXPECT_EQ((*strategy)->updates(), weights.size());
-  global = (*strategy)->finish_round();
-  ASSERT_EQ(global.size(), n);
+  const auto next = (*strategy)->finish_round();
+  ASSERT_EQ(next.size(), n);
   double total = 0;
   for (double w : weights) {
     total += w;
@@ -48,18 +50,131 @@ TEST(WeightedAverage, EqualsTheSampleWeightedMeanTo1e6) {
       expected += weights[c] * updates[c][i];
     }
     expected /= total;
-    max_error = std::max(max_error, std::abs(expected - global[i]));
+    max_error = std::max(max_error, std::abs(expected - next[i]));
   }
   EXPECT_LE(max_error, 1e-6);
 }
 
-TEST(WeightedAverage, NewRoundStartsFromZero) {
-  WeightedAverage average(2);
-  average.add(std::vector<float>{1, 1}, 1);
-  average.clear();
-  average.add(std::vector<float>{4, 6}, 2);
-  EXPECT_EQ(average.take_mean(), (std::vector<float>{4, 6}));
-  EXPECT_EQ(average.count(), 0u);
+// Five updates of values with very different magnitudes around a non-zero global model, in
+// all 120 orders: the fixed-point mean is the same bits every time. The same data through a
+// float running mean (the aggregation this replaced) differs between orders, so the data
+// does exercise rounding.
+TEST(FixedPointMean, EveryArrivalOrderGivesTheSameBits) {
+  Rng rng(7);
+  const std::size_t n = 4096;
+  std::vector<float> global(n);
+  for (auto& g : global) {
+    g = static_cast<float>(rng.normal() * 3.0);
+  }
+  const std::vector<std::uint64_t> weights{1, 60000, 7, 333, 12};
+  std::vector<std::vector<float>> updates(weights.size(), global);
+  for (std::size_t c = 0; c < updates.size(); ++c) {
+    const double scale = std::pow(10.0, -double(c));  // steps from 1 down to 1e-4
+    for (auto& v : updates[c]) {
+      v += static_cast<float>(rng.normal() * scale);
+    }
+  }
+  std::vector<std::size_t> order{0, 1, 2, 3, 4};
+  std::vector<float> first;
+  std::vector<float> first_float;
+  bool float_order_mattered = false;
+  int orders = 0;
+  do {
+    FixedPointMean mean(n);
+    mean.begin(global, 60353);
+    for (std::size_t c : order) {
+      mean.add(updates[c], weights[c]);
+    }
+    const auto result = mean.mean();
+    // The aggregation this replaced: m += (w / W) (x - m) in float.
+    std::vector<float> running(n);
+    double total = 0;
+    for (std::size_t c : order) {
+      total += double(weights[c]);
+      const auto share = static_cast<float>(double(weights[c]) / total);
+      for (std::size_t i = 0; i < n; ++i) {
+        running[i] = total == double(weights[c])
+                         ? updates[c][i]
+                         : running[i] + share * (updates[c][i] - running[i]);
+      }
+    }
+    if (first.empty()) {
+      first = result;
+      first_float = running;
+    } else {
+      ASSERT_EQ(result, first) << "order " << orders;
+      float_order_mattered = float_order_mattered || running != first_float;
+    }
+    ++orders;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(orders, 120);
+  EXPECT_TRUE(float_order_mattered);
+}
+
+TEST(FixedPointMean, StaysWithinItsStatedErrorAtTheCoarsestGridsItPlans) {
+  // F shrinks as the promised weight grows: 46 - ceil(log2 W_max), at most 40.
+  EXPECT_EQ(FixedPointMean::fraction_bits_for(1), 40);
+  EXPECT_EQ(FixedPointMean::fraction_bits_for(64), 40);
+  EXPECT_EQ(FixedPointMean::fraction_bits_for(65), 39);
+  EXPECT_EQ(FixedPointMean::fraction_bits_for(60000), 30);
+  EXPECT_EQ(FixedPointMean::fraction_bits_for(std::uint64_t{1} << 46), 0);
+  Rng rng(3);
+  for (const std::uint64_t promised :
+       {std::uint64_t{100}, std::uint64_t{1} << 30, std::uint64_t{1} << 40}) {
+    const std::size_t n = 1000;
+    std::vector<float> global(n, 0.5f);
+    FixedPointMean mean(n);
+    mean.begin(global, promised);
+    std::vector<std::vector<float>> updates(10, global);
+    double total = 0;
+    std::vector<double> exact(n, 0.0);
+    for (std::size_t c = 0; c < updates.size(); ++c) {
+      for (std::size_t i = 0; i < n; ++i) {
+        updates[c][i] += static_cast<float>(rng.normal() * 0.01);
+        exact[i] += 3.0 * (double(updates[c][i]) - 0.5);
+      }
+      mean.add(updates[c], 3);
+      total += 3;
+    }
+    const auto result = mean.mean();
+    // n terms, each truncated by less than one grid step, over the total weight; plus the
+    // final rounding to float.
+    const double bound = 10 * std::ldexp(1.0, -mean.fraction_bits()) / total;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double expected = 0.5 + exact[i] / total;
+      EXPECT_LE(std::abs(double(result[i]) - expected), bound + std::abs(expected) * 6e-8)
+          << "promised " << promised << " value " << i;
+    }
+  }
+}
+
+TEST(FixedPointMean, ANewRoundStartsFromZero) {
+  const std::vector<float> zero(2, 0.0f);
+  FixedPointMean mean(2);
+  mean.begin(zero, 10);
+  mean.add(std::vector<float>{1, 1}, 1);
+  mean.begin(zero, 10);
+  mean.add(std::vector<float>{4, 6}, 2);
+  EXPECT_EQ(mean.mean(), (std::vector<float>{4, 6}));
+  EXPECT_EQ(mean.count(), 1u);
+  EXPECT_EQ(mean.total_weight(), 2u);
+  mean.clear();
+  EXPECT_EQ(mean.count(), 0u);
+}
+
+// The run's own bound is optional; the aggregation's range is not.
+TEST(ValidateUpdate, RejectsAnUpdateBeyondTheAggregationsRangeWithoutABoundOfTheRun) {
+  model::ParamLayout layout;
+  layout.append("w", {2});
+  const std::vector<float> global(2, 0.0f);
+  const std::vector<float> far{70000.0f, 0.0f}, near{60000.0f, 0.0f};
+  const auto r = validate_update(far, layout.fingerprint_hex(), 1, global, layout, {});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, Rejection::norm);
+  EXPECT_EQ(r->message,
+            "update moves the model by L2 norm 70000.000000, above the aggregation's limit "
+            "65536.000000");
+  EXPECT_FALSE(validate_update(near, layout.fingerprint_hex(), 1, global, layout, {}));
 }
 
 TEST(ValidateUpdate, AcceptsAGoodUpdate) {

@@ -1,7 +1,11 @@
 // A federation behind a bad network (issue 19): every client daemon reaches the server
 // through a FaultProxy (tests/support/fault_proxy.hpp) that adds 200 ms of latency each
 // way, cuts every write into 64-byte segments and resets 1% of connections after a random
-// number of bytes. TLS passes through the proxy untouched; a 5-round run must finish.
+// number of bytes. TLS passes through the proxy untouched. A 5-round run must finish with
+// every round recorded once, and end with the same model, bit for bit, as the same run on a
+// clean network: every round needs all three sites (a round a reset cost an update fails
+// and is retried), training is seeded by run and round, and FedAvg's sum is exact, so
+// neither the order the updates arrive in nor the retries may change a bit.
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -15,8 +19,10 @@
 #include <gtest/gtest.h>
 
 #include "client/daemon.hpp"
+#include "shared/model/param_io.hpp"
 #include "shared/util/source_tree.hpp"
 #include "tests/federation/federation_fixture.hpp"
+#include "tests/federation/history_checks.hpp"
 #include "tests/support/fault_proxy.hpp"
 
 namespace fedcore {
@@ -104,11 +110,58 @@ class ProxiedClients {
   std::vector<std::unique_ptr<Client>> stopped_;
 };
 
-TEST(FaultProxyFederation, FiveRoundsFinishThroughLatencySlicingAndRandomResets) {
+// Both tests' run: all three sites in every round, retried when a reset costs an update.
+constexpr const char* kRun =
+    R"({"model":{"type":"logreg"},"rounds":5,"clients_per_round":3,"min_clients":3,
+      "round_timeout_s":60,"wait_for_clients_s":60,"on_failed_round":"retry","max_retries":5,
+      "seed":5,"optimizer":{"kind":"sgd","lr":0.1}})";
+
+const std::vector<std::string> kSites = {"hospital-1", "hospital-2", "hospital-3"};
+
+// The final model of a finished run in `federation`'s history, after checking that every
+// committed round is there once with an intact checkpoint.
+std::vector<float> final_model(TempDir& dir) {
+  const auto history = testing::expect_intact_history(dir.path("fedcore.db"));
+  EXPECT_EQ(history.checkpoints.size(), 5u);
+  if (history.checkpoints.empty()) {
+    return {};
+  }
+  auto model = model::load_params(history.checkpoints.back().ref.path);
+  EXPECT_TRUE(model) << model.error().to_string();
+  return model ? model->params : std::vector<float>{};
+}
+
+// kRun on a clean network: the same sites, seeds and data, no proxy.
+std::vector<float> clean_network_model() {
   TempDir dir;
   Federation federation(dir);
-  const std::vector<std::string> ids = {"hospital-1", "hospital-2", "hospital-3"};
-  for (const auto& id : ids) {
+  for (const auto& id : kSites) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  ProxiedClients clients;
+  for (const auto& id : kSites) {
+    clients.start(federation.pki(), id, port);
+  }
+  EXPECT_TRUE(
+      federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(60)));
+  auto run = federation.start_run(kRun);
+  EXPECT_TRUE(run) << run.error().to_string();
+  EXPECT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
+                                    std::chrono::seconds(120)));
+  EXPECT_EQ(federation.rounds_failed(), 0);
+  clients.stop();
+  federation.stop();
+  return final_model(dir);
+}
+
+TEST(FaultProxyFederation, FiveRoundsFinishThroughLatencySlicingAndRandomResets) {
+  const auto clean = clean_network_model();
+  ASSERT_FALSE(clean.empty());
+
+  TempDir dir;
+  Federation federation(dir);
+  for (const auto& id : kSites) {
     federation.add_client_certificate(id);
   }
   const auto server_port = federation.start_server();
@@ -116,23 +169,21 @@ TEST(FaultProxyFederation, FiveRoundsFinishThroughLatencySlicingAndRandomResets)
   FaultProxy proxy(bad_network(server_port));
 
   ProxiedClients clients;
-  for (const auto& id : ids) {
+  for (const auto& id : kSites) {
     clients.start(federation.pki(), id, proxy.port());
   }
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(60)));
 
   const auto start = std::chrono::steady_clock::now();
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":5,"clients_per_round":3,"min_clients":2,
-      "round_timeout_s":60,"wait_for_clients_s":60,"seed":5,"optimizer":{"kind":"sgd","lr":0.1}})");
+  auto run = federation.start_run(kRun);
   ASSERT_TRUE(run) << run.error().to_string();
   ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); },
                                     std::chrono::seconds(300)));
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(*federation.ended(), store::RunState::finished);
   EXPECT_EQ(federation.rounds_committed(), 5);
-  EXPECT_EQ(federation.rounds_failed(), 0);
+  const int failed = federation.rounds_failed();
   // A round is at least a TRAIN down and an UPDATE up: 400 ms of injected latency.
   EXPECT_GE(took.count(), 5 * 0.4);
   clients.stop();
@@ -147,21 +198,25 @@ TEST(FaultProxyFederation, FiveRoundsFinishThroughLatencySlicingAndRandomResets)
   // one the toxic reset (the daemons count only those that finished the TLS handshake).
   EXPECT_EQ(stats.connections_accepted, 3u + stats.resets);
   EXPECT_LE(clients.connections(), stats.connections_accepted);
+  // Only a reset can cost a round its third update.
+  EXPECT_LE(failed, static_cast<int>(stats.resets));
 
   auto history = federation.open_store();
   auto rounds = history.list_rounds(*run);
   ASSERT_TRUE(rounds);
-  ASSERT_EQ(rounds->size(), 5u);
   int accepted = 0;
   for (const auto& round : *rounds) {
-    EXPECT_EQ(round.state, store::RoundState::committed);
-    accepted += round.accepted;
+    accepted += round.state == store::RoundState::committed ? round.accepted : 0;
   }
+  EXPECT_EQ(accepted, 15);
+  const auto model = final_model(dir);
+  EXPECT_TRUE(model == clean) << "the final model differs from the clean network's";
   std::cout << "fault proxy federation: " << federation.rounds_committed()
-            << " rounds committed in " << took.count() << " s; " << accepted
-            << " updates accepted of 15; proxy: " << stats.connections_accepted << " connections, "
-            << stats.resets << " reset by the toxic, " << stats.bytes_upstream << " bytes up, "
-            << stats.bytes_downstream << " bytes down\n";
+            << " rounds committed in " << took.count() << " s (" << failed
+            << " failed attempts); final model equal to the clean network's: "
+            << (model == clean ? "yes" : "NO") << "; proxy: " << stats.connections_accepted
+            << " connections, " << stats.resets << " reset by the toxic, " << stats.bytes_upstream
+            << " bytes up, " << stats.bytes_downstream << " bytes down\n";
   RecordProperty("wall_seconds", std::to_string(took.count()));
   RecordProperty("resets", std::to_string(stats.resets));
   RecordProperty("connections", std::to_string(stats.connections_accepted));
@@ -170,27 +225,26 @@ TEST(FaultProxyFederation, FiveRoundsFinishThroughLatencySlicingAndRandomResets)
 // With 1% of a handful of connections the toxic rarely fires in one run, so this run also
 // resets every session at a known moment: right after round 2 is committed. The sites
 // reconnect through the same bad network, a round they were dropped from fails and is
-// retried, and the run still finishes its 5 rounds.
+// retried, and the run still finishes its 5 rounds, with the clean network's model.
 TEST(FaultProxyFederation, EverySessionResetAfterRoundTwoAndTheRunStillFinishes) {
+  const auto clean = clean_network_model();
+  ASSERT_FALSE(clean.empty());
+
   TempDir dir;
   Federation federation(dir);
-  const std::vector<std::string> ids = {"hospital-1", "hospital-2", "hospital-3"};
-  for (const auto& id : ids) {
+  for (const auto& id : kSites) {
     federation.add_client_certificate(id);
   }
   FaultProxy proxy(bad_network(federation.start_server()));
   ProxiedClients clients;
-  for (const auto& id : ids) {
+  for (const auto& id : kSites) {
     clients.start(federation.pki(), id, proxy.port());
   }
   ASSERT_TRUE(
       federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(60)));
 
   const auto start = std::chrono::steady_clock::now();
-  auto run = federation.start_run(
-      R"({"model":{"type":"logreg"},"rounds":5,"clients_per_round":3,"min_clients":2,
-      "round_timeout_s":60,"wait_for_clients_s":60,"on_failed_round":"retry","max_retries":3,
-      "seed":5,"optimizer":{"kind":"sgd","lr":0.1}})");
+  auto run = federation.start_run(kRun);
   ASSERT_TRUE(run) << run.error().to_string();
   ASSERT_TRUE(federation.wait_until([&] { return federation.rounds_committed() >= 2; },
                                     std::chrono::seconds(120)));
@@ -201,12 +255,12 @@ TEST(FaultProxyFederation, EverySessionResetAfterRoundTwoAndTheRunStillFinishes)
   EXPECT_EQ(*federation.ended(), store::RunState::finished);
   EXPECT_EQ(federation.rounds_committed(), 5);
   const int failed = federation.rounds_failed();
-  EXPECT_LE(failed, 1) << "only the round the reset hit may fail";
   clients.stop();
   federation.stop();
 
   const auto stats = proxy.stats();
   EXPECT_EQ(stats.resets_requested, 3u);
+  EXPECT_LE(failed, 1 + static_cast<int>(stats.resets)) << "only a round a reset hit may fail";
   // Every site came back once, plus once for each reset the toxic made.
   EXPECT_EQ(stats.connections_accepted, 6u + stats.resets);
   auto history = federation.open_store();
@@ -217,10 +271,13 @@ TEST(FaultProxyFederation, EverySessionResetAfterRoundTwoAndTheRunStillFinishes)
     committed += round.state == store::RoundState::committed ? 1 : 0;
   }
   EXPECT_EQ(committed, 5);
+  const auto model = final_model(dir);
+  EXPECT_TRUE(model == clean) << "the final model differs from the clean network's";
   std::cout << "fault proxy federation, sessions reset after round 2: "
             << federation.rounds_committed() << " rounds committed, " << failed
-            << " failed attempts, in " << took.count()
-            << " s; proxy: " << stats.connections_accepted << " connections, "
+            << " failed attempts, in " << took.count() << " s; final model equal to the clean "
+            << "network's: " << (model == clean ? "yes" : "NO")
+            << "; proxy: " << stats.connections_accepted << " connections, "
             << stats.resets_requested << " reset by the test and " << stats.resets
             << " by the toxic\n";
   RecordProperty("wall_seconds", std::to_string(took.count()));

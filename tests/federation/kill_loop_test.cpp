@@ -28,43 +28,30 @@
 // went back. At the end also: the run finished all its rounds, and no checkpoint file is
 // left that the store does not reference.
 //
-// The final model. The protocol alone does not make it deterministic with two sites:
-// FedAvg folds the updates into a running mean in arrival order (WeightedAverage in
-// server/federation/aggregate.cpp: the first update becomes the mean, then
-// m += w/W (v - m)), so a-then-b gives a + wb/W (b - a) and b-then-a gives
-// b + wa/W (a - b), which can differ in the last bits (float rounding). Which update
-// arrives first depends on thread timing, so two uninterrupted runs can already differ
-// (without the ordering below, runs diverged from the reference at round 1 or 2).
-// Everything else is deterministic: local training is seeded with the run's seed plus the
-// round, the data split and the client selection are seeded, the feature scale is
-// combined in client-id order. So the test fixes the order the way fedcore-sim's ordered
-// mode does: site-2 holds its update until the history shows that the server which began
-// the round answered site-1's update of it (UpdateOrder). With the order fixed, every
-// round's checkpoint of the interrupted run must have the size and CRC-32 of the
-// uninterrupted run's, and the final models must be equal bit for bit.
+// The final model. Local training is seeded with the run's seed plus the round, the data
+// split and the client selection are seeded, the feature scale is combined in client-id
+// order, and FedAvg's sum is exact fixed point (server/federation/fixed_point_mean.hpp), so
+// the order the two sites' updates arrive in does not matter. (Before the sum was exact,
+// the float running mean made a-then-b and b-then-a differ in the last bits, and this test
+// had to hold site-2's update until the server had answered site-1's.) Nothing orders the
+// updates now: every round's checkpoint of the interrupted run must have the size and
+// CRC-32 of the uninterrupted run's, and the final models must be equal bit for bit.
 #include <array>
-#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <gtest/gtest.h>
 
 #include "shared/model/param_io.hpp"
-#include "shared/util/clock.hpp"
 #include "shared/util/rng.hpp"
 #include "tests/federation/federation_fixture.hpp"
 #include "tests/federation/history_checks.hpp"
@@ -246,108 +233,14 @@ std::vector<Kill> plan_kills(Rng& rng, int n, std::chrono::microseconds round_ti
   return plan;
 }
 
-// ---------------------------------------------------------------- the order of updates
-
-// The before_update seam of site-2: its update leaves only once the history at `db` shows
-// that the server which began the round answered site-1's update of it (an
-// update_accepted or update_rejected event of site-1 for that round, newer than the
-// round's latest round_started). The seam waits on a timer, so the daemon's heartbeats
-// keep flowing. It drops the update (the daemon reconnects) once that server is dead: the
-// test killed a server after the round_started event was written. Only the server alive
-// at that moment wrote it, and the next server cannot begin the round again while site-2
-// is still in the seam (min_clients is 2), so the kill may have come before the seam was
-// even entered (while site-2 trained). After 20 s it sends unordered, and counts that.
-class UpdateOrder {
- public:
-  UpdateOrder(std::string db, std::string first_site)
-      : db_(std::move(db)), first_site_(std::move(first_site)) {}
-
-  std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)> seam() {
-    return [this](const client::TrainedRound& trained) { return hold(trained); };
-  }
-  // Call once the killed server is reaped: its events are all older than this.
-  void server_killed() { last_kill_ms_ = SystemClock().wall_ms(); }
-
-  int ordered() const { return ordered_; }
-  int abandoned() const { return abandoned_; }  // the round's server was killed
-  int unordered() const { return unordered_; }  // sent after 20 s without site-1's answer
-
- private:
-  enum class Look { waiting, answered, server_gone };
-
-  boost::asio::awaitable<client::UpdateAction> hold(client::TrainedRound trained) {
-    boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
-    for (int look = 0; look < 4000; ++look) {
-      switch (look_at(trained.run_id, trained.round)) {
-        case Look::answered:
-          ++ordered_;
-          co_return client::UpdateAction::send;
-        case Look::server_gone:
-          ++abandoned_;
-          co_return client::UpdateAction::drop;
-        case Look::waiting:
-          break;
-      }
-      timer.expires_after(5ms);
-      co_await timer.async_wait(boost::asio::use_awaitable);
-    }
-    ++unordered_;
-    co_return client::UpdateAction::send;
-  }
-
-  // Reads the events added since the last look (on site-2's thread only).
-  Look look_at(std::int64_t run, std::int64_t round) {
-    if (auto store = store::HistoryStore::open_read_only(db_); store) {
-      for (int page = 0; page < 100; ++page) {
-        auto events = store->list_events(cursor_, store::kMaxPageSize);
-        if (!events || events->empty()) {
-          break;
-        }
-        for (const auto& e : *events) {
-          cursor_ = e.id;
-          if (e.run_id != run || !e.round) {
-            continue;
-          }
-          if (e.kind == "round_started") {
-            started_[*e.round] = {e.id, e.time_ms};
-          } else if (e.client_id == first_site_ &&
-                     (e.kind == "update_accepted" || e.kind == "update_rejected")) {
-            answered_[*e.round] = e.id;
-          }
-        }
-      }
-    }
-    const auto started = started_.find(round);
-    if (started == started_.end()) {
-      return Look::waiting;  // not yet read (it was written before site-2 got its TRAIN)
-    }
-    const auto answered = answered_.find(round);
-    if (answered != answered_.end() && answered->second > started->second.first) {
-      return Look::answered;
-    }
-    return last_kill_ms_ >= started->second.second ? Look::server_gone : Look::waiting;
-  }
-
-  std::string db_;
-  std::string first_site_;
-  std::atomic<std::int64_t> last_kill_ms_{0};
-  std::atomic<int> ordered_{0};
-  std::atomic<int> abandoned_{0};
-  std::atomic<int> unordered_{0};
-  // Site-2's thread only: the events read so far, by round.
-  std::int64_t cursor_ = 0;
-  std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> started_;  // id, time_ms
-  std::map<std::int64_t, std::int64_t> answered_;                          // id
-};
-
 // ---------------------------------------------------------------- one federation
 
-// A run's files and the two sites, site-2's update ordered after site-1's.
+// A run's files and its two sites.
 class TwoSiteRun {
  public:
   TwoSiteRun(const TempDir& dir, const std::string& name, const tls::testing::Pki& pki,
              std::int64_t rounds)
-      : root_(dir.path(name)), pki_(pki), port_(testing::free_port()), order_(db(), "site-1") {
+      : root_(dir.path(name)), pki_(pki), port_(testing::free_port()) {
     std::filesystem::create_directories(root_);
     testing::write_server_config(path("server.json"), port_, db(), checkpoints(), pki);
     std::ofstream run(path("run.json"));
@@ -361,7 +254,6 @@ class TwoSiteRun {
   std::string db() const { return path("server.db"); }
   std::string checkpoints() const { return path("ckpt"); }
   std::string log() const { return path("server.log"); }
-  UpdateOrder& order() { return order_; }
 
   // The arguments of a server start: with --run only while the history has no run yet
   // (the first start, or a restart after a kill that came before the run was created).
@@ -380,9 +272,6 @@ class TwoSiteRun {
           testing::breast_cancer_site(pki_, "site-" + std::to_string(i + 1), port_, i, 2);
       options.initial_backoff = 20ms;
       options.max_backoff = 200ms;
-      if (i == 1) {
-        options.before_update = order_.seam();
-      }
       sites_.start(options);
     }
   }
@@ -392,7 +281,6 @@ class TwoSiteRun {
   std::filesystem::path root_;
   const tls::testing::Pki& pki_;
   std::uint16_t port_;
-  UpdateOrder order_;
   DaemonThreads sites_;
 };
 
@@ -467,7 +355,6 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   const auto reference_seconds = since(reference_start).count();
   const auto round_time = std::chrono::microseconds(
       static_cast<std::int64_t>(reference_seconds * 1e6 / static_cast<double>(rounds)));
-  EXPECT_EQ(reference.order().unordered(), 0);
   const auto expected = testing::expect_intact_history(reference.db());
   ASSERT_EQ(expected.checkpoints.size(), static_cast<std::size_t>(rounds));
 
@@ -509,7 +396,6 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
     ASSERT_TRUE(server.running()) << "the server exited by itself (wait status "
                                   << server.exit_status() << "); see " << killed.log();
     server.kill_now();
-    killed.order().server_killed();
     const auto point = last_point(trace);
     const auto phase = phase_after(point);
     ++landed[static_cast<std::size_t>(phase)];
@@ -554,7 +440,6 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   EXPECT_EQ(files_under(killed.checkpoints()), referenced);
 
   // The model, round by round: the same bytes as the uninterrupted run's.
-  EXPECT_EQ(killed.order().unordered(), 0) << "an update was sent without waiting for site-1's";
   for (std::size_t r = 0; r < history.checkpoints.size(); ++r) {
     const auto& got = history.checkpoints[r].ref;
     const auto& want = expected.checkpoints[r].ref;
@@ -580,9 +465,7 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
     summary << (p == 0 ? " " : ", ") << kPhaseNames[p] << " " << landed[p];
   }
   summary << "; " << rounds << " rounds committed in " << seconds
-          << " s (uninterrupted: " << reference_seconds << " s); site-2's update ordered "
-          << killed.order().ordered() << " times, abandoned at a kill "
-          << killed.order().abandoned() << " times\n";
+          << " s (uninterrupted: " << reference_seconds << " s)\n";
   std::cout << summary.str();
   RecordProperty("kills", static_cast<int>(plan.size()));
   RecordProperty("seed", std::to_string(*seed));

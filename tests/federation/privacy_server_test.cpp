@@ -157,7 +157,7 @@ class ZeroNoise final : public privacy::NoiseSource {
 TEST(DpFedAvg, ClipsEachUpdateWeighsThemEquallyAndDividesBySelected) {
   DpFedAvg strategy(2, 1.0, 0.0, std::make_unique<ZeroNoise>());
   const std::vector<float> global{1.0f, 1.0f};
-  strategy.begin_round(global);
+  strategy.begin_round(global, 1u << 30);
   strategy.expect_clients(4);                                    // four selected, three answer
   strategy.add_update(std::vector<float>{1.3f, 1.4f}, 1000000);  // norm 0.5: kept
   strategy.add_update(std::vector<float>{4.0f, 5.0f}, 1);        // norm 5: clipped to (0.6, 0.8)
@@ -173,7 +173,7 @@ TEST(DpFedAvg, NoiseOnTheSumHasStandardDeviationZC) {
   const std::size_t d = 20000;
   DpFedAvg strategy(d, 0.5, 2.0, std::make_unique<privacy::SeededNormal>(3));
   std::vector<float> global(d, 0.0f);
-  strategy.begin_round(global);
+  strategy.begin_round(global, 1u << 30);
   strategy.expect_clients(1);
   strategy.add_update(global, 1);  // a zero update: the result is pure noise
   auto next = strategy.finish_round();
@@ -195,7 +195,7 @@ TEST(DpFedAvg, AdaptiveClipFollowsTheUpdateNorms) {
   std::vector<float> global{0.0f};
   double clip = 10.0;
   for (int round = 0; round < 60; ++round) {
-    strategy.begin_round(global);
+    strategy.begin_round(global, 1u << 30);
     strategy.expect_clients(5);
     for (int c = 0; c < 5; ++c) {
       strategy.add_update(std::vector<float>{0.1f}, 1);

@@ -19,7 +19,7 @@ struct Fixture {
     layout.append("w", {3});
     global.assign(3, 0.0f);
     strategy = std::move(*make_strategy("fedavg", 3));
-    strategy->begin_round(global);
+    strategy->begin_round(global, 1u << 20);
     for (std::size_t c = 0; c < kClients; ++c) {
       nonces["h" + std::to_string(c)] = std::string(31, '0') + std::to_string(c);
     }

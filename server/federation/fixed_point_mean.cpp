@@ -1,0 +1,82 @@
+#include "server/federation/fixed_point_mean.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "shared/util/assert.hpp"
+
+namespace fedcore::federation {
+namespace {
+
+// kMaxDistance = 2^16, and one bit of the int64 is the sign: W_max * 2^16 * 2^F <= 2^62.
+constexpr int kRangeBits = 62 - 16;
+constexpr int kFinestGrid = 40;  // finer buys nothing: a float has 24 bits of mantissa
+// Below this the grid would be coarser than 1 (W_max above 2^46 samples in one round).
+constexpr int kCoarsestGrid = 0;
+
+}  // namespace
+
+int FixedPointMean::fraction_bits_for(std::uint64_t max_total_weight) noexcept {
+  // ceil(log2 W): bit_width(W - 1) for W >= 1.
+  const int weight_bits = static_cast<int>(std::bit_width(std::max<std::uint64_t>(max_total_weight, 1) - 1));
+  return std::clamp(kRangeBits - weight_bits, kCoarsestGrid, kFinestGrid);
+}
+
+void FixedPointMean::begin(std::span<const float> reference, std::uint64_t max_total_weight) {
+  FEDCORE_ASSERT(reference.size() == size_, "FixedPointMean::begin: reference of the wrong size");
+  FEDCORE_ASSERT(max_total_weight >= 1 && max_total_weight <= (std::uint64_t{1} << kRangeBits),
+                 "FixedPointMean::begin: max_total_weight out of range");
+  reference_ = reference;
+  sum_.assign(size_, 0);
+  max_total_weight_ = max_total_weight;
+  total_weight_ = 0;
+  count_ = 0;
+  fraction_bits_ = fraction_bits_for(max_total_weight);
+  begun_ = true;
+}
+
+void FixedPointMean::add(std::span<const float> values, std::uint64_t weight) {
+  FEDCORE_ASSERT(begun_, "FixedPointMean::add before begin");
+  FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::add: size mismatch");
+  FEDCORE_ASSERT(weight >= 1 && weight <= max_total_weight_ - total_weight_,
+                 "FixedPointMean::add: the weight exceeds what begin() was promised");
+  total_weight_ += weight;
+  ++count_;
+  // w * 2^F as one double: exact (w < 2^46, and 2^F only moves the exponent). Then each
+  // term is (x - g) * scale, rounded by the hardware the same way whenever it is computed,
+  // and truncated toward zero into the integer sum: |term| <= W_max * 2^16 * 2^F <= 2^62.
+  const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
+  const float* x = values.data();
+  const float* g = reference_.data();
+  std::int64_t* sum = sum_.data();
+  for (std::size_t i = 0; i < size_; ++i) {
+    const double term = (static_cast<double>(x[i]) - static_cast<double>(g[i])) * scale;
+    sum[i] += static_cast<std::int64_t>(term);
+  }
+}
+
+std::vector<float> FixedPointMean::mean() const {
+  FEDCORE_ASSERT(count_ > 0, "FixedPointMean::mean: nothing to average");
+  // sum * 2^-F / W in double (the sum's conversion rounds, but the sum itself is exact and
+  // the same for every order, so this is too), added to the reference, rounded to float.
+  const double unit = std::ldexp(1.0, -fraction_bits_) / static_cast<double>(total_weight_);
+  std::vector<float> out(size_);
+  for (std::size_t i = 0; i < size_; ++i) {
+    out[i] = static_cast<float>(static_cast<double>(reference_[i]) +
+                                static_cast<double>(sum_[i]) * unit);
+  }
+  return out;
+}
+
+void FixedPointMean::clear() noexcept {
+  reference_ = {};
+  sum_ = {};
+  max_total_weight_ = 0;
+  total_weight_ = 0;
+  count_ = 0;
+  fraction_bits_ = 0;
+  begun_ = false;
+}
+
+}  // namespace fedcore::federation

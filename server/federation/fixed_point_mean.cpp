@@ -19,7 +19,8 @@ constexpr int kCoarsestGrid = 0;
 
 int FixedPointMean::fraction_bits_for(std::uint64_t max_total_weight) noexcept {
   // ceil(log2 W): bit_width(W - 1) for W >= 1.
-  const int weight_bits = static_cast<int>(std::bit_width(std::max<std::uint64_t>(max_total_weight, 1) - 1));
+  const int weight_bits =
+      static_cast<int>(std::bit_width(std::max<std::uint64_t>(max_total_weight, 1) - 1));
   return std::clamp(kRangeBits - weight_bits, kCoarsestGrid, kFinestGrid);
 }
 

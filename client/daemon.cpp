@@ -169,6 +169,12 @@ asio::awaitable<ClientDaemon::Impl::Served> ClientDaemon::Impl::serve_one_connec
   if (!link) {
     co_return Served{link.error()};
   }
+  if (stopping) {
+    // stop() came while we were connecting: it found no session to stop, so none may start
+    // (it would run on, heartbeating, and keep the io_context from ever running dry).
+    (*link)->close();
+    co_return Served{fail(errc::unavailable, "stopped while connecting")};
+  }
   ++connections;
   const auto connected_at = clock->steady();
   session = std::make_unique<ClientSession>(io, std::move(*link), *sleeper, hooks(),

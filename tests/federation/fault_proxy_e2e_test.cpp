@@ -6,7 +6,9 @@
 // clean network: every round needs all three sites (a round a reset cost an update fails
 // and is retried), training is seeded by run and round, and FedAvg's sum is exact, so
 // neither the order the updates arrive in nor the retries may change a bit.
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -282,6 +284,54 @@ TEST(FaultProxyFederation, EverySessionResetAfterRoundTwoAndTheRunStillFinishes)
             << " by the toxic\n";
   RecordProperty("wall_seconds", std::to_string(took.count()));
   RecordProperty("failed_rounds", std::to_string(failed));
+}
+
+// stop() that arrives while the daemon is still in its TLS handshake (200 ms each way
+// through the proxy: the handshake takes at least 800 ms) must end the daemon: it used to
+// find no session to stop, and the session the handshake then started ran on, heartbeating,
+// so the daemon's io_context never ran dry (fedcore-sim hung at its end when a dropped site
+// was reconnecting at the moment the run finished).
+TEST(FaultProxyFederation, AStopDuringTheHandshakeEndsTheDaemon) {
+  TempDir dir;
+  Federation federation(dir);
+  federation.add_client_certificate("hospital-1");
+  Toxics slow;
+  slow.latency = std::chrono::milliseconds(200);
+  FaultProxyOptions proxy_options;
+  proxy_options.upstream_port = federation.start_server();
+  proxy_options.upstream = slow;
+  proxy_options.downstream = slow;
+  FaultProxy proxy(proxy_options);
+
+  client::ClientOptions options;
+  options.port = proxy.port();
+  options.tls = federation.pki().client_config("hospital-1");
+  options.data = breast_cancer();
+  options.seed = 1;
+  boost::asio::io_context io;
+  auto daemon = client::ClientDaemon::create(io, options);
+  ASSERT_TRUE(daemon) << daemon.error().to_string();
+  std::atomic<bool> ended{false};
+  boost::asio::co_spawn(io, (*daemon)->run(), [&](std::exception_ptr) { ended = true; });
+  std::thread thread([&] { io.run(); });
+
+  // The TCP connection is through the proxy: the handshake is under way.
+  for (int look = 0; look < 1000 && proxy.stats().connections_accepted == 0; ++look) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(proxy.stats().connections_accepted, 1u);
+  boost::asio::post(io, [d = daemon->get()] { d->stop(); });
+
+  auto joined = std::async(std::launch::async, [&] { thread.join(); });
+  const bool ran_dry = joined.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!ran_dry) {
+    io.stop();
+    joined.wait();
+  }
+  EXPECT_TRUE(ran_dry) << "the daemon's io_context did not run dry after stop()";
+  EXPECT_TRUE(ended);
+  EXPECT_EQ((*daemon)->connections(), 0u) << "a session started after stop()";
+  federation.stop();
 }
 
 }  // namespace

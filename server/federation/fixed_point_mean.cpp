@@ -11,6 +11,7 @@ namespace {
 
 // kMaxDistance = 2^16, and one bit of the int64 is the sign: W_max * 2^16 * 2^F <= 2^62.
 constexpr int kRangeBits = 62 - 16;
+static_assert(FixedPointMean::kMaxTotalWeight == std::uint64_t{1} << kRangeBits);
 constexpr int kFinestGrid = 40;  // finer buys nothing: a float has 24 bits of mantissa
 // Below this the grid would be coarser than 1 (W_max above 2^46 samples in one round).
 constexpr int kCoarsestGrid = 0;
@@ -26,7 +27,7 @@ int FixedPointMean::fraction_bits_for(std::uint64_t max_total_weight) noexcept {
 
 void FixedPointMean::begin(std::span<const float> reference, std::uint64_t max_total_weight) {
   FEDCORE_ASSERT(reference.size() == size_, "FixedPointMean::begin: reference of the wrong size");
-  FEDCORE_ASSERT(max_total_weight >= 1 && max_total_weight <= (std::uint64_t{1} << kRangeBits),
+  FEDCORE_ASSERT(max_total_weight >= 1 && max_total_weight <= kMaxTotalWeight,
                  "FixedPointMean::begin: max_total_weight out of range");
   reference_ = reference;
   sum_.assign(size_, 0);

@@ -33,11 +33,14 @@ class FixedPointMean {
   // The largest L2 distance from the reference an update may have (validate_update rejects
   // larger ones as Rejection::norm): no real round moves a model that far.
   static constexpr double kMaxDistance = 1 << 16;
+  // The most weight one round may promise in all (begin()'s max_total_weight): with
+  // kMaxDistance, 2^46 * 2^16 = 2^62 keeps the int64 sum clear of overflow at F = 0.
+  static constexpr std::uint64_t kMaxTotalWeight = std::uint64_t{1} << 46;
 
   explicit FixedPointMean(std::size_t size) : size_(size) {}
 
   // Starts a round around `reference` (the round's global model), for at most
-  // `max_total_weight` weight in all (>= 1). REQUIRES: reference.size() == size();
+  // `max_total_weight` weight in all (1 to kMaxTotalWeight). REQUIRES: reference.size() == size();
   // `reference` stays alive and unchanged until mean() or clear().
   void begin(std::span<const float> reference, std::uint64_t max_total_weight);
 

@@ -228,13 +228,21 @@ void RunController::begin_round() {
   }
   run.move(RoundEvent::clients_selected);
 
-  // The most weight this round's updates can bring: each selected client's declared
-  // samples under the admin's cap (Round rejects a claim above either), so the strategy can
-  // size its exact sum before the first update (fixed_point_mean.hpp).
+  // The weight cap: the admin's, and an equal share of what the exact sum holds
+  // (fixed_point_mean.hpp, 2^46 in all). A claim may be 2^32 samples (UpdateChecks), so
+  // only rounds of more than 16,384 sites with near that many each reach the share; it is
+  // order-independent, unlike refusing whichever update happened to overflow. Then the most
+  // weight this round's updates can bring: each selected client's declared samples under
+  // the per-update limit and the cap (Round rejects a claim above its declaration or the
+  // limit), so the strategy sizes its exact sum before the first update.
+  const UpdateChecks checks;
+  const std::uint64_t share =
+      (FixedPointMean::kMaxTotalWeight - 1) / std::max<std::size_t>(candidates.size(), 1);
+  const std::uint64_t admin_cap = run.config.max_samples_per_client;
+  const std::uint64_t weight_cap = admin_cap > 0 ? std::min(admin_cap, share) : share;
   std::uint64_t max_total_weight = 1;
   for (const auto& c : candidates) {
-    const auto cap = run.config.max_samples_per_client;
-    max_total_weight += cap > 0 ? std::min<std::uint64_t>(c.samples, cap) : c.samples;
+    max_total_weight += std::min({c.samples, checks.max_samples, weight_cap});
   }
   model.strategy->begin_round(*model.global, max_total_weight);
   model.strategy->expect_clients(candidates.size());
@@ -243,7 +251,7 @@ void RunController::begin_round() {
   settings.round = round.number;
   settings.min_clients = static_cast<std::size_t>(run.config.min_clients);
   settings.checks.max_update_norm = run.config.max_update_norm;
-  settings.max_samples_per_client = run.config.max_samples_per_client;
+  settings.max_samples_per_client = weight_cap;
   for (const auto& c : candidates) {
     settings.declared_samples[c.client_id] = c.samples;  // from its HELLO
   }

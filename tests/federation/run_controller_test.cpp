@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include "shared/model/param_io.hpp"
 #include "shared/privacy/rdp_accountant.hpp"
@@ -288,6 +289,42 @@ TEST_F(RunControllerTest, SampleCountsAreBoundedByTheHelloAndTheRunsCap) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// The exact sum holds 2^46 of weight in a round (fixed_point_mean.hpp). 16,400 sites that
+// each declare the protocol's most (2^40 samples) and claim the most one update may
+// (2^32) would bring more: the round weighs each at most an equal share of the range
+// instead of failing, so it commits with the plain mean of their deltas.
+TEST_F(RunControllerTest, SitesClaimingMoreWeightThanTheExactSumHoldsWeighEqualShares) {
+  constexpr std::uint64_t kDeclared = std::uint64_t{1} << 40;
+  constexpr std::uint64_t kClaimed = std::uint64_t{1} << 32;
+  constexpr int kSites = 16400;
+  for (int c = 0; c < kSites; ++c) {
+    connect("s" + std::to_string(c), kDeclared);
+  }
+  auto parsed = parse_run_config(
+      R"({"name":"t","model":{"type":"logreg","input_shape":[4],"num_classes":2},)"
+      R"("rounds":1,"clients_per_round":16400,"min_clients":16400,"round_timeout_s":10,)"
+      R"("wait_for_clients_s":5})");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  const auto id = start(*parsed);
+  ASSERT_EQ(controller_->round_stage(), RoundStage::collecting);
+  const auto global = *sessions_.sent[0].global;
+  const auto quiet = spdlog::get_level();
+  spdlog::set_level(spdlog::level::warn);  // 16,400 "accepted" lines say nothing here
+  for (int c = 0; c < kSites; ++c) {
+    answer("s" + std::to_string(c), c % 2 == 0 ? 1.0f : 3.0f, kClaimed);
+  }
+  spdlog::set_level(quiet);
+  ASSERT_EQ(committed_.size(), 1u);
+  EXPECT_EQ(committed_[0].accepted, kSites);
+  const auto checkpoint = store_.latest_checkpoint(id);
+  ASSERT_TRUE(checkpoint && checkpoint->has_value());
+  const auto loaded = model::load_params((*checkpoint)->ref.path);
+  ASSERT_TRUE(loaded) << loaded.error().to_string();
+  for (std::size_t i = 0; i < global.size(); ++i) {
+    EXPECT_NEAR(loaded->params[i], global[i] + 2.0f, 1e-5f);  // half 1, half 3
+  }
 }
 
 // A site whose policy refuses the run answers with an ERROR (client/session.cpp); the

@@ -453,7 +453,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     note(*url);
   }
 
-  SiteBehaviour behaviour(o, o.clients);
+  SiteBehaviour behaviour(o);
   ClientFleet fleet(o.clients);
   for (std::size_t i = 0; i < o.clients; ++i) {
     auto& io = fleet.io_for(i);
@@ -500,31 +500,6 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     return evaluator.error();
   }
   set_compute_threads(1);
-  // The server's events order the uploads (site_behaviour.hpp): how many clients each
-  // round selected, and when the server has dealt with each update.
-  server_thread.call([&] {
-    return server_thread.server().subscribe_events([&](const store::EventRecord& e) {
-      // Secure aggregation sums in the 2^32 ring, where addition is exact and
-      // associative: arrival order cannot change a bit, and there are no per-update
-      // answers to order by. Its sites send as soon as they are ready.
-      if (o.unordered || o.secure_aggregation) {
-        return;
-      }
-      if (e.kind == "round_started" && e.round) {
-        const auto detail = nlohmann::json::parse(e.detail_json, nullptr, false);
-        const auto clients = detail.is_object() ? detail.value("clients", std::size_t{0}) : 0;
-        behaviour.round_started(*e.round, clients);
-      } else if (e.kind == "update_accepted" || e.kind == "update_rejected" ||
-                 e.kind == "update_stale") {
-        behaviour.answered(e.client_id);
-      } else if (e.kind == "training_failed" && e.round) {
-        const auto site = std::find(ids.begin(), ids.end(), e.client_id);
-        if (site != ids.end()) {
-          behaviour.gave_up(static_cast<std::size_t>(site - ids.begin()), *e.round);
-        }
-      }
-    });
-  });
   const auto run_started = Clock::now();
   auto run_id = server_thread.call([&] { return server_thread.server().start_run(*config); });
   if (!run_id) {

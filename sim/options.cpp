@@ -65,9 +65,9 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
       ->capture_default_str();
   app.add_option("--transport", transport, "tls (loopback mutual TLS) | inproc (socket pairs)")
       ->capture_default_str();
-  app.add_flag("--unordered", o.unordered,
-               "updates reach the server as they are ready (faster for thousands of clients; "
-               "not reproducible bit for bit)");
+  // Kept so that old command lines still run: updates always go as they are ready now,
+  // and the run is reproducible bit for bit anyway (the server's sum is exact).
+  app.add_flag("--unordered")->description("no effect (updates are never held back)");
   app.add_flag("--secure-aggregation", o.secure_aggregation,
                "SecAgg+: the server sees only the sum of the updates");
   app.add_option("--dp", o.dp, "none | record | client_central | client_distributed")
@@ -268,7 +268,6 @@ nlohmann::json to_json(const SimOptions& o) {
           {"threads", o.threads},
           {"round_timeout_s", o.round_timeout_s},
           {"transport", to_string(o.transport)},
-          {"unordered", o.unordered},
           {"drop_prob", o.drop_prob},
           {"slow_prob", o.slow_prob},
           {"secure_aggregation", o.secure_aggregation},

@@ -50,10 +50,6 @@ struct SimOptions {
   int threads = 1;  // compute threads per simulated client
   double round_timeout_s = 600;
   Transport transport = Transport::tls;
-  // Updates reach the server in arrival order instead of client order: much faster with
-  // thousands of clients (no hand-off per update), but not bit-for-bit reproducible.
-  bool unordered = false;
-
   // Privacy (server/federation/privacy_config.hpp): SecAgg+ and differential privacy.
   bool secure_aggregation = false;
   std::string dp = "none";  // none | record | client_central | client_distributed

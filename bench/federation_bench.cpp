@@ -56,6 +56,7 @@
 #include "client/secure_participation.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/net/frame_channel.hpp"
+#include "shared/net/listener.hpp"
 #include "shared/protocol/messages.hpp"
 #include "shared/secagg/key_binding.hpp"
 #include "shared/secagg/plan.hpp"
@@ -263,6 +264,7 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
     if (ec) {
       continue;
     }
+    fedcore::net::set_no_delay(candidate.next_layer());  // as the daemon does
     auto [hs] = co_await candidate.async_handshake(asio::ssl::stream_base::client, kNoThrow);
     if (!hs) {
       connected.emplace(std::move(candidate));

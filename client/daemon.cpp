@@ -15,6 +15,7 @@
 #include "client/local_evaluator.hpp"
 #include "client/server_identity.hpp"
 #include "shared/net/link.hpp"
+#include "shared/net/listener.hpp"
 #include "shared/net/watchdog.hpp"
 
 namespace fedcore::client {
@@ -285,6 +286,7 @@ asio::awaitable<result<std::shared_ptr<net::Link>>> ClientDaemon::Impl::connect_
       co_await asio::async_connect(stream.next_layer(), endpoints, kNoThrow);
   error_code handshake_error;
   if (!connect_error) {
+    net::set_no_delay(stream.next_layer());
     std::tie(handshake_error) =
         co_await stream.async_handshake(asio::ssl::stream_base::client, kNoThrow);
   }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/net/frame_channel.hpp"
+#include "shared/net/listener.hpp"
 
 namespace fedcore::distributed {
 
@@ -85,6 +86,7 @@ asio::awaitable<void> answer_all(std::shared_ptr<RendezvousServer::State> s) {
 }
 
 asio::awaitable<void> admit(std::shared_ptr<RendezvousServer::State> s, tcp::socket socket) {
+  net::set_no_delay(socket);
   Channel channel(std::move(socket), options_for(s->join_timeout));
   auto hello = co_await channel.read_frame();
   if (!hello || hello->type != MessageType::join)
@@ -209,6 +211,7 @@ result<std::vector<std::string>> TcpRendezvous::exchange(int rank, int size,
       asio::steady_timer pause(io, std::chrono::milliseconds(50));
       co_await pause.async_wait(kNoThrow);
     }
+    net::set_no_delay(socket);
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - collective::Clock::now());
     Channel channel(std::move(socket), options_for(std::max(left, std::chrono::milliseconds(1))));

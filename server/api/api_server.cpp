@@ -168,6 +168,7 @@ asio::awaitable<void> ApiServer::Impl::accept_loop() {
 }
 
 void ApiServer::Impl::admit(tcp::socket socket, std::chrono::steady_clock::time_point now) {
+  net::set_no_delay(socket);
   error_code ignored;
   const auto address = socket.remote_endpoint(ignored).address().to_string();
   auto ticket = table.admit(address);

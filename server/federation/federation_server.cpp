@@ -282,6 +282,7 @@ asio::awaitable<void> FederationServer::Impl::accept_loop() {
 }
 
 void FederationServer::Impl::admit(tcp::socket socket) {
+  net::set_no_delay(socket);
   error_code ignored;
   const auto address = socket.remote_endpoint(ignored).address().to_string();
   auto ticket = table.admit(address);

@@ -50,6 +50,11 @@ std::size_t accept_waiting(tcp::acceptor& acceptor, std::size_t max,
   return taken;
 }
 
+void set_no_delay(tcp::socket& socket) noexcept {
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+}
+
 bool is_resource_shortage(const boost::system::error_code& ec) noexcept {
   return ec == boost::system::errc::too_many_files_open ||
          ec == boost::system::errc::too_many_files_open_in_system ||

@@ -59,7 +59,7 @@ address_targets=(
 thread_targets=(
   net_test tls_stream_test store_test store_fault_test
   federation_test federation_e2e_test federation_faults_test federation_control_test
-  federation_storage_test
+  federation_storage_test federation_fault_proxy_test
   api_http_test api_run_test
   client_test site_control_test
   collective_test

@@ -1,10 +1,9 @@
 #include "tests/support/tcp_sockets.hpp"
 
 #include <filesystem>
-#include <string>
-
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <string>
 #include <sys/socket.h>
 
 namespace fedcore::testing {
@@ -51,7 +50,8 @@ std::vector<TcpSocket> connected_tcp_sockets() {
         getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0) {
       continue;  // not connected (yet, or any more)
     }
-    out.push_back({fd, port_of(local), port_of(peer), int_option(fd, IPPROTO_TCP, TCP_NODELAY) == 1});
+    out.push_back(
+        {fd, port_of(local), port_of(peer), int_option(fd, IPPROTO_TCP, TCP_NODELAY) == 1});
   }
   return out;
 }

@@ -1,6 +1,5 @@
 #include "server/federation/aggregate.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include "server/federation/fixed_point_mean.hpp"

@@ -52,7 +52,10 @@ void FixedPointMean::add(std::span<const float> values, std::uint64_t weight) {
   const float* x = values.data();
   const float* g = reference_.data();
   std::int64_t* sum = sum_.data();
-  for (std::size_t i = 0; i < size_; ++i) {
+  // A local count: size_ is an integer the int64 stores could alias, which kept GCC from
+  // vectorising the loop.
+  const std::size_t n = size_;
+  for (std::size_t i = 0; i < n; ++i) {
     const double term = (static_cast<double>(x[i]) - static_cast<double>(g[i])) * scale;
     sum[i] += static_cast<std::int64_t>(term);
   }

@@ -24,6 +24,7 @@
 
 #include "shared/collective/shm_ring.hpp"
 #include "shared/net/frame_channel.hpp"
+#include "shared/net/listener.hpp"
 #include "shared/tls/context.hpp"
 #include "shared/util/assert.hpp"
 
@@ -514,7 +515,7 @@ class NetTransport final : public Transport {
                                       std::to_string(endpoint.port()) + ": " + ec.message());
       co_return;
     }
-    socket_of(stream).set_option(tcp::no_delay(true), ec);
+    net::set_no_delay(socket_of(stream));
     if constexpr (std::is_same_v<Stream, net::TlsStream>) {
       if (auto prepared = tls::prepare_client_stream(stream, tls_.server_name); !prepared) {
         setup_error_ = prepared.error();
@@ -567,8 +568,7 @@ class NetTransport final : public Transport {
   }
 
   asio::awaitable<void> greet(tcp::socket socket) {
-    boost::system::error_code ec;
-    socket.set_option(tcp::no_delay(true), ec);
+    net::set_no_delay(socket);
     Stream stream = [&] {
       if constexpr (std::is_same_v<Stream, net::TlsStream>) {
         return Stream(std::move(socket), *tls_.server);

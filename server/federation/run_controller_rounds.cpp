@@ -235,26 +235,23 @@ void RunController::begin_round() {
   // weight this round's updates can bring: each selected client's declared samples under
   // the per-update limit and the cap (Round rejects a claim above its declaration or the
   // limit), so the strategy sizes its exact sum before the first update.
-  const UpdateChecks checks;
   const std::uint64_t share =
       (FixedPointMean::kMaxTotalWeight - 1) / std::max<std::size_t>(candidates.size(), 1);
   const std::uint64_t admin_cap = run.config.max_samples_per_client;
-  const std::uint64_t weight_cap = admin_cap > 0 ? std::min(admin_cap, share) : share;
-  std::uint64_t max_total_weight = 1;
-  for (const auto& c : candidates) {
-    max_total_weight += std::min({c.samples, checks.max_samples, weight_cap});
-  }
-  model.strategy->begin_round(*model.global, max_total_weight);
-  model.strategy->expect_clients(candidates.size());
   RoundSettings settings;
   settings.run_id = run.record.id;
   settings.round = round.number;
   settings.min_clients = static_cast<std::size_t>(run.config.min_clients);
   settings.checks.max_update_norm = run.config.max_update_norm;
-  settings.max_samples_per_client = weight_cap;
+  settings.max_samples_per_client = admin_cap > 0 ? std::min(admin_cap, share) : share;
+  std::uint64_t max_total_weight = 1;
   for (const auto& c : candidates) {
     settings.declared_samples[c.client_id] = c.samples;  // from its HELLO
+    max_total_weight +=
+        std::min({c.samples, settings.checks.max_samples, settings.max_samples_per_client});
   }
+  model.strategy->begin_round(*model.global, max_total_weight);
+  model.strategy->expect_clients(candidates.size());
   round.judge.emplace(settings, nonces, *model.global, model.layout, *model.strategy);
   protocol::PrivacyTerms privacy;
   privacy.dp = run.config.privacy.dp.mode;

@@ -1,9 +1,13 @@
 // Federation benchmarks (issue: "round overhead" and "raw transfer").
 //
-//   federation_bench rounds   PARAMS... : the real fedcore-server process, N no-op clients
-//                                         (they echo the model back at once), R rounds;
-//                                         median wall time per round and the server's
-//                                         peak RSS (VmHWM), for 2, 8 and 32 clients.
+//   federation_bench rounds   [PARAMS...] [--clients 2,8,32] [--rounds R] : the real
+//                                         fedcore-server process, N no-op clients (they
+//                                         echo the model back at once), R rounds; median
+//                                         wall time per round and the server's peak RSS
+//                                         (VmHWM); then, from the server's own record
+//                                         (round_phases), where each round's time went and
+//                                         the server's CPU per round against the floor of
+//                                         the bytes it moved (costs measured in the run).
 //   federation_bench secure   [options] : the cost of secure aggregation (SecAgg+) next to
 //                                         plain FedAvg: per client count, a plain run and
 //                                         SecAgg+ runs (keys bound, and not) back to back;
@@ -22,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -410,6 +415,10 @@ struct RunResult {
   std::int64_t store_accepted = 0;
   TrafficTotals traffic;
   double seconds = 0;  // the whole run, server start to finish
+  // Committed rounds: where each spent its time (the server's round_phases) and the bytes
+  // it moved through TLS (TRAIN frames down, updates up).
+  std::vector<fedcore::store::RoundPhases> phases;
+  std::vector<double> round_mb_down, round_mb_up;
 };
 
 double median(std::vector<double> values) {
@@ -543,10 +552,15 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
           out.round_ms.push_back(double(r.finished_ms - r.started_ms));
           out.store_bytes_up += r.bytes_up;
           out.store_accepted += r.accepted;
+          out.round_mb_down.push_back(double(r.bytes_down) / 1e6);
+          out.round_mb_up.push_back(double(r.bytes_up) / 1e6);
         } else {
           ++out.failed_rounds;
         }
       }
+    }
+    if (auto phases = store->list_round_phases(1); phases) {
+      out.phases = std::move(*phases);
     }
   }
   out.traffic = {traffic.update,   traffic.keys,      traffic.shares,   traffic.masked,
@@ -581,17 +595,89 @@ std::filesystem::path bench_root() {
   return root;
 }
 
+struct TransferCost;
+TransferCost transfer_bench(int megabytes, int frames, bool tls, bool print);
+
+// What one byte costs on this machine, measured in the same run as the rounds: an AES-GCM
+// pass (`openssl speed -evp aes-128-gcm`, 16 KiB blocks: TLS 1.3's records), the kernel's
+// send and receive on loopback (CPU per MB of each side of a plain-TCP channel), and one
+// read pass over memory (the accumulation reads each update once).
+struct ByteCosts {
+  double aes_ms_per_mb = 0;
+  double send_ms_per_mb = 0;
+  double receive_ms_per_mb = 0;
+  double memory_ms_per_mb = 0;
+};
+
+double aes_gcm_ms_per_mb() {
+  FILE* pipe = ::popen("openssl speed -evp aes-128-gcm -seconds 2 -bytes 16384 2>/dev/null", "r");
+  if (pipe == nullptr) {
+    return -1;
+  }
+  char line[512];
+  double kb_per_s = -1;
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    if (std::strncmp(line, "AES-128-GCM", 11) == 0) {
+      kb_per_s = std::atof(line + 11);  // "3131461.32k": thousands of bytes per second
+    }
+  }
+  ::pclose(pipe);
+  return kb_per_s > 0 ? 1e3 / (kb_per_s / 1e3) : -1;
+}
+
+double memory_read_ms_per_mb() {
+  std::vector<float> data(10'000'000, 1.0f);
+  std::vector<double> ms;
+  volatile float sink = 0;
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    const auto start = Clock::now();
+    float sum = 0;
+    for (float v : data) {
+      sum += v;
+    }
+    sink = sink + sum;
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  return median(ms) / (double(data.size()) * 4 / 1e6);
+}
+
+ByteCosts measure_byte_costs();
+
+// The server's CPU floor for a round: it encrypts what it sends (an AES pass and the
+// kernel's send per byte), decrypts what it receives (the kernel's receive and an AES
+// pass), and reads each update once to accumulate it.
+double server_floor_ms(const ByteCosts& c, double mb_down, double mb_up) {
+  return mb_down * (c.aes_ms_per_mb + c.send_ms_per_mb) +
+         mb_up * (c.receive_ms_per_mb + c.aes_ms_per_mb + c.memory_ms_per_mb);
+}
+
+// The whole loopback system's wall-clock floor: every byte is encrypted, sent, received
+// and decrypted once (by the server or a client), on 2 cores, with no other work.
+double system_floor_ms(const ByteCosts& c, double mb_down, double mb_up) {
+  return (mb_down + mb_up) * (2 * c.aes_ms_per_mb + c.send_ms_per_mb + c.receive_ms_per_mb) / 2;
+}
+
+template <class Field>
+double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field field) {
+  std::vector<double> values;
+  for (const auto& p : phases) {
+    values.push_back(field(p));
+  }
+  return median(values);
+}
+
 void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
                   const std::vector<int>& client_counts, int rounds) {
   const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
   const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
+  std::vector<std::pair<RunSpec, RunResult>> runs;
   std::printf("%-10s %-8s %-18s %-18s %-14s %-14s\n", "params", "clients", "median round (ms)",
               "server peak RSS", "model size", "target RSS");
   for (long params : param_counts) {
     for (int clients : client_counts) {
-      const RunResult r =
-          run_federation(server_bin, pki, root, {params, clients, rounds, Mode::plain, 1});
+      const RunSpec spec{params, clients, rounds, Mode::plain, 1};
+      const RunResult r = run_federation(server_bin, pki, root, spec);
       const double model_mb = double(r.actual_params) * 4 / 1e6;
       std::printf("%-10ld %-8d %-18.1f %-18s %-14s %-14s%s\n", r.actual_params, clients,
                   median(r.round_ms), (std::to_string(r.peak_rss_kib / 1024) + " MiB").c_str(),
@@ -599,9 +685,52 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
                   (std::to_string(int(3 * model_mb + 100)) + " MB").c_str(),
                   r.finished ? "" : "  (did not finish)");
       std::fflush(stdout);
+      runs.emplace_back(spec, r);
     }
   }
   std::filesystem::remove_all(root);
+
+  // Where the time went (the server's own record of each round, round_phases), and the
+  // server's CPU time against what the bytes it moved must cost.
+  const ByteCosts costs = measure_byte_costs();
+  std::printf(
+      "\nbyte costs, this run: AES-128-GCM %.3f ms/MB, loopback TCP send %.3f / receive %.3f "
+      "ms/MB (CPU), one memory read pass %.3f ms/MB\n",
+      costs.aes_ms_per_mb, costs.send_ms_per_mb, costs.receive_ms_per_mb, costs.memory_ms_per_mb);
+  std::printf(
+      "\nmedians over committed rounds, ms (offsets from the round's start: TRAIN written, "
+      "first and last update; then durations)\n");
+  std::printf(
+      "| params | clients | round, all in | TRAIN written | first update | last update | "
+      "validate | aggregate | checkpoint | commit | server CPU | CPU floor | CPU / floor "
+      "| system floor | round / system floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& [spec, r] : runs) {
+    if (r.phases.empty()) {
+      std::printf("| %ld | %d | no phases recorded |\n", r.actual_params, spec.clients);
+      continue;
+    }
+    using P = fedcore::store::RoundPhases;
+    const double total = median_of(r.phases, [](const P& p) { return p.total_ms; });
+    const double cpu =
+        median_of(r.phases, [](const P& p) { return p.cpu_user_ms + p.cpu_system_ms; });
+    const double mb_down = median(r.round_mb_down), mb_up = median(r.round_mb_up);
+    const double server_floor = server_floor_ms(costs, mb_down, mb_up);
+    const double system_floor = system_floor_ms(costs, mb_down, mb_up);
+    std::printf(
+        "| %ld | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+        "%.2f | %.1f | %.2f |\n",
+        r.actual_params, spec.clients, total,
+        median_of(r.phases, [](const P& p) { return p.train_written_ms.value_or(-1); }),
+        median_of(r.phases, [](const P& p) { return p.first_update_ms.value_or(-1); }),
+        median_of(r.phases, [](const P& p) { return p.last_update_ms.value_or(-1); }),
+        median_of(r.phases, [](const P& p) { return p.validate_ms; }),
+        median_of(r.phases, [](const P& p) { return p.aggregate_ms; }),
+        median_of(r.phases, [](const P& p) { return p.checkpoint_ms; }),
+        median_of(r.phases, [](const P& p) { return p.commit_ms; }), cpu, server_floor,
+        cpu / server_floor, system_floor, total / system_floor);
+  }
+  std::fflush(stdout);
 }
 
 std::string with_commas(std::uint64_t n) {
@@ -781,7 +910,13 @@ double thread_cpu_seconds() {
 // cores, the transfer can go no faster than 2 / (sender + receiver CPU per byte). With `tls` the
 // channel runs over mutual TLS 1.3, otherwise over plain TCP: the ceiling that TLS is measured
 // against.
-void transfer_bench(int megabytes, int frames, bool tls) {
+struct TransferCost {
+  double mb_per_s = 0;
+  double sender_ms_per_mb = 0;  // CPU, user + system
+  double receiver_ms_per_mb = 0;
+};
+
+TransferCost transfer_bench(int megabytes, int frames, bool tls, bool print) {
   const auto root =
       std::filesystem::temp_directory_path() / ("fedcore-tls-" + std::to_string(::getpid()));
   std::optional<Pki> pki;
@@ -869,6 +1004,12 @@ void transfer_bench(int megabytes, int frames, bool tls) {
   server_thread.join();
   const double seconds = std::chrono::duration<double>(last - first).count();
   const double megabytes_moved = double(received) / 1e6;
+  std::filesystem::remove_all(root);
+  const TransferCost cost{megabytes_moved / seconds, 1e3 * sender_cpu / megabytes_moved,
+                          1e3 * receiver_cpu / megabytes_moved};
+  if (!print) {
+    return cost;
+  }
   std::printf(
       "%s channel: %d frames of %d MB, %.0f MB/s (%s)\n", tls ? "TLS" : "TCP", frames - 1,
       megabytes, megabytes_moved / seconds,
@@ -879,7 +1020,17 @@ void transfer_bench(int megabytes, int frames, bool tls) {
       1e3 * sender_cpu / megabytes_moved, 1e3 * receiver_cpu / megabytes_moved,
       100 * sender_cpu / seconds, 100 * receiver_cpu / seconds,
       2 * megabytes_moved / (sender_cpu + receiver_cpu));
-  std::filesystem::remove_all(root);
+  return cost;
+}
+
+ByteCosts measure_byte_costs() {
+  ByteCosts c;
+  c.aes_ms_per_mb = aes_gcm_ms_per_mb();
+  const TransferCost tcp = transfer_bench(40, 6, false, false);
+  c.send_ms_per_mb = tcp.sender_ms_per_mb;
+  c.receive_ms_per_mb = tcp.receiver_ms_per_mb;
+  c.memory_ms_per_mb = memory_read_ms_per_mb();
+  return c;
 }
 
 // Raw stream throughput, without frames: `frames` writes of `megabytes` over one loopback
@@ -984,11 +1135,13 @@ void streams_bench(int megabytes, int frames, int repeats) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "transfer") {
-    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, true);
+    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, true,
+                   true);
     return 0;
   }
   if (mode == "transfer-tcp") {
-    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, false);
+    transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, false,
+                   true);
     return 0;
   }
   if (mode == "streams") {
@@ -997,11 +1150,35 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "rounds") {
-    std::vector<long> params{100000, 1000000, 10000000};
-    if (argc > 2) {
-      params = {std::atol(argv[2])};
+    // rounds [PARAMS...] [--clients 2,8,32] [--rounds R]
+    std::vector<long> params;
+    std::vector<int> clients;
+    int rounds = 5;
+    for (int i = 2; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--clients" && i + 1 < argc) {
+        std::istringstream list(argv[++i]);
+        for (std::string item; std::getline(list, item, ',');) {
+          clients.push_back(std::atoi(item.c_str()));
+        }
+      } else if (arg == "--rounds" && i + 1 < argc) {
+        rounds = std::atoi(argv[++i]);
+      } else {
+        params.push_back(std::atol(arg.c_str()));
+      }
     }
-    rounds_bench(fedcore::testing::server_binary(), params, {2, 8, 32}, 5);
+    if (params.empty()) {
+      params = {100000, 1000000, 10000000};
+    }
+    if (clients.empty()) {
+      clients = {2, 8, 32};
+    }
+    if (rounds < 1 || std::any_of(clients.begin(), clients.end(), [](int n) { return n < 1; }) ||
+        std::any_of(params.begin(), params.end(), [](long n) { return n < 2; })) {
+      std::fprintf(stderr, "rounds: need >= 1 round, >= 1 client, >= 2 parameters\n");
+      return 2;
+    }
+    rounds_bench(fedcore::testing::server_binary(), params, clients, rounds);
     return 0;
   }
   if (mode == "secure") {
@@ -1044,7 +1221,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::fprintf(stderr,
-               "usage: federation_bench rounds [PARAMS] | secure [--params P] [--clients "
+               "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] | secure "
+               "[--params P] [--clients "
                "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
                "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
   return 2;

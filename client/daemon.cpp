@@ -48,7 +48,9 @@ struct ClientDaemon::Impl {
   ClientOptions options;
   data::TrainTest data;
   asio::ssl::context tls_context;
-  asio::thread_pool worker{1};
+  // The pool training runs on: options.compute, or a one-thread pool of the daemon's own.
+  std::shared_ptr<asio::thread_pool> worker =
+      options.compute ? options.compute : std::make_shared<asio::thread_pool>(1);
   std::shared_ptr<net::Sleeper> sleeper;
   Backoff backoff;
   bool stopping = false;
@@ -79,7 +81,9 @@ ClientDaemon::ClientDaemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 ClientDaemon::~ClientDaemon() {
   if (impl_) {
-    impl_->worker.join();
+    if (!impl_->options.compute) {
+      impl_->worker->join();  // a shared pool is its owner's to join
+    }
   }
 }
 
@@ -213,7 +217,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
   h.train = [this](const protocol::TrainRequest& request,
                    std::span<const float> global) -> asio::awaitable<LocalResult> {
     co_return co_await asio::co_spawn(
-        worker,
+        *worker,
         [&]() -> asio::awaitable<LocalResult> {
           co_return train_locally(request, global, data, options.threads);
         },
@@ -224,7 +228,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
       [this](const protocol::EvaluateRequest& request,
              std::span<const float> params) -> asio::awaitable<result<protocol::LocalEvaluation>> {
     co_return co_await asio::co_spawn(
-        worker,
+        *worker,
         [&]() -> asio::awaitable<result<protocol::LocalEvaluation>> {
           co_return evaluate_locally(request, params, data, options.threads);
         },

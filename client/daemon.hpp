@@ -3,7 +3,8 @@
 //   - the session (client/session.hpp): the protocol with the server over one connection
 //     (HELLO, WELCOME, TRAIN -> UPDATE, heartbeats both ways);
 //   - the trainer (client/local_trainer.hpp): one TRAIN request -> new parameters, run on
-//     a worker thread so heartbeats keep flowing while it trains.
+//     a worker thread so heartbeats keep flowing while it trains (the daemon's own, or a
+//     pool that many simulated sites share: ClientOptions::compute).
 // The daemon itself connects out (mutual TLS, or a local socket inside fedcore-sim), runs
 // a session, and when the connection is lost reconnects after a backoff
 // (client/backoff.hpp: decorrelated jitter from a seed of the site's own, so a restarted
@@ -12,7 +13,7 @@
 // daemon's clock. Only parameters and metrics leave the site, never data.
 //
 // Thread safety: run() and stop() on the io_context's thread; training runs on an
-// internal worker thread and never touches the connection.
+// internal worker thread (or the shared compute pool) and never touches the connection.
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "client/backoff.hpp"
 #include "client/data_source.hpp"
@@ -44,6 +46,11 @@ struct ClientOptions {
   tls::ClientTlsConfig tls;  // tls.server_name: the name the server certificate must carry
   DataSource data;
   int threads = 1;  // compute threads for local training
+  // Where training and evaluation run. Empty (a real daemon): a worker thread of the
+  // daemon's own. fedcore-sim gives thousands of simulated sites one bounded pool, so a
+  // site costs no thread of its own (at most the pool's size train at once; the others'
+  // requests wait in its queue while their sessions keep heartbeating).
+  std::shared_ptr<boost::asio::thread_pool> compute;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
   // Reconnect waits lie in [initial_backoff, max_backoff] (client/backoff.hpp).
   std::chrono::milliseconds initial_backoff{std::chrono::milliseconds(500)};

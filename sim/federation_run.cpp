@@ -19,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/connect_pair.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -194,10 +195,15 @@ class Evaluator {
   std::optional<store::HistoryStore> store_;
 };
 
-// The client side: daemons spread over a few io_context threads.
+// The client side: daemons spread over a few io_context threads, training on one compute
+// pool of a thread per core (a simulated site has no thread of its own: 10,000 sites are
+// 10,000 sessions and daemons, not 10,000 threads).
 class ClientFleet {
  public:
-  explicit ClientFleet(std::size_t clients) : ios_(std::min(clients, kMaxClientThreads)) {
+  explicit ClientFleet(std::size_t clients)
+      : ios_(std::min(clients, kMaxClientThreads)),
+        compute_(std::make_shared<asio::thread_pool>(
+            std::max<std::size_t>(1, std::thread::hardware_concurrency()))) {
     for (auto& io : ios_) {
       io = std::make_unique<asio::io_context>(1);
       guards_.emplace_back(asio::make_work_guard(*io));
@@ -206,6 +212,7 @@ class ClientFleet {
   ~ClientFleet() { stop(); }
 
   asio::io_context& io_for(std::size_t index) { return *ios_[index % ios_.size()]; }
+  const std::shared_ptr<asio::thread_pool>& compute() const { return compute_; }
 
   void add(std::unique_ptr<client::ClientDaemon> daemon, asio::io_context& io) {
     asio::co_spawn(io, daemon->run(), asio::detached);
@@ -219,7 +226,8 @@ class ClientFleet {
   }
 
   // Stops every daemon and waits until their io_contexts ran dry (heartbeat timers end
-  // within one heartbeat interval).
+  // within one heartbeat interval; a training in flight keeps its io_context busy until
+  // it is done), then until the compute pool is idle, before the daemons go.
   void stop() {
     for (auto& d : daemons_) {
       asio::post(*d.io, [daemon = d.daemon.get()] { daemon->stop(); });
@@ -229,6 +237,7 @@ class ClientFleet {
       t.join();
     }
     threads_.clear();
+    compute_->join();
     daemons_.clear();
   }
 
@@ -241,6 +250,7 @@ class ClientFleet {
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::vector<Entry> daemons_;
   std::vector<std::thread> threads_;
+  std::shared_ptr<asio::thread_pool> compute_;
 };
 
 // The server on its own thread.
@@ -468,6 +478,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
       };
     }
     c.threads = o.threads;
+    c.compute = fleet.compute();
     // A simulated site that drops (an injected fault) is back within tens of milliseconds,
     // as before rounds of a fast simulation move on: every WELCOMEd session counts as
     // healthy, so the backoff starts over after each drop (the daemon's own tests cover

@@ -13,7 +13,8 @@
 // calling thread (one compute thread), while the federation goes on with the next round.
 //
 // Threads: the server has one io_context thread; clients share up to 16 io_context
-// threads; every daemon trains on its own worker thread with `threads` compute threads.
+// threads; the daemons train on one shared pool of a thread per core, each training with
+// `threads` compute threads.
 // Everything started is stopped and joined before run_federation returns.
 #pragma once
 

@@ -37,6 +37,8 @@ nlohmann::json run_view(const ApiContext& context, const store::RunRecord& r);
 // "last_probe_error","next_probe_in_s"}.
 nlohmann::json storage_hold_json(const federation::StorageHold& hold, const Clock& clock);
 nlohmann::json round_json(const store::RoundRecord& r);
+// Where a round attempt spent its time (the Round's "phases", docs/api.md).
+nlohmann::json phases_json(const store::RoundPhases& p);
 nlohmann::json result_json(const store::ClientResult& r);
 
 // ---- Request helpers

@@ -139,6 +139,29 @@ std::string render_metrics(const MetricsSnapshot& s, const UpdateCounters& updat
   out +=
       "fedcore_round_duration_seconds_count " + std::to_string(s.round_durations_s.size()) + "\n";
 
+  header(out, "fedcore_round_phase_seconds_total", "counter",
+         "Time round attempts spent, by phase: queuing the TRAIN requests, then until the "
+         "last update arrived, validating and aggregating updates, evaluating the new model "
+         "on the server and on the sites, writing the checkpoint, committing; all=the whole "
+         "attempt.");
+  const auto& p = s.phases;
+  for (const auto& [phase, seconds] :
+       {std::pair{"all", p.total_s}, std::pair{"requests", p.requests_s},
+        std::pair{"updates", p.updates_s}, std::pair{"validate", p.validate_s},
+        std::pair{"aggregate", p.aggregate_s}, std::pair{"evaluate", p.evaluate_s},
+        std::pair{"federated_evaluation", p.federated_evaluation_s},
+        std::pair{"checkpoint", p.checkpoint_s}, std::pair{"commit", p.commit_s}}) {
+    out += "fedcore_round_phase_seconds_total{phase=\"" + std::string(phase) + "\"} " +
+           number(seconds) + "\n";
+  }
+  header(out, "fedcore_round_phase_rounds_total", "counter",
+         "Round attempts whose phases are recorded.");
+  out += "fedcore_round_phase_rounds_total " + std::to_string(p.rounds) + "\n";
+  header(out, "fedcore_round_cpu_seconds_total", "counter",
+         "The server process's CPU time during round attempts, by mode.");
+  out += "fedcore_round_cpu_seconds_total{mode=\"user\"} " + number(p.cpu_user_s) + "\n";
+  out += "fedcore_round_cpu_seconds_total{mode=\"system\"} " + number(p.cpu_system_s) + "\n";
+
   header(out, "fedcore_storage_fault", "gauge",
          "1 while a run waits for its storage after the disk refused a write, by kind.");
   for (std::string_view kind : {"disk_full", "read_only", "io_error"}) {

@@ -30,6 +30,7 @@ struct MetricsSnapshot {
   std::int64_t rounds_committed = 0;
   std::int64_t rounds_failed = 0;
   std::vector<double> round_durations_s;  // committed rounds
+  store::RoundPhaseTotals phases;         // every recorded attempt, added up
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   double uptime_s = 0;

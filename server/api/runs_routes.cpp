@@ -1,5 +1,8 @@
 // Runs, their rounds and per-client results: reads from the store, control through
 // FederationServer (start_run, stop_run, pause_run, resume_run, advance_round).
+#include <map>
+#include <utility>
+
 #include "server/api/handlers.hpp"
 #include "server/federation/run_config.hpp"
 #include "shared/util/strict_json.hpp"
@@ -179,32 +182,43 @@ void add_run_routes(Router& router, ApiContext& ctx) {
              },
              {.needs_token = true, .body_limit = kMaxJsonBody});
 
-  router.add("GET", "/api/v1/runs/{id}/rounds",
-             [&ctx](const Request& req, const PathParams& params) {
-               if (auto ok = only_params(req.query, {"limit", "offset"}); !ok) {
-                 return error_response(ok.error());
-               }
-               auto id = id_param(params, "id");
-               if (!id) {
-                 return error_response(id.error());
-               }
-               auto page = page_params(req.query);
-               if (!page) {
-                 return error_response(page.error());
-               }
-               if (auto run = ctx.store.get_run(*id); !run) {
-                 return run_error(run.error(), *id);
-               }
-               auto rounds = ctx.store.list_rounds(*id);
-               if (!rounds) {
-                 return run_error(rounds.error(), *id);
-               }
-               nlohmann::json all = nlohmann::json::array();
-               for (const auto& r : *rounds) {
-                 all.push_back(round_json(r));
-               }
-               return page_response(all, *page);
-             });
+  router.add(
+      "GET", "/api/v1/runs/{id}/rounds", [&ctx](const Request& req, const PathParams& params) {
+        if (auto ok = only_params(req.query, {"limit", "offset"}); !ok) {
+          return error_response(ok.error());
+        }
+        auto id = id_param(params, "id");
+        if (!id) {
+          return error_response(id.error());
+        }
+        auto page = page_params(req.query);
+        if (!page) {
+          return error_response(page.error());
+        }
+        if (auto run = ctx.store.get_run(*id); !run) {
+          return run_error(run.error(), *id);
+        }
+        auto rounds = ctx.store.list_rounds(*id);
+        if (!rounds) {
+          return run_error(rounds.error(), *id);
+        }
+        auto phases = ctx.store.list_round_phases(*id);
+        if (!phases) {
+          return run_error(phases.error(), *id);
+        }
+        std::map<std::pair<std::int64_t, std::int64_t>, const store::RoundPhases*> timed;
+        for (const auto& p : *phases) {
+          timed[{p.round, p.attempt}] = &p;
+        }
+        nlohmann::json all = nlohmann::json::array();
+        for (const auto& r : *rounds) {
+          auto view = round_json(r);
+          const auto found = timed.find({r.round, r.attempt});
+          view["phases"] = found != timed.end() ? phases_json(*found->second) : nlohmann::json();
+          all.push_back(std::move(view));
+        }
+        return page_response(all, *page);
+      });
 
   router.add("GET", "/api/v1/runs/{id}/rounds/{round}/results",
              [&ctx](const Request& req, const PathParams& params) {

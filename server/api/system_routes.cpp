@@ -42,6 +42,11 @@ result<MetricsSnapshot> snapshot(ApiContext& ctx) {
       }
     }
   }
+  auto phases = ctx.store.round_phase_totals();
+  if (!phases) {
+    return phases.error();
+  }
+  s.phases = *phases;
   const auto traffic = ctx.federation.traffic();
   s.bytes_in = traffic.bytes_in;
   s.bytes_out = traffic.bytes_out;

@@ -98,6 +98,7 @@ nlohmann::json round_json(const store::RoundRecord& r) {
           {"rejected", r.rejected},
           {"timed_out", r.timed_out},
           {"dropped", r.dropped},
+          {"late", r.late},
           {"train_loss", number_or_null(r.train_loss)},
           {"train_accuracy", number_or_null(r.train_accuracy)},
           {"eval_loss", number_or_null(r.eval_loss)},
@@ -109,6 +110,22 @@ nlohmann::json round_json(const store::RoundRecord& r) {
           {"secure_aggregation", r.secure_aggregation},
           {"epsilon", number_or_null(r.epsilon)},
           {"failure_reason", r.failure_reason}};
+}
+
+nlohmann::json phases_json(const store::RoundPhases& p) {
+  return {{"total_ms", p.total_ms},
+          {"requests_queued_ms", p.requests_queued_ms},
+          {"train_written_ms", number_or_null(p.train_written_ms)},
+          {"first_update_ms", number_or_null(p.first_update_ms)},
+          {"last_update_ms", number_or_null(p.last_update_ms)},
+          {"validate_ms", p.validate_ms},
+          {"aggregate_ms", p.aggregate_ms},
+          {"evaluate_ms", p.evaluate_ms},
+          {"federated_evaluation_ms", number_or_null(p.federated_evaluation_ms)},
+          {"checkpoint_ms", p.checkpoint_ms},
+          {"commit_ms", p.commit_ms},
+          {"cpu_user_ms", p.cpu_user_ms},
+          {"cpu_system_ms", p.cpu_system_ms}};
 }
 
 nlohmann::json result_json(const store::ClientResult& r) {

@@ -137,6 +137,9 @@ struct FederationServer::Impl final : EventSink {
     } else {
       e.id = *written;
     }
+    announce(e);
+  }
+  void announce(const store::EventRecord& e) override {
     // A copy: a listener may unsubscribe (itself or another) while being called.
     const auto current = listeners;
     for (const auto& [handle, listener] : current) {

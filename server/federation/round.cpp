@@ -16,17 +16,21 @@ std::string_view client_status_name(ClientStatus status) noexcept {
       return "timeout";
     case ClientStatus::dropped:
       return "dropped";
+    case ClientStatus::late:
+      return "late";
   }
   return "unknown";
 }
 
 Round::Round(RoundSettings settings, std::map<std::string, std::string> nonces,
-             std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy)
+             std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy,
+             RoundTimer* timer)
     : settings_(std::move(settings)),
       nonces_(std::move(nonces)),
       global_(global),
       layout_(layout),
-      strategy_(strategy) {
+      strategy_(strategy),
+      timer_(timer) {
   for (const auto& [id, nonce] : nonces_) {
     ClientOutcome outcome;
     outcome.client_id = id;
@@ -122,8 +126,12 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   outcome->train_seconds = report.train_seconds;
   outcome->bytes_up = bytes_up;
   outcome->evaluation = report.evaluation;
+  const auto checking = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
   auto refused = validate_update(params, report.layout_fingerprint, report.samples, global_,
                                  layout_, settings_.checks);
+  if (timer_ != nullptr) {
+    timer_->add(&store::RoundPhases::validate_ms, checking);
+  }
   if (refused) {
     outcome->status = ClientStatus::rejected;
     outcome->reason = std::move(refused->message);
@@ -143,7 +151,11 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
     return UpdateVerdict::rejected;
   }
   const auto cap = settings_.max_samples_per_client;
+  const auto folding = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
   strategy_.add_update(params, cap > 0 ? std::min(report.samples, cap) : report.samples);
+  if (timer_ != nullptr) {
+    timer_->add(&store::RoundPhases::aggregate_ms, folding);
+  }
   outcome->status = ClientStatus::ok;
   outcome->reason.clear();
   ++accepted_;
@@ -196,6 +208,16 @@ void Round::set_bytes_down(std::string_view client_id, std::uint64_t bytes) {
 
 RoundClose Round::close() {
   RoundClose summary;
+  if (target_reached()) {
+    for (std::size_t i = 0; i < outcomes_.size(); ++i) {
+      if (!has_answered_[i]) {
+        outcomes_[i].status = ClientStatus::late;
+        outcomes_[i].reason = "late: the round closed with its " +
+                              std::to_string(settings_.target_updates) +
+                              " updates before this client answered (over-selection)";
+      }
+    }
+  }
   for (const auto& o : outcomes_) {
     switch (o.status) {
       case ClientStatus::ok:
@@ -209,6 +231,9 @@ RoundClose Round::close() {
         break;
       case ClientStatus::dropped:
         ++summary.dropped;
+        break;
+      case ClientStatus::late:
+        ++summary.late;
         break;
     }
   }

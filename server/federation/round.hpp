@@ -1,4 +1,5 @@
-// Round: the bookkeeping of one federated round, without I/O or clocks.
+// Round: the bookkeeping of one federated round, without I/O. Given a RoundTimer, it adds
+// the time it spends validating and aggregating updates to the round's phases.
 //
 // The orchestrator creates a Round with the sampled clients and the nonce it sent each
 // of them, feeds it every update and every lost session, and asks it to close when all
@@ -13,6 +14,7 @@
 // At close:
 //
 //   all selected answered                      -> complete (if at least min_clients accepted)
+//   target_updates accepted (over-selection)   -> complete; those still training are "late"
 //   deadline passed, accepted >= min_clients   -> complete at quorum; the silent are "timeout"
 //   otherwise                                  -> failed; nothing is aggregated
 //
@@ -31,11 +33,12 @@
 #include <vector>
 
 #include "server/federation/aggregate.hpp"
+#include "server/federation/round_timer.hpp"
 #include "shared/protocol/messages.hpp"
 
 namespace fedcore::federation {
 
-enum class ClientStatus { ok, rejected, timeout, dropped };
+enum class ClientStatus { ok, rejected, timeout, dropped, late };
 std::string_view client_status_name(ClientStatus status) noexcept;
 
 // What happened to one selected client in this round.
@@ -63,6 +66,9 @@ struct RoundSettings {
   std::map<std::string, std::uint64_t> declared_samples;
   // An accepted update weighs min(its samples, this) in the aggregate; 0 = no cap.
   std::uint64_t max_samples_per_client = 0;
+  // Over-selection: the round may close as soon as this many updates are accepted (more
+  // clients were selected than it needs); 0 = it waits for every selected client.
+  std::size_t target_updates = 0;
 };
 
 enum class UpdateVerdict {
@@ -89,6 +95,7 @@ struct RoundClose {
   std::size_t rejected = 0;
   std::size_t timed_out = 0;
   std::size_t dropped = 0;
+  std::size_t late = 0;
 };
 
 class Round {
@@ -97,7 +104,8 @@ class Round {
   // are the model the round started from; `strategy` receives accepted updates.
   // REQUIRES: strategy.begin_round(global) was called; global outlives the Round.
   Round(RoundSettings settings, std::map<std::string, std::string> nonces,
-        std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy);
+        std::span<const float> global, const model::ParamLayout& layout, Strategy& strategy,
+        RoundTimer* timer = nullptr);
 
   // Judges one update. For `stale`, `why` says what was wrong and `stale_reason` (when not
   // null) gets the reason as a code; for `rejected` the reason and its code are also in the
@@ -120,9 +128,14 @@ class Round {
   bool has_answered(std::string_view client_id) const;
   bool all_answered() const noexcept { return answered_ == outcomes_.size(); }
   std::size_t accepted() const noexcept { return accepted_; }
+  // Over-selection: the round has the accepted updates it needs and may close now.
+  bool target_reached() const noexcept {
+    return settings_.target_updates > 0 && accepted_ >= settings_.target_updates;
+  }
 
-  // Decides the round: call when all_answered() or at the deadline. Clients that never
-  // answered become "timeout". On success the strategy holds the accepted updates.
+  // Decides the round: call when all_answered(), target_reached() or at the deadline.
+  // Clients that never answered become "late" when the target was reached, else
+  // "timeout". On success the strategy holds the accepted updates.
   RoundClose close();
   const std::vector<ClientOutcome>& outcomes() const noexcept { return outcomes_; }
   const RoundSettings& settings() const noexcept { return settings_; }
@@ -135,6 +148,7 @@ class Round {
   std::span<const float> global_;
   const model::ParamLayout& layout_;
   Strategy& strategy_;
+  RoundTimer* timer_;  // may be null
   std::vector<ClientOutcome> outcomes_;
   std::vector<bool> has_answered_;
   std::size_t answered_ = 0;

@@ -13,6 +13,8 @@ store::ResultStatus to_store(ClientStatus s) {
       return store::ResultStatus::timeout;
     case ClientStatus::dropped:
       return store::ResultStatus::dropped;
+    case ClientStatus::late:
+      return store::ResultStatus::late;
   }
   return store::ResultStatus::dropped;
 }
@@ -45,6 +47,7 @@ RoundReport make_round_report(const Round& round, const RoundClose& closed, std:
   record.rejected = static_cast<std::int64_t>(closed.rejected);
   record.timed_out = static_cast<std::int64_t>(closed.timed_out);
   record.dropped = static_cast<std::int64_t>(closed.dropped);
+  record.late = static_cast<std::int64_t>(closed.late);
   WeightedMean train_loss, train_accuracy, eval_loss, eval_accuracy;
   for (const auto& o : round.outcomes()) {
     store::ClientResult r;

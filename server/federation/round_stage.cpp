@@ -19,6 +19,7 @@ constexpr std::array kTransitions{
     Transition{RoundStage::training, RoundEvent::requests_sent, RoundStage::collecting},
     Transition{RoundStage::collecting, RoundEvent::all_answered, RoundStage::aggregating},
     Transition{RoundStage::collecting, RoundEvent::deadline_passed, RoundStage::aggregating},
+    Transition{RoundStage::collecting, RoundEvent::target_reached, RoundStage::aggregating},
     Transition{RoundStage::aggregating, RoundEvent::aggregated, RoundStage::committing},
     Transition{RoundStage::aggregating, RoundEvent::quorum_missed, RoundStage::failed},
     Transition{RoundStage::collecting, RoundEvent::keys_collected, RoundStage::sharing_keys},
@@ -98,6 +99,8 @@ std::string_view round_event_name(RoundEvent event) noexcept {
       return "all_answered";
     case RoundEvent::deadline_passed:
       return "deadline_passed";
+    case RoundEvent::target_reached:
+      return "target_reached";
     case RoundEvent::aggregated:
       return "aggregated";
     case RoundEvent::quorum_missed:

@@ -3,6 +3,7 @@
 //   selecting ──clients_selected──▶ training ──requests_sent──▶ collecting
 //       │                                                          │  all_answered
 //       └─not_enough_clients──▶ failed                             │  deadline_passed
+//                                                                  │  target_reached
 //                                                                  ▼
 //                       failed ◀──quorum_missed── aggregating ──aggregated──▶ committing
 //                                                       │                    ▲  │
@@ -27,8 +28,9 @@
 //
 // selecting   the eligible clients are sampled and each gets a fresh nonce;
 // training    every selected client is sent the global model (TRAIN);
-// collecting  updates, errors and lost sessions arrive until everyone answered or the
-//             deadline passed (federation/round.hpp judges each update);
+// collecting  updates, errors and lost sessions arrive until everyone answered, the
+//             deadline passed, or (over-selection) the round's target of accepted
+//             updates is in (federation/round.hpp judges each update);
 // aggregating quorum is decided and the strategy produces the next global model;
 // evaluating  rounds due for federated evaluation: the participants evaluate the new
 //             global model on their test splits until all answered or the deadline
@@ -68,6 +70,7 @@ enum class RoundEvent {
   requests_sent,
   all_answered,
   deadline_passed,
+  target_reached,  // over-selection: enough updates accepted; the rest are late
   aggregated,
   quorum_missed,
   keys_collected,

@@ -19,6 +19,7 @@ constexpr std::string_view kKeys[] = {"name",
                                       "clients_per_round",
                                       "fraction",
                                       "min_clients",
+                                      "over_selection",
                                       "local_epochs",
                                       "batch_size",
                                       "optimizer",
@@ -71,6 +72,7 @@ result<RunConfig> run_config_from_json(const json& j) {
   o.integer("clients_per_round", c.clients_per_round, {1, 1000000});
   o.number("fraction", c.fraction, {1e-6, 1});
   o.integer("min_clients", c.min_clients, {1, 1000000});
+  o.integer("over_selection", c.over_selection, {0, 1000000});
   o.integer("local_epochs", c.local_epochs, {1, 1000});
   o.integer("batch_size", c.batch_size, {1, 65536});
   o.number("proximal_mu", c.proximal_mu, {0, 100});
@@ -119,6 +121,16 @@ result<RunConfig> run_config_from_json(const json& j) {
     return kRoot.bad("'min_clients' (" + std::to_string(c.min_clients) +
                      ") exceeds 'clients_per_round' (" + std::to_string(c.clients_per_round) + ")");
   }
+  if (c.over_selection > 0 && c.privacy.secure_aggregation) {
+    return kRoot.bad(
+        "'over_selection' does not apply with secure aggregation: its threshold and dropout "
+        "recovery decide whose update counts");
+  }
+  if (c.over_selection > 0 && c.privacy.dp.mode != protocol::DpMode::none) {
+    return kRoot.bad(
+        "'over_selection' does not apply with differential privacy: which sites count would "
+        "depend on their speed, not on the random sample the privacy accountant assumes");
+  }
   if (c.strategy == "fedprox" && !(c.proximal_mu > 0)) {
     return kRoot.bad("strategy \"fedprox\" needs 'proximal_mu' > 0");
   }
@@ -145,6 +157,7 @@ std::string to_json_text(const RunConfig& c) {
          {"strategy", c.strategy},
          {"rounds", c.rounds},
          {"min_clients", c.min_clients},
+         {"over_selection", c.over_selection},
          {"local_epochs", c.local_epochs},
          {"batch_size", c.batch_size},
          {"optimizer", c.optimizer_json},
@@ -179,6 +192,11 @@ std::size_t clients_to_sample(const RunConfig& c, std::size_t online) noexcept {
   }
   const auto wanted = static_cast<std::size_t>(std::ceil(c.fraction * double(online)));
   return std::min(online, std::max<std::size_t>(wanted, 1));
+}
+
+std::size_t clients_to_select(const RunConfig& c, std::size_t online) noexcept {
+  return std::min(online,
+                  clients_to_sample(c, online) + static_cast<std::size_t>(c.over_selection));
 }
 
 }  // namespace fedcore::federation

@@ -8,6 +8,7 @@
 //     "rounds": 5,
 //     "clients_per_round": 3,                   // or "fraction": 0.5 (of online clients)
 //     "min_clients": 2,                         // quorum
+//     "over_selection": 0,                      // extra clients selected; see below
 //     "local_epochs": 1, "batch_size": 32,
 //     "optimizer": {"kind": "sgd", "lr": 0.1},  // optimizer config (model/optimizer.hpp)
 //     "proximal_mu": 0.0,
@@ -28,6 +29,15 @@
 //     "privacy": {...},                         // secure aggregation and DP (privacy_config.hpp)
 //     "feature_scaling": "federated"            // or "site", "none" (feature_scaling.hpp)
 //   }
+//
+// Over-selection (Bonawitz et al. 2019, "Towards Federated Learning at Scale"): a round
+// selects over_selection clients more than it needs and closes as soon as the clients it
+// needs (clients_per_round, or the fraction of those online) have sent accepted updates;
+// the selected clients still training are recorded "late", so one slow site never sets the
+// federation's pace. Their updates, when they come, are refused as stale, and a site still
+// busy with a round it was late for is not selected again until it has answered. Not with
+// secure aggregation (its threshold decides who counts) nor differential privacy (who
+// counts would depend on speed, not on the random sample the accountant assumes).
 //
 // A round that fails (no quorum) is recorded as failed. With "retry" it is run again
 // (fresh sample, fresh nonces) up to max_retries times, then the run pauses; with "pause"
@@ -59,6 +69,7 @@ struct RunConfig {
   std::int64_t clients_per_round = 0;  // 0: use fraction
   double fraction = 1.0;
   std::int64_t min_clients = 1;
+  std::int64_t over_selection = 0;  // extra clients a round selects beyond what it needs
   std::int32_t local_epochs = 1;
   std::int32_t batch_size = 32;
   model::OptimizerConfig optimizer;
@@ -110,7 +121,9 @@ result<RunConfig> run_config_from_json(const nlohmann::json& j);
 // The canonical JSON of a config (what the store keeps).
 std::string to_json_text(const RunConfig& config);
 
-// How many clients a round samples out of `online`.
+// How many accepted updates a round needs out of `online` eligible clients.
 std::size_t clients_to_sample(const RunConfig& config, std::size_t online) noexcept;
+// How many clients a round selects: what it needs plus over_selection, at most `online`.
+std::size_t clients_to_select(const RunConfig& config, std::size_t online) noexcept;
 
 }  // namespace fedcore::federation

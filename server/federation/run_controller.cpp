@@ -60,6 +60,17 @@ void RunController::event(std::string_view kind, std::optional<std::int64_t> run
   env_.events.record(kind, run, round, client_id, std::move(detail_json));
 }
 
+store::EventRecord RunController::round_event(std::string_view kind,
+                                              std::string detail_json) const {
+  store::EventRecord e;
+  e.time_ms = env_.clock.wall_ms();
+  e.kind = std::string(kind);
+  e.run_id = active_->record.id;
+  e.round = active_->round->number;
+  e.detail_json = std::move(detail_json);
+  return e;
+}
+
 // ---------------------------------------------------------------- admin requests
 
 result<std::int64_t> RunController::start_run(const RunConfig& config) {
@@ -301,6 +312,8 @@ void RunController::end_run(store::RunState state, const std::string& why) {
 
 void RunController::on_update(const std::string& client_id, const protocol::UpdateReport& report,
                               std::span<const float> params, std::uint64_t bytes) {
+  // A site late for an earlier round has answered it (stale, below): it is free again.
+  still_training_.erase(client_id);
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
   if (round != nullptr && round->secure) {
     // A plain update in a secure round would put one client's parameters in the clear
@@ -328,6 +341,9 @@ void RunController::on_update(const std::string& client_id, const protocol::Upda
   StaleReason stale_reason = StaleReason::replay;
   const auto verdict =
       round->judge->on_update(client_id, report, params, bytes, &why, &stale_reason);
+  if (verdict != UpdateVerdict::stale) {
+    round->timer->update_received();
+  }
   const auto run = active_->record.id;
   switch (verdict) {
     case UpdateVerdict::accepted:
@@ -386,6 +402,7 @@ void RunController::on_client_error(const std::string& client_id, const std::str
 }
 
 void RunController::on_session_lost(const std::string& client_id, const std::string& reason) {
+  still_training_.erase(client_id);
   if (feature_stats_not_given(client_id, "connection lost: " + reason)) {
     return;
   }

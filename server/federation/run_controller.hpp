@@ -46,8 +46,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +63,7 @@
 #include "shared/protocol/messages.hpp"
 #include "shared/secagg/server.hpp"
 #include "shared/util/clock.hpp"
+#include "shared/util/cpu_time.hpp"
 #include "shared/util/error.hpp"
 
 namespace fedcore::federation {
@@ -90,9 +93,11 @@ class SessionDirectory {
   // Every client with a live session, in any order.
   virtual std::vector<Candidate> online() const = 0;
   // Queues a TRAIN frame for the client's session; a client that has gone is skipped
-  // (its loss reaches the controller through on_session_lost).
+  // (its loss reaches the controller through on_session_lost). `written` runs on the
+  // server's thread once the frame is written to the socket (never if it is not).
   virtual void send_train(const std::string& client_id, std::string metadata,
-                          std::shared_ptr<const std::vector<float>> global) = 0;
+                          std::shared_ptr<const std::vector<float>> global,
+                          std::function<void()> written) = 0;
   // Queues any other frame (secure aggregation's stages), with the same skipping.
   virtual void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
                     std::shared_ptr<const std::vector<float>> payload = nullptr) = 0;
@@ -113,6 +118,11 @@ class EventSink {
   virtual void record(std::string_view kind, std::optional<std::int64_t> run,
                       std::optional<std::int64_t> round, std::string_view client_id,
                       std::string detail_json) = 0;
+  // An event the store already wrote (inside a round's transaction, with its id): only
+  // tell the subscribers. A sink that does not keep the two apart records it.
+  virtual void announce(const store::EventRecord& stored) {
+    record(stored.kind, stored.run_id, stored.round, stored.client_id, stored.detail_json);
+  }
 };
 
 struct RunEnvironment {
@@ -125,6 +135,7 @@ struct RunEnvironment {
   std::string checkpoint_dir;
   Disks* disks = nullptr;  // checkpoint files and storage probes; null: the real disks
   StorageRetry storage_retry{};
+  CpuTimeSource cpu_times{};  // the CPU time read per round; null: this process's
 };
 
 enum class RunPhase {
@@ -259,6 +270,13 @@ class RunController {
   void event(std::string_view kind, std::optional<std::int64_t> run,
              std::optional<std::int64_t> round, std::string_view client_id,
              std::string detail_json = "{}");
+  // An event for the store to write inside a round's own transaction, then announce.
+  store::EventRecord round_event(std::string_view kind, std::string detail_json) const;
+  // The last TRAIN frame of attempt `attempt` of round `round` of run `run_id` left.
+  void on_train_written(std::int64_t run_id, std::int64_t round, std::int32_t attempt);
+  // Writes the phases of the round attempt just recorded (a failure is logged, no more:
+  // timing is history, not part of the round).
+  void record_phases(std::int64_t attempt);
   std::vector<Candidate> eligible(bool check_schema) const;
 
   RunEnvironment env_;
@@ -268,6 +286,12 @@ class RunController {
   bool polling_ = false;
   std::optional<StorageHold> hold_;
   RealDisks real_disks_;
+  // Over-selection: sites a round closed without (late), still training for it; they are
+  // not selected again until their update comes or their session ends.
+  std::set<std::string> still_training_;
+  // Callbacks that outlive the controller (a TRAIN written after shutdown) hold a weak
+  // reference to this and do nothing once it is gone.
+  std::shared_ptr<const char> alive_ = std::make_shared<const char>();
 };
 
 }  // namespace fedcore::federation

@@ -84,7 +84,10 @@ void RunController::begin_evaluation() {
     evaluators.resize(limit);
     std::sort(evaluators.begin(), evaluators.end());
   }
+  const auto finishing = round.timer->now();
   round.next_global = std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  round.timer->add(&store::RoundPhases::aggregate_ms, finishing);
+  round.evaluation_started = round.timer->now();
 
   std::map<std::string, bool> online;  // id -> answers EVALUATE
   for (const auto& c : env_.sessions.online()) {

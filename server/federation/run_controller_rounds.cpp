@@ -23,6 +23,7 @@
 #include "shared/protocol/frame.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/checksum.hpp"
+#include "shared/util/cpu_time.hpp"
 #include "shared/util/rng.hpp"
 #include "shared/util/test_point.hpp"
 
@@ -83,6 +84,7 @@ std::optional<Clock::steady_time> RunController::next_wakeup() const {
 
 std::vector<Candidate> RunController::eligible(bool check_schema) const {
   auto online = env_.sessions.online();
+  std::erase_if(online, [&](const Candidate& c) { return still_training_.contains(c.client_id); });
   if (!check_schema || !active_->model) {
     return online;
   }
@@ -202,7 +204,7 @@ std::vector<Candidate> RunController::select_clients(std::int64_t round) const {
   Rng rng(run.config.seed * 1000003ULL + static_cast<std::uint64_t>(round) * 7919ULL +
           static_cast<std::uint64_t>(run.attempt));
   rng.shuffle(std::span(candidates));
-  candidates.resize(clients_to_sample(run.config, candidates.size()));
+  candidates.resize(clients_to_select(run.config, candidates.size()));
   return candidates;
 }
 
@@ -216,8 +218,11 @@ void RunController::begin_round() {
   auto& round = *run.round;
   round.number = run.record.last_round + 1;
   round.started_ms = env_.clock.wall_ms();
+  round.timer.emplace(env_.clock,
+                      env_.cpu_times ? env_.cpu_times : CpuTimeSource(process_cpu_times));
   test_point("round.begin", std::to_string(round.number));
 
+  const auto needed = clients_to_sample(run.config, eligible(true).size());
   auto candidates = select_clients(round.number);
   if (!spend_privacy_budget(candidates)) {
     return;  // the run ended: the budget (or its accounting) does not allow this round
@@ -244,6 +249,9 @@ void RunController::begin_round() {
   settings.min_clients = static_cast<std::size_t>(run.config.min_clients);
   settings.checks.max_update_norm = run.config.max_update_norm;
   settings.max_samples_per_client = admin_cap > 0 ? std::min(admin_cap, share) : share;
+  if (run.config.over_selection > 0) {
+    settings.target_updates = needed;  // close once these are in; the rest will be late
+  }
   std::uint64_t max_total_weight = 1;
   for (const auto& c : candidates) {
     settings.declared_samples[c.client_id] = c.samples;  // from its HELLO
@@ -252,7 +260,8 @@ void RunController::begin_round() {
   }
   model.strategy->begin_round(*model.global, max_total_weight);
   model.strategy->expect_clients(candidates.size());
-  round.judge.emplace(settings, nonces, *model.global, model.layout, *model.strategy);
+  round.judge.emplace(settings, nonces, *model.global, model.layout, *model.strategy,
+                      &*round.timer);
   protocol::PrivacyTerms privacy;
   privacy.dp = run.config.privacy.dp.mode;
   privacy.epsilon = run.config.privacy.dp.epsilon;
@@ -306,8 +315,15 @@ void RunController::begin_round() {
     auto metadata = protocol::to_metadata(request);
     round.judge->set_bytes_down(c.client_id, protocol::kFrameHeaderSize + metadata.size() +
                                                  model.global->size() * sizeof(float));
-    env_.sessions.send_train(c.client_id, std::move(metadata), model.global);
+    env_.sessions.send_train(c.client_id, std::move(metadata), model.global,
+                             [this, alive = std::weak_ptr<const char>(alive_), run = run.record.id,
+                              number = round.number, attempt = run.attempt] {
+                               if (!alive.expired()) {
+                                 on_train_written(run, number, attempt);
+                               }
+                             });
   }
+  round.timer->requests_queued();
   round.deadline = env_.clock.steady() + seconds_to_ms(run.config.round_timeout_s);
   run.move(RoundEvent::requests_sent);
   if (run.config.privacy.secure_aggregation && !round.secure) {
@@ -331,6 +347,8 @@ bool RunController::step_round() {
       }
       if (round.judge->all_answered()) {
         run.move(RoundEvent::all_answered);
+      } else if (round.judge->target_reached()) {
+        run.move(RoundEvent::target_reached);
       } else if (env_.clock.steady() >= round.deadline) {
         run.move(RoundEvent::deadline_passed);
       } else {
@@ -374,7 +392,9 @@ bool RunController::step_secure_stage() {
   }
   const auto stage_timeout = seconds_to_ms(run.config.privacy.secure_aggregation->stage_timeout_s);
   if (round.stage == RoundStage::unmasking) {
+    const auto unmasking = round.timer->now();
     auto result = secure.finish();
+    round.timer->add(&store::RoundPhases::aggregate_ms, unmasking);
     if (!result) {
       fail_secure_round(result.error().message);
       return true;
@@ -464,6 +484,15 @@ void RunController::close_round() {
   auto& run = *active_;
   auto& round = *run.round;
   round.closed = round.judge->close();
+  for (const auto& o : round.judge->outcomes()) {
+    if (o.status == ClientStatus::late) {
+      still_training_.insert(o.client_id);
+    }
+  }
+  if (round.closed.late > 0) {
+    spdlog::info("run {} round {}: closed with {} update(s); {} over-selected site(s) late",
+                 run.record.id, round.number, round.closed.accepted, round.closed.late);
+  }
   if (round.closed.succeeded) {
     if (evaluation_due()) {
       begin_evaluation();  // the participants evaluate the new model before it commits
@@ -488,7 +517,11 @@ void RunController::record_failed_round() {
   report.record.epsilon = round.epsilon;
   spdlog::warn("run {} round {} failed: {}", run.record.id, round.number,
                round.closed.failure_reason);
-  if (auto saved = env_.store.record_failed_round(report.record, report.results); !saved) {
+  // The attempt's event is written in the attempt's own transaction: one fsync for both.
+  auto failed_event =
+      round_event("round_failed", json{{"reason", round.closed.failure_reason}}.dump());
+  if (auto saved = env_.store.record_failed_round(report.record, report.results, &failed_event);
+      !saved) {
     if (is_storage_failure(saved.error())) {
       // The storage refused the record, as it would refuse a commit: the run is held for
       // its storage and runs this round again once the storage takes writes, rather than
@@ -498,9 +531,11 @@ void RunController::record_failed_round() {
     }
     spdlog::error("run {} round {}: could not record the failure: {}", run.record.id, round.number,
                   saved.error().message);
+    event("round_failed", run.record.id, round.number, "", failed_event.detail_json);
+  } else {
+    record_phases(saved->attempt);
+    env_.events.announce(failed_event);
   }
-  event("round_failed", run.record.id, round.number, "",
-        json{{"reason", round.closed.failure_reason}}.dump());
   const bool retry = run.config.on_failed_round == FailedRoundPolicy::retry &&
                      run.attempt < run.config.max_retries;
   const auto reason =
@@ -537,31 +572,53 @@ void RunController::commit_round() {
   const auto evaluations = take_evaluations(report.record);
   // The judge viewed the old global model; it is not used past this point.
   round.judge.reset();
+  if (round.evaluation) {
+    round.timer->federated_evaluation(round.evaluation_started);
+  }
+  const auto finishing = round.timer->now();
   model.global = round.next_global
                      ? round.next_global
                      : std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  if (!round.next_global) {
+    round.timer->add(&store::RoundPhases::aggregate_ms, finishing);
+  }
   if (auto* dp = dynamic_cast<DpFedAvg*>(model.strategy.get()); dp && dp->noise_failed()) {
     run.move(RoundEvent::commit_failed);
     end_run(store::RunState::paused, "the DP noise source failed; the round was not committed");
     return;
   }
+  const auto evaluating = round.timer->now();
   if (auto eval = model.evaluate_global()) {
     report.record.eval_loss = eval->loss;
     report.record.eval_accuracy = eval->accuracy;
   }
+  round.timer->add(&store::RoundPhases::evaluate_ms, evaluating);
+  const auto writing = round.timer->now();
   auto checkpoint = model.write_checkpoint(run.record.id, round.number, &disks());
+  round.timer->add(&store::RoundPhases::checkpoint_ms, writing);
   if (!checkpoint) {
     run.move(RoundEvent::commit_failed);
     pause_for_failed_write(checkpoint.error(), FailedWrite::checkpoint_file);
     return;
   }
-  auto committed = env_.store.commit_round(report.record, report.results, *checkpoint, evaluations);
+  // The round's "committed" event is written in the round's transaction: every event of
+  // the round is durable when the round is (one fsync for the round, docs/schema.md).
+  auto committed_event = round_event("round_committed", json{{"accepted", round.closed.accepted},
+                                                             {"rejected", round.closed.rejected},
+                                                             {"timed_out", round.closed.timed_out},
+                                                             {"late", round.closed.late}}
+                                                            .dump());
+  const auto committing = round.timer->now();
+  auto committed = env_.store.commit_round(report.record, report.results, *checkpoint, evaluations,
+                                           &committed_event);
+  round.timer->add(&store::RoundPhases::commit_ms, committing);
   if (!committed) {
     run.move(RoundEvent::commit_failed);
     pause_for_failed_write(committed.error(), FailedWrite::round_commit);
     return;
   }
   run.move(RoundEvent::committed);
+  record_phases(committed->attempt);
   record_secure_evaluation();
   spdlog::info("run {} round {} committed: {} of {} updates accepted, train loss {:.4f}{}",
                run.record.id, round.number, round.closed.accepted, report.record.selected,
@@ -569,13 +626,28 @@ void RunController::commit_round() {
                report.record.eval_accuracy
                    ? ", server accuracy " + std::to_string(*report.record.eval_accuracy)
                    : "");
-  event("round_committed", run.record.id, round.number, "",
-        json{{"accepted", round.closed.accepted},
-             {"rejected", round.closed.rejected},
-             {"timed_out", round.closed.timed_out}}
-            .dump());
+  env_.events.announce(committed_event);
   if (env_.hooks.round_committed) {
     env_.hooks.round_committed(run.record.id, *committed);
+  }
+}
+
+void RunController::on_train_written(std::int64_t run_id, std::int64_t round,
+                                     std::int32_t attempt) {
+  if (!active_ || !active_->round || active_->record.id != run_id ||
+      active_->round->number != round || active_->attempt != attempt || !active_->round->timer) {
+    return;  // a frame of an attempt that is over
+  }
+  active_->round->timer->train_written();
+}
+
+void RunController::record_phases(std::int64_t attempt) {
+  const auto& run = *active_;
+  const auto& round = *run.round;
+  const auto phases = round.timer->phases(run.record.id, round.number, attempt);
+  if (auto saved = env_.store.record_round_phases(phases); !saved) {
+    spdlog::warn("run {} round {}: could not record where its time went: {}", run.record.id,
+                 round.number, saved.error().message);
   }
 }
 

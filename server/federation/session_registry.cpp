@@ -37,10 +37,12 @@ std::vector<Candidate> SessionRegistry::online() const {
 }
 
 void SessionRegistry::send_train(const std::string& client_id, std::string metadata,
-                                 std::shared_ptr<const std::vector<float>> global) {
+                                 std::shared_ptr<const std::vector<float>> global,
+                                 std::function<void()> written) {
   const auto it = sessions_.find(client_id);
   if (it != sessions_.end()) {
-    it->second->link->send(protocol::MessageType::train, std::move(metadata), std::move(global));
+    it->second->link->send(protocol::MessageType::train, std::move(metadata), std::move(global),
+                           std::move(written));
   }
 }
 

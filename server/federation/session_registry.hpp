@@ -44,7 +44,8 @@ class SessionRegistry final : public SessionDirectory {
   // SessionDirectory: sorted by client id.
   std::vector<Candidate> online() const override;
   void send_train(const std::string& client_id, std::string metadata,
-                  std::shared_ptr<const std::vector<float>> global) override;
+                  std::shared_ptr<const std::vector<float>> global,
+                  std::function<void()> written) override;
   void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
             std::shared_ptr<const std::vector<float>> payload) override;
 

@@ -280,6 +280,22 @@ result<std::vector<std::string>> HistoryStore::referenced_checkpoint_paths() {
 // ---- Events
 
 result<std::int64_t> HistoryStore::append_event(const EventRecord& event) {
+  std::int64_t id = 0;
+  auto written = without_fsync([&]() -> result<void> {
+    auto inserted = insert_event(event);
+    if (!inserted) {
+      return inserted.error();
+    }
+    id = *inserted;
+    return {};
+  });
+  if (!written) {
+    return written.error();
+  }
+  return id;
+}
+
+result<std::int64_t> HistoryStore::insert_event(const EventRecord& event) {
   const std::string what = cat("cannot append event ", in_quotes(event.kind));
   if (event.kind.empty()) {
     return fail(errc::invalid_argument, "cannot append an event with an empty kind");

@@ -5,7 +5,13 @@
 //
 // Durability: the file is opened in WAL mode with synchronous=FULL, so a method that
 // returned success has reached the disk; a crash (even SIGKILL mid-write) leaves every
-// earlier success intact and nothing of the interrupted call.
+// earlier success intact and nothing of the interrupted call. Two kinds of row are the
+// exception, so that a round costs one fsync and not one per update: events
+// (append_event) and round phases (record_round_phases) are appended to the log without
+// an fsync of their own, and the next fsync'ed commit (commit_round, record_failed_round,
+// any other write) makes them durable with it. A killed process loses none of them; a
+// power loss can lose those written after the last round commit, which are about a round
+// that was never reported committed.
 //
 // The round invariant: for each run, the committed rounds are exactly 1..last_round.
 // commit_round writes a round, its client results, its checkpoint reference and the new
@@ -29,6 +35,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -112,15 +119,20 @@ class HistoryStore {
   // (round_evaluations), written in the same transaction; their round field is ignored.
   // Errors for them: errc::invalid_argument (an empty client id, negative samples, metrics
   // on a status other than ok or none on ok), errc::already_exists (two for one client).
+  // `event`, when given, is appended in the same transaction (its id is set on success):
+  // the round's own "committed" event is durable exactly when the round is.
   result<RoundRecord> commit_round(const RoundRecord& round, std::span<const ClientResult> results,
                                    const std::optional<CheckpointRef>& checkpoint,
-                                   std::span<const ClientEvaluation> evaluations = {});
+                                   std::span<const ClientEvaluation> evaluations = {},
+                                   EventRecord* event = nullptr);
   // Records a failed attempt at round last_round + 1 with its failure_reason and the
   // client results gathered so far, in one transaction. last_round does not move, so the
   // same round number can be attempted again and finally committed; attempts are numbered
   // 1, 2, ... per round. Errors: as commit_round.
+  // `event`, when given, is appended in the same transaction, as for commit_round.
   result<RoundRecord> record_failed_round(const RoundRecord& round,
-                                          std::span<const ClientResult> results);
+                                          std::span<const ClientResult> results,
+                                          EventRecord* event = nullptr);
   // The round at last_round, or nothing if none is committed yet.
   result<std::optional<RoundRecord>> last_committed_round(std::int64_t run_id);
   // Every attempt of every round of the run, by round then attempt.
@@ -145,6 +157,18 @@ class HistoryStore {
   // such run, or the round is not committed).
   result<void> set_federated_evaluation(std::int64_t run_id, std::int64_t round, double loss,
                                         double accuracy);
+
+  // ---- Round phases (round_phases): where each attempt spent its time
+
+  // Records the phases of attempt phases.attempt of round phases.round, after that
+  // attempt's row is written; no fsync of its own (see Durability above). Errors:
+  // errc::invalid_argument (a time that is negative or not finite); errc::not_found (no
+  // such attempt); errc::already_exists (recorded before).
+  result<void> record_round_phases(const RoundPhases& phases);
+  // The run's recorded phases, by round then attempt. Errors: errc::not_found (no such run).
+  result<std::vector<RoundPhases>> list_round_phases(std::int64_t run_id);
+  // Every recorded attempt's phases added up (all runs).
+  result<RoundPhaseTotals> round_phase_totals();
 
   // ---- Checkpoints
 
@@ -194,7 +218,8 @@ class HistoryStore {
   // ---- Events
 
   // Appends an event and returns its id (ids increase and are never reused). event.id is
-  // ignored. Errors: errc::invalid_argument (empty kind, detail_json not JSON).
+  // ignored. No fsync of its own (see Durability above). Errors: errc::invalid_argument
+  // (empty kind, detail_json not JSON).
   result<std::int64_t> append_event(const EventRecord& event);
   // Up to `limit` events with id > after_id, oldest first; pass the last id seen to page
   // on. Errors: errc::invalid_argument (limit outside [1, kMaxPageSize]).
@@ -212,7 +237,12 @@ class HistoryStore {
   explicit HistoryStore(Database db) noexcept : db_(std::move(db)) {}
   result<RoundRecord> write_round(const RoundRecord& round, std::span<const ClientResult> results,
                                   const std::optional<CheckpointRef>& checkpoint, RoundState state,
-                                  std::span<const ClientEvaluation> evaluations = {});
+                                  std::span<const ClientEvaluation> evaluations,
+                                  EventRecord* event);
+  // Runs `write` with synchronous=NORMAL (history_store_phases.cpp).
+  result<void> without_fsync(const std::function<result<void>()>& write);
+  // The INSERT of append_event, inside the caller's transaction or autocommit.
+  result<std::int64_t> insert_event(const EventRecord& event);
   // Inside write_round's transaction (history_store_evaluations.cpp).
   result<void> insert_evaluations(std::int64_t run_id, std::int64_t round,
                                   std::span<const ClientEvaluation> evaluations);

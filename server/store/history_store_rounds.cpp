@@ -13,20 +13,23 @@ using namespace detail;
 result<RoundRecord> HistoryStore::commit_round(const RoundRecord& round,
                                                std::span<const ClientResult> results,
                                                const std::optional<CheckpointRef>& checkpoint,
-                                               std::span<const ClientEvaluation> evaluations) {
-  return write_round(round, results, checkpoint, RoundState::committed, evaluations);
+                                               std::span<const ClientEvaluation> evaluations,
+                                               EventRecord* event) {
+  return write_round(round, results, checkpoint, RoundState::committed, evaluations, event);
 }
 
 result<RoundRecord> HistoryStore::record_failed_round(const RoundRecord& round,
-                                                      std::span<const ClientResult> results) {
-  return write_round(round, results, std::nullopt, RoundState::failed);
+                                                      std::span<const ClientResult> results,
+                                                      EventRecord* event) {
+  return write_round(round, results, std::nullopt, RoundState::failed, {}, event);
 }
 
 result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
                                               std::span<const ClientResult> results,
                                               const std::optional<CheckpointRef>& checkpoint,
                                               RoundState state,
-                                              std::span<const ClientEvaluation> evaluations) {
+                                              std::span<const ClientEvaluation> evaluations,
+                                              EventRecord* event) {
   const std::string what =
       cat(state == RoundState::committed ? "cannot commit round " : "cannot record failed round ",
           round.round, " of run ", round.run_id);
@@ -107,9 +110,9 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
         "INSERT INTO rounds (run_id, round, attempt, state, started_ms, finished_ms, selected, "
         "  accepted, rejected, timed_out, dropped, train_loss, train_accuracy, eval_loss, "
         "  eval_accuracy, fed_eval_loss, fed_eval_accuracy, bytes_up, bytes_down, "
-        "  failure_reason, checkpoint_id, secure_aggregation, epsilon) "
+        "  failure_reason, checkpoint_id, secure_aggregation, epsilon, late) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-        "        ?18, ?19, ?20, ?21, ?22, ?23)");
+        "        ?18, ?19, ?20, ?21, ?22, ?23, ?24)");
     if (!s) {
       return in(what, s.error());
     }
@@ -136,6 +139,7 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
     bind_optional(*s, 21, stored.checkpoint_id);
     s->bind_int64(22, stored.secure_aggregation ? 1 : 0);
     bind_optional(*s, 23, stored.epsilon);
+    s->bind_int64(24, stored.late);
     if (auto ok = s->run(); !ok) {
       return in(what, ok.error());
     }
@@ -189,11 +193,23 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
     }
   }
 
+  std::optional<std::int64_t> event_id;
+  if (event != nullptr) {
+    auto id = insert_event(*event);
+    if (!id) {
+      return in(what, id.error());
+    }
+    event_id = *id;
+  }
+
   mark("round_commit.before_commit");
   if (auto ok = transaction->commit(); !ok) {
     return in(what, ok.error());
   }
   mark("round_commit.end");
+  if (event_id) {
+    event->id = *event_id;
+  }
   return stored;
 }
 

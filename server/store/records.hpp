@@ -19,15 +19,17 @@ namespace fedcore::store {
 
 enum class RunState { pending, running, paused, finished, failed, stopped };
 enum class RoundState { committed, failed };
-enum class ResultStatus { ok, rejected, timeout, dropped };
+// late: selected, but the round closed with enough updates before this client answered
+// (over-selection, docs/config.md); its update, if it comes, is refused as stale.
+enum class ResultStatus { ok, rejected, timeout, dropped, late };
 // What became of one client asked to evaluate a round's new global model.
 enum class EvaluationStatus { ok, refused, failed, timeout, offline, dropped };
 
 inline constexpr std::array<std::string_view, 6> kRunStateNames = {
     "pending", "running", "paused", "finished", "failed", "stopped"};
 inline constexpr std::array<std::string_view, 2> kRoundStateNames = {"committed", "failed"};
-inline constexpr std::array<std::string_view, 4> kResultStatusNames = {"ok", "rejected", "timeout",
-                                                                       "dropped"};
+inline constexpr std::array<std::string_view, 5> kResultStatusNames = {"ok", "rejected", "timeout",
+                                                                       "dropped", "late"};
 inline constexpr std::array<std::string_view, 6> kEvaluationStatusNames = {
     "ok", "refused", "failed", "timeout", "offline", "dropped"};
 
@@ -105,6 +107,7 @@ struct RoundRecord {
   std::int64_t rejected = 0;
   std::int64_t timed_out = 0;
   std::int64_t dropped = 0;
+  std::int64_t late = 0;    // over-selected clients still training when the round closed
   double train_loss = 0.0;  // sample-weighted over accepted updates
   double train_accuracy = 0.0;
   std::optional<double> eval_loss;  // server-side evaluation of the new global model
@@ -186,6 +189,56 @@ struct EventRecord {
   std::string detail_json = "{}";
 
   bool operator==(const EventRecord&) const = default;
+};
+
+// Where one round attempt spent its time (round_phases, docs/schema.md), measured by the
+// run controller on the steady clock from the round's start. Offsets say when something
+// happened; durations add up the work of that kind over the round. A field the round never
+// reached (no update arrived, a failed round has no checkpoint) is empty or 0.
+struct RoundPhases {
+  std::int64_t run_id = 0;
+  std::int64_t round = 0;
+  std::int64_t attempt = 0;  // of the round row it describes
+  double total_ms = 0;       // the round's start to its row (and these phases) written
+  // Offsets: every TRAIN queued (sampling, nonces, framing); the last TRAIN frame written
+  // to its socket; the first and the last update received.
+  double requests_queued_ms = 0;
+  std::optional<double> train_written_ms;
+  std::optional<double> first_update_ms;
+  std::optional<double> last_update_ms;
+  // Durations: checking updates (validate_update), folding them into the aggregate and
+  // finishing it, the server's evaluation of the new model, the federated evaluation stage,
+  // the checkpoint file, the SQLite transaction that commits the round.
+  double validate_ms = 0;
+  double aggregate_ms = 0;
+  double evaluate_ms = 0;
+  std::optional<double> federated_evaluation_ms;
+  double checkpoint_ms = 0;
+  double commit_ms = 0;
+  // The server process's CPU time over the round (getrusage: every thread).
+  double cpu_user_ms = 0;
+  double cpu_system_ms = 0;
+
+  bool operator==(const RoundPhases&) const = default;
+};
+
+// Every recorded round attempt's phases added up, in seconds (GET /metrics). updates_s is
+// the time from the requests queued to the last update received.
+struct RoundPhaseTotals {
+  std::int64_t rounds = 0;
+  double total_s = 0;
+  double requests_s = 0;
+  double updates_s = 0;
+  double validate_s = 0;
+  double aggregate_s = 0;
+  double evaluate_s = 0;
+  double federated_evaluation_s = 0;
+  double checkpoint_s = 0;
+  double commit_s = 0;
+  double cpu_user_s = 0;
+  double cpu_system_s = 0;
+
+  bool operator==(const RoundPhaseTotals&) const = default;
 };
 
 // A run's federated feature scale (docs/protocol.md, "Feature scaling"): one mean and

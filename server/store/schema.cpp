@@ -184,6 +184,63 @@ CREATE TABLE round_evaluations (
 ) STRICT;
 PRAGMA user_version = 5;
 )sql"},
+    // Migration 6 (issue 20): where each round attempt spent its time: offsets of the
+    // round's milestones and durations of its work, and the server's CPU time over it.
+    // Written after the round's row, without an fsync of its own (the next commit's makes
+    // it durable): timing is history for reading, not part of the round's atomic commit.
+    // And over-selection: a round closes once it has enough updates, and the selected
+    // clients still training are "late" (a result status, and a count on the round).
+    // SQLite cannot change a CHECK in place, so client_results is rebuilt (the documented
+    // procedure: new table, copy, drop, rename; no table references client_results).
+    {6, R"sql(
+ALTER TABLE rounds ADD COLUMN late INTEGER NOT NULL DEFAULT 0 CHECK (late >= 0);
+CREATE TABLE client_results_v6 (
+  run_id        INTEGER NOT NULL,
+  round         INTEGER NOT NULL,
+  attempt       INTEGER NOT NULL,
+  client_id     TEXT    NOT NULL REFERENCES clients (id),
+  status        TEXT    NOT NULL
+                CHECK (status IN ('ok', 'rejected', 'timeout', 'dropped', 'late')),
+  reason        TEXT    NOT NULL DEFAULT '',
+  samples       INTEGER NOT NULL CHECK (samples >= 0),
+  loss          REAL,
+  accuracy      REAL,
+  duration_s    REAL,
+  bytes_up      INTEGER NOT NULL CHECK (bytes_up >= 0),
+  bytes_down    INTEGER NOT NULL CHECK (bytes_down >= 0),
+  eval_loss     REAL,
+  eval_accuracy REAL,
+  eval_samples  INTEGER NOT NULL DEFAULT 0 CHECK (eval_samples >= 0),
+  PRIMARY KEY (run_id, round, attempt, client_id),
+  FOREIGN KEY (run_id, round, attempt) REFERENCES rounds (run_id, round, attempt)
+) STRICT;
+INSERT INTO client_results_v6 SELECT * FROM client_results;
+DROP TABLE client_results;
+ALTER TABLE client_results_v6 RENAME TO client_results;
+CREATE INDEX client_results_by_client ON client_results (client_id);
+
+CREATE TABLE round_phases (
+  run_id                  INTEGER NOT NULL,
+  round                   INTEGER NOT NULL,
+  attempt                 INTEGER NOT NULL,
+  total_ms                REAL    NOT NULL CHECK (total_ms >= 0),
+  requests_queued_ms      REAL    NOT NULL CHECK (requests_queued_ms >= 0),
+  train_written_ms        REAL             CHECK (train_written_ms >= 0),
+  first_update_ms         REAL             CHECK (first_update_ms >= 0),
+  last_update_ms          REAL             CHECK (last_update_ms >= 0),
+  validate_ms             REAL    NOT NULL CHECK (validate_ms >= 0),
+  aggregate_ms            REAL    NOT NULL CHECK (aggregate_ms >= 0),
+  evaluate_ms             REAL    NOT NULL CHECK (evaluate_ms >= 0),
+  federated_evaluation_ms REAL             CHECK (federated_evaluation_ms >= 0),
+  checkpoint_ms           REAL    NOT NULL CHECK (checkpoint_ms >= 0),
+  commit_ms               REAL    NOT NULL CHECK (commit_ms >= 0),
+  cpu_user_ms             REAL    NOT NULL CHECK (cpu_user_ms >= 0),
+  cpu_system_ms           REAL    NOT NULL CHECK (cpu_system_ms >= 0),
+  PRIMARY KEY (run_id, round, attempt),
+  FOREIGN KEY (run_id, round, attempt) REFERENCES rounds (run_id, round, attempt)
+) STRICT;
+PRAGMA user_version = 6;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

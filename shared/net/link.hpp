@@ -28,8 +28,9 @@ class Link {
   // The channel's idle and transfer deadlines (shared/net/frame_channel.hpp).
   virtual void set_timeouts(std::chrono::milliseconds idle,
                             std::chrono::milliseconds transfer) noexcept = 0;
+  // Queues a frame; `written` (optional) runs once it is written (shared/net/outbox.hpp).
   virtual void send(protocol::MessageType type, std::string metadata,
-                    SharedPayload payload = nullptr) = 0;
+                    SharedPayload payload = nullptr, WrittenCallback written = {}) = 0;
   virtual void close() noexcept = 0;
   virtual bool is_open() const noexcept = 0;
   virtual std::uint64_t bytes_read() const noexcept = 0;
@@ -53,8 +54,9 @@ class StreamLink final : public Link {
                     std::chrono::milliseconds transfer) noexcept override {
     channel_->set_timeouts(idle, transfer);
   }
-  void send(protocol::MessageType type, std::string metadata, SharedPayload payload) override {
-    outbox_.send(type, std::move(metadata), std::move(payload));
+  void send(protocol::MessageType type, std::string metadata, SharedPayload payload,
+            WrittenCallback written) override {
+    outbox_.send(type, std::move(metadata), std::move(payload), std::move(written));
   }
   void close() noexcept override { channel_->close(); }
   bool is_open() const noexcept override { return channel_->is_open(); }

@@ -11,6 +11,7 @@ struct Queued {
   protocol::MessageType type;
   std::string metadata;
   SharedPayload payload;
+  WrittenCallback written;
 };
 }  // namespace
 
@@ -38,13 +39,14 @@ Outbox<Stream>::~Outbox() {
 }
 
 template <class Stream>
-void Outbox<Stream>::send(protocol::MessageType type, std::string metadata, SharedPayload payload) {
+void Outbox<Stream>::send(protocol::MessageType type, std::string metadata, SharedPayload payload,
+                          WrittenCallback written) {
   auto& s = *state_;
   if (!s.failure.empty()) {
     return;
   }
   s.bytes += metadata.size() + (payload ? payload->size() * sizeof(float) : 0);
-  s.queue.push_back({type, std::move(metadata), std::move(payload)});
+  s.queue.push_back({type, std::move(metadata), std::move(payload), std::move(written)});
   if (s.draining) {
     return;
   }
@@ -66,6 +68,8 @@ void Outbox<Stream>::send(protocol::MessageType type, std::string metadata, Shar
             state->queue.clear();
             state->bytes = 0;
             state->channel->close();
+          } else if (written && next.written) {
+            next.written();
           }
         }
         state->draining = false;

@@ -8,7 +8,9 @@
 //
 // When a write fails the outbox closes the channel (the session's reader then sees the
 // error and ends the session) and drops what is queued. `queued_bytes()` lets callers
-// apply backpressure.
+// apply backpressure. A frame may carry a `written` callback, called on the io thread
+// once the whole frame has been handed to the stream (never for a frame that failed or
+// was dropped); the server times its rounds with it.
 //
 // Thread safety: like its channel, an outbox belongs to one strand / single-threaded
 // io_context. It shares ownership of the channel, so a write still in flight when the
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +29,7 @@
 namespace fedcore::net {
 
 using SharedPayload = std::shared_ptr<const std::vector<float>>;
+using WrittenCallback = std::function<void()>;
 
 template <class Stream>
 class Outbox {
@@ -35,7 +39,8 @@ class Outbox {
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
 
-  void send(protocol::MessageType type, std::string metadata, SharedPayload payload = nullptr);
+  void send(protocol::MessageType type, std::string metadata, SharedPayload payload = nullptr,
+            WrittenCallback written = {});
   std::size_t queued_frames() const noexcept;
   std::uint64_t queued_bytes() const noexcept;
   // The first write error, if any ("" while healthy).

@@ -117,6 +117,23 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
     EXPECT_TRUE(r["eval_accuracy"].is_null()) << "no server test set was configured";
     EXPECT_GE(r["duration_s"].get<double>(), 0.0);
     EXPECT_GT(r["bytes_up"].get<std::int64_t>(), 0);
+    // Where the round's time went, in the order a round lives it: both TRAIN frames left
+    // before either update came back, and the commit is inside the whole.
+    const auto& p = r["phases"];
+    ASSERT_TRUE(p.is_object()) << r;
+    const double total = p["total_ms"], queued = p["requests_queued_ms"];
+    const double written = p["train_written_ms"], first = p["first_update_ms"],
+                 last = p["last_update_ms"];
+    EXPECT_LE(queued, written) << p;
+    EXPECT_LE(written, first) << p;
+    EXPECT_LE(first, last) << p;
+    EXPECT_LE(last, total) << p;
+    EXPECT_GT(p["validate_ms"].get<double>() + p["aggregate_ms"].get<double>(), 0.0) << p;
+    EXPECT_GT(p["checkpoint_ms"].get<double>(), 0.0) << p;
+    EXPECT_GT(p["commit_ms"].get<double>(), 0.0) << p;
+    EXPECT_LE(p["checkpoint_ms"].get<double>() + p["commit_ms"].get<double>(), total) << p;
+    EXPECT_TRUE(p["federated_evaluation_ms"].is_number()) << "the run evaluates: " << p;
+    EXPECT_GT(p["cpu_user_ms"].get<double>() + p["cpu_system_ms"].get<double>(), 0.0) << p;
   }
   auto paged = client.get(base + "/rounds?limit=1&offset=1").json();
   ASSERT_EQ(paged["items"].size(), 1u);
@@ -191,6 +208,15 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
   EXPECT_EQ(metrics.value("fedcore_rounds_total{state=\"committed\"}"), 2);
   EXPECT_EQ(metrics.value("fedcore_updates_total{result=\"accepted\",reason=\"\"}"), 4);
   EXPECT_EQ(metrics.value("fedcore_round_duration_seconds_count"), 2);
+  EXPECT_EQ(metrics.value("fedcore_round_phase_rounds_total"), 2);
+  EXPECT_GT(metrics.value("fedcore_round_phase_seconds_total{phase=\"all\"}"), 0);
+  EXPECT_GE(metrics.value("fedcore_round_phase_seconds_total{phase=\"all\"}"),
+            metrics.value("fedcore_round_phase_seconds_total{phase=\"commit\"}") +
+                metrics.value("fedcore_round_phase_seconds_total{phase=\"checkpoint\"}"));
+  EXPECT_GT(metrics.value("fedcore_round_phase_seconds_total{phase=\"commit\"}"), 0);
+  EXPECT_GT(metrics.value("fedcore_round_cpu_seconds_total{mode=\"user\"}") +
+                metrics.value("fedcore_round_cpu_seconds_total{mode=\"system\"}"),
+            0);
   EXPECT_GT(metrics.value("fedcore_bytes_received_total"), 0);
   EXPECT_GT(metrics.value("fedcore_bytes_sent_total"), 0);
 }

@@ -29,7 +29,8 @@ class Sessions final : public SessionDirectory {
   };
   std::vector<Candidate> online() const override { return clients; }
   void send_train(const std::string& client_id, std::string metadata,
-                  std::shared_ptr<const std::vector<float>> global) override {
+                  std::shared_ptr<const std::vector<float>> global,
+                  std::function<void()> /*written*/) override {
     sent.push_back({client_id, protocol::MessageType::train, std::move(metadata), global});
   }
   void send(const std::string& client_id, protocol::MessageType type, std::string metadata,

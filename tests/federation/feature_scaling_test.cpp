@@ -27,7 +27,8 @@ class FakeSessions final : public SessionDirectory {
   };
   std::vector<Candidate> online() const override { return clients; }
   void send_train(const std::string& client_id, std::string metadata,
-                  std::shared_ptr<const std::vector<float>> global) override {
+                  std::shared_ptr<const std::vector<float>> global,
+                  std::function<void()> /*written*/) override {
     auto request = protocol::parse_train_request(metadata);
     ASSERT_TRUE(request) << request.error().message;
     trains.push_back({client_id, *request, std::move(global)});

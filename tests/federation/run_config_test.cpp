@@ -48,6 +48,33 @@ TEST(RunConfig, RejectsBadFieldsByName) {
   }
 }
 
+TEST(RunConfig, OverSelectionIsParsedKeptAndRefusedWherePrivacyDecidesWhoCounts) {
+  auto c = parse_run_config(
+      R"({"model":{"type":"logreg"},"clients_per_round":3,"min_clients":2,"over_selection":2})");
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->over_selection, 2);
+  EXPECT_EQ(clients_to_sample(*c, 10), 3u);
+  EXPECT_EQ(clients_to_select(*c, 10), 5u);
+  EXPECT_EQ(clients_to_select(*c, 4), 4u) << "never more than are online";
+  auto again = parse_run_config(to_json_text(*c));
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->over_selection, 2);
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"model":{"type":"logreg"},"over_selection":-1})", "'over_selection'"},
+      {R"({"model":{"type":"logreg"},"over_selection":1,"privacy":{"secure_aggregation":{}}})",
+       "does not apply with secure aggregation"},
+      {R"({"model":{"type":"logreg"},"over_selection":1,"privacy":{"dp":{"mode":"client_central",)"
+       R"("epsilon":4,"delta":1e-5,"clip_norm":0.5}}})",
+       "does not apply with differential privacy"},
+  };
+  for (const auto& [text, fragment] : refused) {
+    auto bad = parse_run_config(text);
+    ASSERT_FALSE(bad) << text;
+    EXPECT_EQ(bad.error().code, errc::invalid_argument);
+    EXPECT_NE(bad.error().message.find(fragment), std::string::npos) << bad.error().message;
+  }
+}
+
 TEST(RunConfig, MaxSamplesPerClientIsParsedValidatedAndKept) {
   auto absent = parse_run_config(R"({"model":{"type":"logreg"}})");
   ASSERT_TRUE(absent);

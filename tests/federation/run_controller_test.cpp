@@ -1,8 +1,11 @@
 #include "server/federation/run_controller.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "shared/model/param_io.hpp"
@@ -25,14 +28,16 @@ class FakeSessions final : public SessionDirectory {
     std::string client_id;
     protocol::TrainRequest request;
     std::shared_ptr<const std::vector<float>> global;
+    std::function<void()> written;  // the test calls it to say the frame left
   };
 
   std::vector<Candidate> online() const override { return clients; }
   void send_train(const std::string& client_id, std::string metadata,
-                  std::shared_ptr<const std::vector<float>> global) override {
+                  std::shared_ptr<const std::vector<float>> global,
+                  std::function<void()> written) override {
     auto request = protocol::parse_train_request(metadata);
     ASSERT_TRUE(request) << request.error().message;
-    sent.push_back({client_id, *request, std::move(global)});
+    sent.push_back({client_id, *request, std::move(global), std::move(written)});
   }
   void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
             std::shared_ptr<const std::vector<float>> payload) override {
@@ -126,8 +131,9 @@ class RunControllerTest : public ::testing::Test {
       failed_.push_back(r);
     };
     hooks.run_ended = [this](std::int64_t, store::RunState state) { ended_.push_back(state); };
-    controller_ = std::make_unique<RunController>(
-        RunEnvironment{store_, sessions_, clock_, entropy_, events_, hooks, dir_.path("ckpt")});
+    RunEnvironment env{store_, sessions_, clock_, entropy_, events_, hooks, dir_.path("ckpt")};
+    env.cpu_times = [this] { return cpu_; };
+    controller_ = std::make_unique<RunController>(std::move(env));
   }
 
   // An update from `id` for the round it was last asked to train: the global model it
@@ -188,6 +194,7 @@ class RunControllerTest : public ::testing::Test {
   std::vector<store::RoundRecord> committed_;
   std::vector<store::RoundRecord> failed_;
   std::vector<store::RunState> ended_;
+  CpuTimes cpu_;  // what the controller reads as the server's CPU time
 };
 
 TEST(RoundStage, TheTableAllowsOnlyTheProtocolsMoves) {
@@ -252,6 +259,124 @@ TEST_F(RunControllerTest, AFullRoundCommitsTheWeightedMeanAndItsCheckpoint) {
   EXPECT_EQ(run(id).state, store::RunState::finished);
   EXPECT_EQ(ended_, std::vector{store::RunState::finished});
   EXPECT_FALSE(controller_->run_active());
+}
+
+// Each attempt records where its time went, on the injected clock and CPU source, and
+// its own event commits with it.
+TEST_F(RunControllerTest, EachRoundRecordsItsPhasesAndCpuTimeFromTheInjectedClocks) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  cpu_ = {1.0, 0.5};
+  const auto id = start(config());
+  ASSERT_EQ(sessions_.sent.size(), 3u);
+  clock_.advance(1500ms);
+  for (const auto& sent : sessions_.sent) {
+    ASSERT_TRUE(sent.written) << "every TRAIN carries its written callback";
+  }
+  sessions_.sent[0].written();
+  clock_.advance(500ms);
+  sessions_.sent[1].written();
+  sessions_.sent[2].written();  // the last frame left at 2 s
+  clock_.advance(3s);
+  answer("a", 1.0f);
+  clock_.advance(1s);
+  answer("b", 1.0f);
+  clock_.advance(1s);
+  cpu_ = {1.25, 0.875};
+  answer("c", 1.0f);
+  ASSERT_EQ(committed_.size(), 1u);
+
+  // Round 2 has begun; a TRAIN of round 1 reported late changes nothing.
+  sessions_.sent[0].written();
+  auto phases = store_.list_round_phases(id);
+  ASSERT_TRUE(phases) << phases.error().message;
+  ASSERT_EQ(phases->size(), 1u);
+  const auto& p = (*phases)[0];
+  EXPECT_EQ(p.round, 1);
+  EXPECT_EQ(p.attempt, 1);
+  EXPECT_EQ(p.requests_queued_ms, 0.0);
+  EXPECT_EQ(p.train_written_ms, 2000.0);
+  EXPECT_EQ(p.first_update_ms, 5000.0);
+  EXPECT_EQ(p.last_update_ms, 7000.0);
+  EXPECT_EQ(p.total_ms, 7000.0);
+  EXPECT_EQ(p.cpu_user_ms, 250.0);
+  EXPECT_EQ(p.cpu_system_ms, 375.0);
+  EXPECT_EQ(p.federated_evaluation_ms, 0.0) << "its evaluation stage found no evaluator";
+
+  // The round's committed event was written in the round's transaction and announced once.
+  EXPECT_EQ(events_.count("round_committed"), 1u);
+  auto stored = store_.list_events(0, 1000);
+  ASSERT_TRUE(stored);
+  const auto committed_event = std::find_if(
+      stored->begin(), stored->end(), [](const auto& e) { return e.kind == "round_committed"; });
+  ASSERT_NE(committed_event, stored->end());
+  EXPECT_EQ(committed_event->round, 1);
+  EXPECT_EQ(nlohmann::json::parse(committed_event->detail_json)["accepted"], 3);
+
+  // A frame written after the controller is gone finds nothing to call.
+  const auto late = sessions_.sent[3].written;
+  controller_.reset();
+  late();
+}
+
+// Over-selection: 5 selected for 3 needed; the round closes the moment the third update is
+// accepted (no clock moves), the two still training are late, are not asked again while
+// busy, and their updates, when they come, change nothing.
+TEST_F(RunControllerTest, OverSelectionClosesWithTheUpdatesItNeedsAndTheRestAreLate) {
+  for (auto id : {"a", "b", "c", "d", "e"}) {
+    connect(id);
+  }
+  auto three_rounds = config(R"(,"over_selection":2)");
+  three_rounds.rounds = 3;
+  const auto id = start(three_rounds);
+  ASSERT_EQ(sessions_.sent.size(), 5u) << "3 needed + 2 over-selected";
+  const auto global = *sessions_.sent[0].global;
+  const auto first = sessions_.sent;  // round 1's requests
+  answer_to(first[0], 1.0f, 10);
+  answer_to(first[1], 2.0f, 30);
+  EXPECT_EQ(controller_->round_stage(), RoundStage::collecting);
+  answer_to(first[2], 4.0f, 60);
+  ASSERT_EQ(committed_.size(), 1u) << "the round closes with its third update, before any deadline";
+  EXPECT_EQ(committed_[0].accepted, 3);
+  EXPECT_EQ(committed_[0].late, 2);
+  EXPECT_EQ(committed_[0].timed_out, 0);
+  auto results = store_.list_client_results(id, 1);
+  ASSERT_TRUE(results) << results.error().message;
+  for (const auto& r : *results) {
+    const bool answered = r.client_id == first[0].client_id || r.client_id == first[1].client_id ||
+                          r.client_id == first[2].client_id;
+    EXPECT_EQ(r.status, answered ? store::ResultStatus::ok : store::ResultStatus::late)
+        << r.client_id;
+    if (!answered) {
+      EXPECT_NE(r.reason.find("over-selection"), std::string::npos) << r.reason;
+    }
+  }
+  // Round 2 asks only the three that are free: the late two are still training.
+  ASSERT_EQ(sessions_.sent.size(), 8u);
+  std::set<std::string> second;
+  for (std::size_t i = 5; i < 8; ++i) {
+    second.insert(sessions_.sent[i].client_id);
+    EXPECT_NEAR((*sessions_.sent[i].global)[0], global[0] + 3.1f, 1e-5f);
+  }
+  EXPECT_FALSE(second.contains(first[3].client_id));
+  EXPECT_FALSE(second.contains(first[4].client_id));
+
+  // A late update arrives: stale, the model is untouched, and its site is free again.
+  const auto stale_before = events_.count("update_stale");
+  answer_to(first[3], 100.0f, 10);
+  EXPECT_EQ(events_.count("update_stale"), stale_before + 1);
+  for (std::size_t i = 5; i < 8; ++i) {
+    answer_to(sessions_.sent[i], 0.0f);
+  }
+  ASSERT_EQ(committed_.size(), 2u);
+  EXPECT_EQ(committed_[1].late, 0) << "no one over-selected was left: 3 free + 1 back = 4 asked";
+  ASSERT_EQ(sessions_.sent.size(), 12u) << "round 3 asks the 3 free and the one that answered";
+  for (std::size_t i = 8; i < 12; ++i) {
+    EXPECT_NE(sessions_.sent[i].client_id, first[4].client_id) << "still training for round 1";
+    EXPECT_NEAR((*sessions_.sent[i].global)[0], global[0] + 3.1f, 1e-5f)
+        << "the late update changed nothing";
+  }
 }
 
 // Sample counts weigh updates: each is bounded by the client's HELLO and by the run's cap.
@@ -436,6 +561,18 @@ TEST_F(RunControllerTest, NoQuorumRecordsAFailedRoundAndPausesTheRunWithTheReaso
   EXPECT_EQ(stored.state, store::RunState::paused);
   EXPECT_NE(stored.error.find("round 1 failed"), std::string::npos) << stored.error;
   EXPECT_EQ(stored.last_round, 0);
+  // The failed attempt has its phases (no checkpoint, no commit) and its stored event.
+  auto phases = store_.list_round_phases(id);
+  ASSERT_TRUE(phases && phases->size() == 1u);
+  EXPECT_EQ((*phases)[0].total_ms, 10000.0);
+  EXPECT_EQ((*phases)[0].first_update_ms, 0.0);
+  EXPECT_EQ((*phases)[0].checkpoint_ms, 0.0);
+  EXPECT_EQ(events_.count("round_failed"), 1u);
+  auto events = store_.list_events(0, 1000);
+  ASSERT_TRUE(events);
+  EXPECT_EQ(std::count_if(events->begin(), events->end(),
+                          [](const auto& e) { return e.kind == "round_failed"; }),
+            1);
 }
 
 TEST_F(RunControllerTest, TheFailedRoundHookRunsBeforeTheRunEndsAndMayStopIt) {

@@ -25,7 +25,8 @@ class TwoClients final : public SessionDirectory {
     return {{"a", {4}, 2, 50, false}, {"b", {4}, 2, 50, false}};
   }
   void send_train(const std::string& client_id, std::string metadata,
-                  std::shared_ptr<const std::vector<float>> global) override {
+                  std::shared_ptr<const std::vector<float>> global,
+                  std::function<void()> /*written*/) override {
     auto request = protocol::parse_train_request(metadata);
     ASSERT_TRUE(request) << request.error().message;
     pending[client_id] = {*request, std::move(global)};

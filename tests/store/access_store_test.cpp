@@ -30,18 +30,11 @@ TEST(HistoryAccess, MigrationFromVersion3KeepsTheHistory) {
   const auto path = dir.path("history.db");
   {
     // A database as a version-3 Fedcore left it: migrations 1..3 and some history.
-    auto db = Database::open(path, OpenMode::read_write_create);
-    ASSERT_TRUE(db) << db.error().to_string();
-    for (const auto& m : migrations()) {
-      if (m.version <= 3) {
-        ASSERT_TRUE(db->exec(m.sql)) << m.version;
-      }
-    }
-    ASSERT_EQ(*schema_version(*db), 3);
-    ASSERT_TRUE(db->exec(
-        "INSERT INTO runs (name, config_json, state, rounds_total, created_ms, updated_ms) "
-        "VALUES ('old-run', '{}', 'finished', 2, 1, 2);"
-        "INSERT INTO events (time_ms, kind) VALUES (3, 'run_started');"));
+    auto db = testing::database_at_version(path, 3);
+    ASSERT_TRUE(
+        db.exec("INSERT INTO runs (name, config_json, state, rounds_total, created_ms, updated_ms) "
+                "VALUES ('old-run', '{}', 'finished', 2, 1, 2);"
+                "INSERT INTO events (time_ms, kind) VALUES (3, 'run_started');"));
   }
   auto store = HistoryStore::open(path);
   ASSERT_TRUE(store) << store.error().to_string();

@@ -59,15 +59,8 @@ TEST(HistoryEvaluation, MigrationFromVersion4KeepsTheHistory) {
   const auto path = dir.path("history.db");
   {
     // A database as a version-4 Fedcore left it, with a committed round.
-    auto db = Database::open(path, OpenMode::read_write_create);
-    ASSERT_TRUE(db) << db.error().to_string();
-    for (const auto& m : migrations()) {
-      if (m.version <= 4) {
-        ASSERT_TRUE(db->exec(m.sql)) << m.version;
-      }
-    }
-    ASSERT_EQ(*schema_version(*db), 4);
-    ASSERT_TRUE(db->exec(
+    auto db = testing::database_at_version(path, 4);
+    ASSERT_TRUE(db.exec(
         "INSERT INTO clients VALUES ('c1', 1, 1, 10, '[30]', '{}', 0);"
         "INSERT INTO runs (name, config_json, state, rounds_total, last_round, created_ms, "
         "  updated_ms) VALUES ('old-run', '{}', 'finished', 1, 1, 1, 2);"
@@ -87,7 +80,7 @@ TEST(HistoryEvaluation, MigrationFromVersion4KeepsTheHistory) {
   // The new table is there, empty, and keeps its constraints.
   EXPECT_TRUE(store->list_evaluations(1)->empty());
   SideConnection side(path);
-  EXPECT_EQ(*schema_version(side.db()), 5);
+  EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
   EXPECT_EQ(side.count("SELECT count(*) FROM round_evaluations"), 0);
   EXPECT_FALSE(
       side.db().exec("INSERT INTO round_evaluations (run_id, round, client_id, status, loss) "

@@ -50,6 +50,7 @@ int x_truncate(sqlite3_file* f, sqlite3_int64 size) {
   return real_of(f)->pMethods->xTruncate(real_of(f), size);
 }
 int x_sync(sqlite3_file* f, int flags) {
+  as_fault(f)->owner->count_sync();
   if (const int code = as_fault(f)->owner->sync_code(); code != 0) {
     return refuse(as_fault(f), code);
   }

@@ -39,6 +39,9 @@ class FaultVfs {
   }
   // Calls refused so far.
   std::int64_t refused() const noexcept { return refused_; }
+  // xSync calls so far (fsyncs asked of the disk), refused or not.
+  std::int64_t syncs() const noexcept { return syncs_; }
+  void count_sync() noexcept { ++syncs_; }
 
   // For the VFS's C callbacks (fault_vfs.cpp): the code the next write answers (0: it
   // goes through), counted as used.
@@ -58,6 +61,7 @@ class FaultVfs {
   std::int64_t writes_left_ = -1;
   int sync_code_ = 0;
   std::int64_t refused_ = 0;
+  std::int64_t syncs_ = 0;
   sqlite3_vfs* base_ = nullptr;
   sqlite3_vfs* vfs_ = nullptr;  // ours, registered as the default
 };

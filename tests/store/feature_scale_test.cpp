@@ -90,17 +90,11 @@ TEST(HistoryFeatureScales, VersionTwoHistoryIsMigrated) {
   TempDir dir;
   const auto path = dir.path("history.db");
   {
-    auto db = Database::open(path, OpenMode::read_write_create);
-    ASSERT_TRUE(db);
-    for (const auto& migration : migrations()) {
-      if (migration.version <= 2) {
-        ASSERT_TRUE(db->exec(migration.sql));
-      }
-    }
+    auto db = testing::database_at_version(path, 2);
     ASSERT_TRUE(
-        db->exec("INSERT INTO runs (name, config_json, state, rounds_total, last_round, "
-                 "created_ms, updated_ms) VALUES ('old', '{}', 'paused', 5, 2, 1, 1)"));
-    ASSERT_EQ(*schema_version(*db), 2);
+        db.exec("INSERT INTO runs (name, config_json, state, rounds_total, last_round, "
+                "created_ms, updated_ms) VALUES ('old', '{}', 'paused', 5, 2, 1, 1)"));
+    ASSERT_EQ(*schema_version(db), 2);
   }
   auto store = HistoryStore::open(path);
   ASSERT_TRUE(store) << store.error().to_string();

@@ -52,7 +52,7 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   { open_store(path); }
   SideConnection side(path);
   EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 5);
+  EXPECT_EQ(kSchemaVersion, 6);
   auto names = side.db().prepare(
       "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
       "ORDER BY name");
@@ -61,9 +61,10 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   while (*names->step() == StepResult::row) {
     tables.push_back(names->column_text(0));
   }
-  EXPECT_EQ(tables, (std::vector<std::string>{
-                        "api_tokens", "audit_log", "checkpoints", "client_results", "clients",
-                        "events", "round_evaluations", "rounds", "run_feature_scales", "runs"}));
+  EXPECT_EQ(tables,
+            (std::vector<std::string>{"api_tokens", "audit_log", "checkpoints", "client_results",
+                                      "clients", "events", "round_evaluations", "round_phases",
+                                      "rounds", "run_feature_scales", "runs"}));
   auto mode = side.db().prepare("PRAGMA journal_mode");
   ASSERT_EQ(*mode->step(), StepResult::row);
   EXPECT_EQ(mode->column_text(0), "wal");

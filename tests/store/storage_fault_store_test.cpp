@@ -170,5 +170,50 @@ TEST(StoreOnAFullDisk, AFailedSyncIsAnIoErrorAndTheRoundIsNotVisible) {
   EXPECT_EQ(run->last_round, 2);
 }
 
+// One fsync per round, not one per update: the events a round appends (one per update)
+// and its phases ask nothing of the disk; the round's commit fsyncs the log, and with it
+// every row appended before. The connection is back to synchronous=FULL after each.
+TEST(StoreDurability, EventsAndPhasesWaitForTheRoundCommitsFsync) {
+  TempDir dir;
+  FaultVfs vfs;
+  auto store = HistoryStore::open(dir.path("h.db"));
+  ASSERT_TRUE(store) << store.error().message;
+  const auto id = run_with_one_round(*store);
+  const auto before = vfs.syncs();
+  EventRecord event;
+  event.kind = "update_accepted";
+  event.run_id = id;
+  event.round = 2;
+  event.client_id = "a";
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(store->append_event(event));
+  }
+  EXPECT_EQ(vfs.syncs(), before) << "appending events fsynced";
+
+  ClientResult result;
+  result.client_id = "a";
+  EventRecord committed_event = event;
+  committed_event.kind = "round_committed";
+  auto committed =
+      store->commit_round(round_two(id), {&result, 1}, std::nullopt, {}, &committed_event);
+  ASSERT_TRUE(committed) << committed.error().message;
+  const auto after_commit = vfs.syncs();
+  EXPECT_GE(after_commit, before + 1) << "the round's commit must fsync";
+  EXPECT_LE(after_commit, before + 2) << "one fsync for the round (a checkpoint may add one)";
+
+  RoundPhases phases;
+  phases.run_id = id;
+  phases.round = 2;
+  phases.attempt = committed->attempt;
+  ASSERT_TRUE(store->record_round_phases(phases));
+  EXPECT_EQ(vfs.syncs(), after_commit) << "recording phases fsynced";
+  // Back at FULL: a plain write fsyncs again.
+  ASSERT_TRUE(store->set_run_state(id, RunState::paused, "", 3000));
+  EXPECT_GT(vfs.syncs(), after_commit);
+  auto events = store->list_events(0, 100);
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->size(), 33u);
+}
+
 }  // namespace
 }  // namespace fedcore::store

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "server/store/history_store.hpp"
+#include "server/store/schema.hpp"
 #include "server/store/sqlite.hpp"
 
 namespace fedcore::store::testing {
@@ -70,6 +71,20 @@ inline ClientResult make_result(const std::string& client_id, std::int64_t seed,
 
 inline CheckpointRef make_checkpoint(const std::string& path) {
   return CheckpointRef{path, 4096, 0xDEADBEEFu, "0123456789abcdef"};
+}
+
+// A new database file at `path` as a version-`version` Fedcore left it (migrations
+// 1..version), for the migration tests to fill with that version's history.
+inline Database database_at_version(const std::string& path, std::int64_t version) {
+  auto db = Database::open(path, OpenMode::read_write_create);
+  EXPECT_TRUE(db) << db.error().to_string();
+  for (const auto& m : migrations()) {
+    if (m.version <= version) {
+      EXPECT_TRUE(db->exec(m.sql)) << m.version;
+    }
+  }
+  EXPECT_EQ(*schema_version(*db), version);
+  return std::move(*db);
 }
 
 // A separate connection to a store file, for looking at raw rows.

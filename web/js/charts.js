@@ -99,7 +99,8 @@ export class RoundLineChart {
   destroy() { this.chart.destroy(); }
 }
 
-// Stacked bars of participation per round attempt: accepted, rejected, timed out, dropped.
+// Stacked bars of participation per round attempt: accepted, rejected, timed out, dropped,
+// late (over-selected clients still training when the round closed).
 export class ParticipationChart {
   constructor(canvas, { onPick }) {
     this.canvas = canvas;
@@ -108,6 +109,7 @@ export class ParticipationChart {
       { key: 'rejected', label: 'rejected', color: '--bad' },
       { key: 'timed_out', label: 'timed out', color: '--warn' },
       { key: 'dropped', label: 'dropped', color: '--neutral' },
+      { key: 'late', label: 'late', color: '--info' },
     ];
     this.chart = new window.Chart(canvas, {
       type: 'bar',

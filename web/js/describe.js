@@ -6,7 +6,7 @@ import { clock } from './format.js';
 const runStateKinds = {
   pending: 'neutral', running: 'info', paused: 'warn', finished: 'ok', failed: 'bad', stopped: 'neutral',
 };
-const resultKinds = { ok: 'ok', rejected: 'bad', timeout: 'warn', dropped: 'neutral' };
+const resultKinds = { ok: 'ok', rejected: 'bad', timeout: 'warn', dropped: 'neutral', late: 'neutral' };
 const roundKinds = { committed: 'ok', failed: 'bad', running: 'info' };
 const evaluationKinds = { ok: 'ok', refused: 'warn', failed: 'bad', timeout: 'warn', offline: 'neutral', dropped: 'neutral' };
 

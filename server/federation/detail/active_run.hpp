@@ -27,10 +27,12 @@ struct RoundInFlight {
   RoundStage stage = RoundStage::selecting;
   std::int64_t started_ms = 0;
   Clock::steady_time deadline;
-  std::optional<Round> judge;         // from training on
-  std::optional<SecureRound> secure;  // secure-aggregated rounds, from training on
-  RoundClose closed;                  // from aggregating on
-  std::optional<double> epsilon;      // DP runs: the budget spent through this round
+  std::optional<RoundTimer> timer;        // from selecting on: where the round's time goes
+  Clock::steady_time evaluation_started;  // evaluating only
+  std::optional<Round> judge;             // from training on
+  std::optional<SecureRound> secure;      // secure-aggregated rounds, from training on
+  RoundClose closed;                      // from aggregating on
+  std::optional<double> epsilon;          // DP runs: the budget spent through this round
   // Secure rounds with federated evaluation from the masked sums: (loss, accuracy) of the
   // model the round started from, i.e. of the previous round's aggregate.
   std::optional<std::pair<double, double>> secure_evaluation;

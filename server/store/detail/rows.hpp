@@ -82,9 +82,9 @@ inline result<void> validate_round(const RoundRecord& round, std::span<const Cli
     return fail(errc::invalid_argument, cat("round number ", round.round, " is not positive"));
   }
   const std::pair<std::int64_t, std::string_view> counts[] = {
-      {round.selected, "selected"},    {round.accepted, "accepted"}, {round.rejected, "rejected"},
-      {round.timed_out, "timed_out"},  {round.dropped, "dropped"},   {round.bytes_up, "bytes_up"},
-      {round.bytes_down, "bytes_down"}};
+      {round.selected, "selected"},     {round.accepted, "accepted"}, {round.rejected, "rejected"},
+      {round.timed_out, "timed_out"},   {round.dropped, "dropped"},   {round.bytes_up, "bytes_up"},
+      {round.bytes_down, "bytes_down"}, {round.late, "late"}};
   for (const auto& [value, field] : counts) {
     if (auto ok = require_non_negative(value, field); !ok) {
       return ok;
@@ -207,11 +207,12 @@ inline result<RunRecord> read_run(const Statement& s) {
   return r;
 }
 
-#define FEDCORE_ROUND_COLUMNS                                                        \
-  "d.run_id, d.round, d.attempt, d.state, d.started_ms, d.finished_ms, d.selected, " \
-  "d.accepted, d.rejected, d.timed_out, d.dropped, d.train_loss, d.train_accuracy, " \
-  "d.eval_loss, d.eval_accuracy, d.fed_eval_loss, d.fed_eval_accuracy, d.bytes_up, " \
-  "d.bytes_down, d.failure_reason, d.checkpoint_id, d.secure_aggregation, d.epsilon "
+#define FEDCORE_ROUND_COLUMNS                                                          \
+  "d.run_id, d.round, d.attempt, d.state, d.started_ms, d.finished_ms, d.selected, "   \
+  "d.accepted, d.rejected, d.timed_out, d.dropped, d.train_loss, d.train_accuracy, "   \
+  "d.eval_loss, d.eval_accuracy, d.fed_eval_loss, d.fed_eval_accuracy, d.bytes_up, "   \
+  "d.bytes_down, d.failure_reason, d.checkpoint_id, d.secure_aggregation, d.epsilon, " \
+  "d.late "
 
 inline result<RoundRecord> read_round(const Statement& s) {
   RoundRecord r;
@@ -242,6 +243,7 @@ inline result<RoundRecord> read_round(const Statement& s) {
   r.checkpoint_id = read_optional_int64(s, 20);
   r.secure_aggregation = s.column_int64(21) != 0;
   r.epsilon = read_optional_double(s, 22);
+  r.late = s.column_int64(23);
   return r;
 }
 

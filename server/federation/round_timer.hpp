@@ -1,0 +1,53 @@
+// RoundTimer: where one round attempt spends its time, as store::RoundPhases.
+//
+// The run controller starts one when a round begins and marks the round's milestones
+// (every TRAIN queued, the last TRAIN written to its socket, the first and the last update
+// received) as offsets from that start, adds up the time of each kind of work (validating
+// updates, aggregating, evaluating, writing the checkpoint, committing) and, when the
+// round's row is written, reads the process's CPU time again. Time comes from the injected
+// Clock and CPU time from the injected CpuTimeSource, so a test with a ManualClock gets
+// exact figures.
+//
+// Thread safety: none; one timer belongs to its round (the run controller's thread).
+#pragma once
+
+#include <cstdint>
+
+#include "server/store/records.hpp"
+#include "shared/util/clock.hpp"
+#include "shared/util/cpu_time.hpp"
+
+namespace fedcore::federation {
+
+class RoundTimer {
+ public:
+  // Starts now. REQUIRES: `clock` outlives the timer; `cpu` is callable.
+  RoundTimer(const Clock& clock, CpuTimeSource cpu);
+
+  Clock::steady_time now() const { return clock_.steady(); }
+  // Milestones, as offsets from the start. The TRAIN-written mark keeps the latest call
+  // (the last client's frame); the update mark sets first_update_ms once and moves
+  // last_update_ms on every call.
+  void requests_queued();
+  void train_written();
+  void update_received();
+  // Adds the time since `since` to a duration field (validate_ms, aggregate_ms, ...).
+  void add(double store::RoundPhases::*field, Clock::steady_time since);
+  // The federated evaluation stage ran from `since` until now.
+  void federated_evaluation(Clock::steady_time since);
+
+  // The phases so far with total_ms and the CPU time up to now, for attempt `attempt` of
+  // round `round` of run `run_id`.
+  store::RoundPhases phases(std::int64_t run_id, std::int64_t round, std::int64_t attempt) const;
+
+ private:
+  double offset_ms() const;
+
+  const Clock& clock_;
+  CpuTimeSource cpu_;
+  Clock::steady_time start_;
+  CpuTimes cpu_start_;
+  store::RoundPhases phases_;
+};
+
+}  // namespace fedcore::federation

@@ -66,6 +66,7 @@
 #include "shared/secagg/key_binding.hpp"
 #include "shared/secagg/plan.hpp"
 #include "shared/tls/context.hpp"
+#include "shared/util/allocator_tuning.hpp"
 #include "tests/support/build_outputs.hpp"
 
 extern char** environ;
@@ -1133,6 +1134,7 @@ void streams_bench(int megabytes, int frames, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fedcore::keep_large_buffers_warm();  // model-sized buffers: no page faults per round
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "transfer") {
     transfer_bench(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 26, true,

@@ -34,6 +34,7 @@
 #include "client/client_config.hpp"
 #include "client/daemon.hpp"
 #include "shared/tls/check_config.hpp"
+#include "shared/util/allocator_tuning.hpp"
 #include "shared/util/client_id.hpp"
 #include "shared/util/log_format.hpp"
 
@@ -53,6 +54,7 @@ int verify_audit(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fedcore::keep_large_buffers_warm();  // model-sized buffers: no page faults per round
   CLI::App app{"fedcore-client: trains on local data and sends model updates, never data"};
   std::string config_path, log_level = "info", log_format = "text", audit_path, check_path;
   auto* config_option = app.add_option("--config", config_path, "client config file (JSON)");

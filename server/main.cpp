@@ -32,6 +32,7 @@
 #include "server/check_config.hpp"
 #include "server/federation/federation_server.hpp"
 #include "shared/net/listener.hpp"
+#include "shared/util/allocator_tuning.hpp"
 #include "shared/util/log_format.hpp"
 
 namespace {
@@ -75,6 +76,7 @@ std::int64_t unix_ms() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fedcore::keep_large_buffers_warm();  // model-sized buffers: no page faults per round
   CLI::App app{"fedcore-server: the federation's TLS aggregation server"};
   std::string config_path, run_path, database, log_level = "info", log_format = "text";
   std::string check_config_path;

@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "shared/util/allocator_tuning.hpp"
 #include "shared/util/log_format.hpp"
 #include "sim/options.hpp"
 #include "sim/progress.hpp"
@@ -25,6 +26,7 @@ constexpr const char* kLogFormatHelp =
 }  // namespace
 
 int main(int argc, char** argv) {
+  fedcore::keep_large_buffers_warm();  // model-sized buffers: no page faults per round
   using namespace fedcore::sim;
   std::vector<std::string> args(argv + 1, argv + argc);
   auto log_format = fedcore::take_log_format_flag(args);

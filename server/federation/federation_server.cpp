@@ -94,6 +94,7 @@ struct FederationServer::Impl final : EventSink {
                                     options.max_unauthenticated_per_address}),
         room(io_context) {
     table.set_room_callback([this] { room.cancel(); });
+    sessions.on_uploads_done = [this] { options.channel.payload_gate->drop_buffers(); };
   }
 
   asio::io_context& io;
@@ -486,6 +487,8 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
     }
     if (frame->type == protocol::MessageType::update) {
       handle_update(*session, *frame);
+      // The update is folded in: its buffer serves the next upload (net/payload_gate.hpp).
+      options.channel.payload_gate->recycle(std::move(frame->payload));
       continue;
     }
     if (frame->type == protocol::MessageType::error) {

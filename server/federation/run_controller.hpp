@@ -101,6 +101,9 @@ class SessionDirectory {
   // Queues any other frame (secure aggregation's stages), with the same skipping.
   virtual void send(const std::string& client_id, protocol::MessageType type, std::string metadata,
                     std::shared_ptr<const std::vector<float>> payload = nullptr) = 0;
+  // The round stopped taking updates: memory kept for receiving them may go (the server's
+  // payload gate keeps warm upload buffers only while a round collects).
+  virtual void uploads_done() {}
 };
 
 // Unpredictable values: the per-client nonce that binds an update to its round.

@@ -483,6 +483,7 @@ void RunController::fail_secure_round(const std::string& why) {
 void RunController::close_round() {
   auto& run = *active_;
   auto& round = *run.round;
+  env_.sessions.uploads_done();  // before the aggregation and checkpoint need the memory
   round.closed = round.judge->close();
   for (const auto& o : round.judge->outcomes()) {
     if (o.status == ClientStatus::late) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +37,13 @@ struct Session {
 
 class SessionRegistry final : public SessionDirectory {
  public:
+  // What uploads_done() does (the server frees its payload gate's kept buffers).
+  std::function<void()> on_uploads_done;
+  void uploads_done() override {
+    if (on_uploads_done) {
+      on_uploads_done();
+    }
+  }
   // Makes `session` the live session of its client id; returns the one it replaced.
   std::shared_ptr<Session> add(std::shared_ptr<Session> session);
   // Removes `session` if it is the live session of its id; false if it had been replaced.

@@ -232,6 +232,9 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     }
     slot.gate = gate.get();
     transfer_end = std::chrono::steady_clock::now() + s.options.transfer_timeout;
+    if (spare.capacity() < header->payload_length) {
+      spare = gate->take_buffer(header->payload_length);  // warm memory of an earlier frame
+    }
   }
   protocol::Frame frame;
   frame.type = header->type;

@@ -9,7 +9,7 @@ namespace fedcore::net {
 
 PayloadGate::PayloadGate(boost::asio::any_io_executor executor, std::size_t slots,
                          std::uint64_t threshold)
-    : executor_(std::move(executor)), free_(slots), threshold_(threshold) {
+    : executor_(std::move(executor)), slots_(slots), free_(slots), threshold_(threshold) {
   FEDCORE_ASSERT(slots > 0, "PayloadGate needs at least one slot");
 }
 
@@ -50,7 +50,27 @@ void PayloadGate::release() {
   ++free_;
 }
 
+std::vector<std::byte> PayloadGate::take_buffer(std::uint64_t length) {
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if (it->capacity() >= length) {
+      auto buffer = std::move(*it);
+      kept_.erase(it);
+      return buffer;
+    }
+  }
+  return {};
+}
+
+void PayloadGate::recycle(std::vector<std::byte>&& buffer) {
+  if (buffer.capacity() < threshold_ || kept_.size() >= slots_ || closed_) {
+    std::vector<std::byte>().swap(buffer);  // freed now, not when the caller's frame goes
+    return;
+  }
+  kept_.push_back(std::move(buffer));
+}
+
 void PayloadGate::close() {
+  kept_.clear();
   closed_ = true;
   while (!waiters_.empty()) {
     auto next = std::move(waiters_.front());

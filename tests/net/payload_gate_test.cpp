@@ -41,6 +41,29 @@ TEST(PayloadGate, GrantsSlotsInArrivalOrderAndNeverMoreThanItHas) {
   EXPECT_EQ(gate.free_slots(), 2u);
 }
 
+TEST(PayloadGate, KeepsAtMostOneBufferPerSlotAndHandsOutOneThatFits) {
+  asio::io_context io;
+  PayloadGate gate(io.get_executor(), 2, 1024);
+  EXPECT_TRUE(gate.take_buffer(4096).empty()) << "nothing kept yet";
+  std::vector<std::byte> small(100), big(8192), bigger(16384), extra(4096);
+  const auto* big_data = big.data();
+  gate.recycle(std::move(small));  // below the threshold: freed
+  EXPECT_EQ(gate.kept_buffers(), 0u);
+  gate.recycle(std::move(big));
+  gate.recycle(std::move(bigger));
+  gate.recycle(std::move(extra));  // two slots, two buffers kept at most
+  EXPECT_EQ(gate.kept_buffers(), 2u);
+  EXPECT_TRUE(gate.take_buffer(20000).empty()) << "none is large enough";
+  auto taken = gate.take_buffer(5000);
+  EXPECT_EQ(taken.data(), big_data) << "the first kept buffer that fits, warm and sized";
+  EXPECT_EQ(taken.size(), 8192u);
+  EXPECT_EQ(gate.kept_buffers(), 1u);
+  gate.close();
+  EXPECT_EQ(gate.kept_buffers(), 0u);
+  gate.recycle(std::move(taken));
+  EXPECT_EQ(gate.kept_buffers(), 0u) << "a closed gate keeps nothing";
+}
+
 TEST(PayloadGate, CloseWakesWaitersWithFalse) {
   asio::io_context io;
   PayloadGate gate(io.get_executor(), 1, 1024);

@@ -50,7 +50,6 @@ int main(int argc, char** argv) {
   }
   const SimOptions& options = line->options;
   spdlog::set_level(options.verbose ? spdlog::level::info : spdlog::level::err);
-  raise_open_file_limit();
   const auto mode = options.jsonl   ? OutputMode::jsonl
                     : options.quiet ? OutputMode::quiet
                                     : OutputMode::normal;

@@ -2,10 +2,10 @@
 
 #include <chrono>
 #include <filesystem>
-#include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
 
+#include "shared/net/listener.hpp"
 #include "sim/baseline.hpp"
 #include "sim/federation_run.hpp"
 #include "sim/plots.hpp"
@@ -23,21 +23,23 @@ std::string percent(double v) {
 
 }  // namespace
 
-std::uint64_t raise_open_file_limit() noexcept {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    return 0;
-  }
-  if (limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
-    ::getrlimit(RLIMIT_NOFILE, &limit);
-  }
-  return static_cast<std::uint64_t>(limit.rlim_cur);
+std::uint64_t open_files_needed(std::size_t clients) noexcept {
+  return 2 * static_cast<std::uint64_t>(clients) + 256;
 }
 
 result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress) {
   const auto started = std::chrono::steady_clock::now();
+  // Checked before anything starts: sites short of a socket would otherwise retry until
+  // the connection deadline, minutes later.
+  if (!o.baseline_only) {
+    const auto needed = open_files_needed(o.clients);
+    if (const auto limit = net::raise_open_file_limit(needed); limit < needed) {
+      return fail(errc::resource_exhausted,
+                  std::to_string(o.clients) + " clients need about " + std::to_string(needed) +
+                      " open files (two sockets each); this process may open " +
+                      std::to_string(limit) + " (ulimit -n): raise the limit or simulate fewer");
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) {

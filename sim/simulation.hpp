@@ -20,8 +20,8 @@ struct SimulationOutcome {
 // that ends paused or failed still writes its outputs and is reported in summary.json.
 result<SimulationOutcome> run_simulation(const SimOptions& options, Progress& progress);
 
-// Raises the soft RLIMIT_NOFILE to the hard limit (thousands of simulated clients need
-// two sockets each). Returns the soft limit now in force.
-std::uint64_t raise_open_file_limit() noexcept;
+// The open files a simulation of `clients` sites needs: two sockets per site (its end and
+// the server's), and room for the data, the history and the dashboard.
+std::uint64_t open_files_needed(std::size_t clients) noexcept;
 
 }  // namespace fedcore::sim

@@ -66,6 +66,13 @@ std::uint64_t raise_open_file_limit(std::uint64_t wanted) noexcept {
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
     return 0;
   }
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < wanted) {
+    rlimit higher = limit;
+    higher.rlim_max = static_cast<rlim_t>(wanted);
+    if (setrlimit(RLIMIT_NOFILE, &higher) == 0) {
+      limit.rlim_max = higher.rlim_max;  // permitted: the soft limit below may follow
+    }
+  }
   const rlim_t target = std::min<rlim_t>(limit.rlim_max, static_cast<rlim_t>(wanted));
   if (limit.rlim_cur < target) {
     rlimit raised = limit;

@@ -45,10 +45,11 @@ void set_no_delay(boost::asio::ip::tcp::socket& socket) noexcept;
 // ENFILE, ENOBUFS, ENOMEM): retrying at once only spins, so the listener backs off.
 bool is_resource_shortage(const boost::system::error_code& ec) noexcept;
 
-// Raises this process's soft limit on open files to its hard limit (capped at `wanted`),
-// so that the connection limits, not the default 1,024 descriptors, decide how many
-// peers a server holds. Returns the soft limit now in force; never fails (an unchanged
-// limit is returned as it is).
+// Raises this process's soft limit on open files to `wanted`, or to its hard limit if that
+// is lower and the hard limit cannot be raised (raising it needs CAP_SYS_RESOURCE, which
+// root has), so that the connection limits, not the default 1,024 descriptors, decide how
+// many peers a server holds. Returns the soft limit now in force; never fails (an
+// unchanged limit is returned as it is).
 std::uint64_t raise_open_file_limit(std::uint64_t wanted = 65536) noexcept;
 
 }  // namespace fedcore::net

@@ -82,6 +82,22 @@ result<SimulationOutcome> run(const SimOptions& o) {
   return outcome;
 }
 
+// More sites than the process may open sockets for: said at once, before anything starts,
+// instead of a connection deadline minutes later.
+TEST(SimRun, MoreSitesThanOpenFilesAllowIsRefusedAtOnceWithTheNumbers) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.clients = 2'000'000;  // 4,000,256 descriptors: above any limit Linux allows (nr_open)
+  auto outcome = run(o);
+  ASSERT_FALSE(outcome);
+  EXPECT_EQ(outcome.error().code, errc::resource_exhausted);
+  EXPECT_THAT(outcome.error().message,
+              HasSubstr("2000000 clients need about 4000256 open files (two sockets each)"));
+  EXPECT_THAT(outcome.error().message, HasSubstr("ulimit -n"));
+  EXPECT_FALSE(std::filesystem::exists(o.out + "/history.db")) << "nothing was started";
+  EXPECT_EQ(open_files_needed(10'000), 20'256u);
+}
+
 TEST(SimRun, WritesEveryOutputAndTheyParse) {
   testing::TempDir dir;
   auto o = small_run(dir, "out");

@@ -141,17 +141,11 @@ result<std::vector<RoundPhases>> HistoryStore::list_round_phases(std::int64_t ru
     return in("cannot list round phases", s.error());
   }
   s->bind_int64(1, run_id);
-  std::vector<RoundPhases> out;
-  while (true) {
-    auto stepped = s->step();
-    if (!stepped) {
-      return in("cannot list round phases", stepped.error());
-    }
-    if (*stepped == StepResult::done) {
-      return out;
-    }
-    out.push_back(read_phases(*s));
+  auto rows = read_all<RoundPhases>(*s, read_phases);
+  if (!rows) {
+    return in("cannot list round phases", rows.error());
   }
+  return rows;
 }
 
 result<RoundPhaseTotals> HistoryStore::round_phase_totals() {

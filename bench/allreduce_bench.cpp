@@ -5,8 +5,10 @@
 //   allreduce_bench --ranks 4 --transport tls --pki DIR   (DIR made by certs/fedcore-pki:
 //                                                           init, server fedcore-server,
 //                                                           client rank-peer)
-//   allreduce_bench --ranks 4 --transport tcp --shm-mb 16  (payloads through shared-memory
+//   allreduce_bench --ranks 4 --transport tcp --shm-mb 16  (messages through shared-memory
 //                                                           rings; lines say fedcore-tcp+shm)
+// Also: --spin-us US (poll before sleeping), --algorithm auto|ring|rd, --max-bytes,
+// --segment-bytes.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +41,7 @@ struct Args {
   std::size_t segment_bytes = collective::kDefaultMaxSegmentBytes;
   std::size_t shm_mb = 0;
   long spin_us = 0;
+  collective::AllreduceAlgorithm algorithm = collective::AllreduceAlgorithm::automatic;
 };
 
 int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
@@ -86,7 +89,8 @@ int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
   const std::string impl = "fedcore-" + a.transport + (a.shm_mb > 0 ? "+shm" : "");
   for (std::size_t bytes : bench::allreduce_sizes(a.max_bytes)) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
-    const collective::AllreduceOptions op{.data = data, .max_segment_bytes = a.segment_bytes};
+    const collective::AllreduceOptions op{
+        .data = data, .max_segment_bytes = a.segment_bytes, .algorithm = a.algorithm};
     for (int i = 0; i < 2; ++i) {
       if (auto ok = collective::allreduce(comm, op); !ok) {
         std::fprintf(stderr, "rank %d: %s\n", rank, ok.error().to_string().c_str());
@@ -132,6 +136,10 @@ int main(int argc, char** argv) {
       a.shm_mb = std::stoull(v);
     else if (k == "--spin-us")
       a.spin_us = std::stol(v);
+    else if (k == "--algorithm" && (v == "ring" || v == "rd" || v == "auto"))
+      a.algorithm = v == "ring" ? collective::AllreduceAlgorithm::ring
+                    : v == "rd" ? collective::AllreduceAlgorithm::recursive_doubling
+                                : collective::AllreduceAlgorithm::automatic;
     else {
       std::fprintf(stderr, "allreduce_bench: unknown option %s\n", k.c_str());
       return 2;

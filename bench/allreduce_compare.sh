@@ -4,7 +4,10 @@
 # ranks on 127.0.0.1, 4 KiB .. 64 MiB. Then the same on one host's shared memory:
 # fedcore with its shared-memory rings (payloads skip the sockets, envelopes do not)
 # against OpenMPI's vader BTL. Prints the raw lines and two markdown tables.
-#   [REPEATS=3] bench/allreduce_compare.sh [BUILD_DIR] [RANKS...]
+#   [REPEATS=3] [SPIN_US=50] bench/allreduce_compare.sh [BUILD_DIR] [RANKS...]
+# SPIN_US: how long fedcore's waits poll before they sleep (NetOptions::spin). OpenMPI's
+# TCP and shared-memory transports poll by default, so the like-for-like setting polls
+# too; SPIN_US=0 shows fedcore's default, which sleeps at once.
 # Each implementation runs REPEATS times, interleaved with the others, and the table shows
 # the median per size: single runs on a shared 2-core VM move by ±30% from one to the next.
 # OpenMPI and gloo are skipped with a note when not installed (scripts/setup.sh --bench).
@@ -21,13 +24,16 @@ trap 'rm -rf "$work"' EXIT
 "$here/../certs/fedcore-pki" --dir "$work/pki" client rank-peer >/dev/null
 out="$work/results.txt"
 repeats=${REPEATS:-3}
+spin=(--spin-us "${SPIN_US:-50}")
 for ((repeat = 1; repeat <= repeats; repeat++)); do
   for n in "${ranks[@]}"; do
-    "$build/bench/allreduce_bench" --ranks "$n" --transport tcp | tee -a "$out"
-    "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" | tee -a "$out"
-    "$build/bench/allreduce_bench" --ranks "$n" --transport tcp --shm-mb 16 | tee -a "$out"
-    "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" --shm-mb 16 |
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tcp "${spin[@]}" | tee -a "$out"
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" "${spin[@]}" |
       tee -a "$out"
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tcp --shm-mb 16 "${spin[@]}" |
+      tee -a "$out"
+    "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" --shm-mb 16 \
+      "${spin[@]}" | tee -a "$out"
     if [[ -x $build/bench/allreduce_mpi_bench ]] && command -v mpirun >/dev/null; then
       mpirun --allow-run-as-root --oversubscribe -n "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
         "$build/bench/allreduce_mpi_bench" | tee -a "$out"

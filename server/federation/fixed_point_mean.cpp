@@ -76,7 +76,7 @@ std::vector<float> FixedPointMean::mean() const {
 
 void FixedPointMean::clear() noexcept {
   reference_ = {};
-  sum_ = {};
+  sum_.clear();  // keeps the capacity: begin() of the next round reuses it
   max_total_weight_ = 0;
   total_weight_ = 0;
   count_ = 0;

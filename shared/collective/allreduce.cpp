@@ -135,6 +135,22 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
 
 }  // namespace detail
 
+namespace {
+
+bool use_recursive_doubling(const AllreduceOptions& options) noexcept {
+  switch (options.algorithm) {
+    case AllreduceAlgorithm::ring:
+      return false;
+    case AllreduceAlgorithm::recursive_doubling:
+      return true;
+    case AllreduceAlgorithm::automatic:
+      break;
+  }
+  return options.data.size_bytes() <= kRecursiveDoublingMaxBytes;
+}
+
+}  // namespace
+
 result<void> allreduce(Communicator& comm, const AllreduceOptions& options) {
   FEDCORE_ASSERT(options.max_segment_bytes >= sizeof(float), "segment too small");
   auto envelope = comm.begin(OpType::allreduce, options.data.size_bytes());
@@ -145,9 +161,18 @@ result<void> allreduce(Communicator& comm, const AllreduceOptions& options) {
   const int p = comm.size();
   if (p == 1)
     return {};
-  auto rs =
-      detail::ring_reduce_scatter(comm, *envelope, options.data, options.op == ReduceOp::average,
-                                  options.max_segment_bytes, deadline);
+  const bool average = options.op == ReduceOp::average;
+  if (use_recursive_doubling(options)) {
+    auto rd = detail::recursive_doubling_allreduce(comm, *envelope, options.data, average,
+                                                   options.max_segment_bytes, deadline);
+    if (!rd)
+      return comm.fail_with(rd.error());
+    if (auto sent = comm.transport().wait_sends(deadline); !sent)
+      return comm.fail_with(sent.error());
+    return {};
+  }
+  auto rs = detail::ring_reduce_scatter(comm, *envelope, options.data, average,
+                                        options.max_segment_bytes, deadline);
   if (!rs)
     return comm.fail_with(rs.error());
   const std::size_t segments = detail::segment_count(chunk_range(options.data.size(), p, 0).size,

@@ -42,14 +42,28 @@ struct Range {
 // REQUIRES: parts > 0, index < parts.
 Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept;
 
+// How an allreduce moves its data.
+//   ring: reduce-scatter, then allgather; each rank sends and receives 2 (size-1)/size of
+//     the buffer in 2 (size-1) steps. Bandwidth-optimal: the choice for large buffers.
+//   recursive_doubling: log2(size) steps (+2 when size is not a power of two), each
+//     sending the whole buffer. Latency-optimal: the choice for small buffers.
+//   automatic: recursive doubling up to kRecursiveDoublingMaxBytes (per rank's buffer),
+//     the ring above. Every rank decides from the same size, so all take the same path.
+enum class AllreduceAlgorithm { automatic, ring, recursive_doubling };
+// Measured on 2 and 4 ranks over loopback TCP and shared memory (docs/results.md,
+// "Allreduce bus bandwidth"): below this the saved message latencies outweigh the extra
+// bytes recursive doubling sends.
+inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{64} << 10;
+
 // In-place allreduce: afterwards every rank's `data` holds the element-wise sum (or mean)
-// over all ranks, bit-identical on all ranks. Ring algorithm (reduce-scatter, then
-// allgather): each rank sends and receives 2 (size-1)/size of the buffer.
+// over all ranks, bit-identical on all ranks (the bits may differ between algorithms:
+// they add in different orders).
 struct AllreduceOptions {
   std::span<float> data;
   ReduceOp op = ReduceOp::sum;
   std::chrono::milliseconds timeout{0};
   std::size_t max_segment_bytes = kDefaultMaxSegmentBytes;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::automatic;
 };
 result<void> allreduce(Communicator& comm, const AllreduceOptions& options);
 

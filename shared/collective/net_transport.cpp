@@ -3,10 +3,14 @@
 // private state; splitting them would expose that state in a header.
 #include "shared/collective/net_transport.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -39,32 +43,33 @@ constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 // are enforced by recv and wait_sends, not by the channel's idle timer.
 constexpr std::chrono::milliseconds kReaderIdle = std::chrono::hours(24 * 365);
 
-// Payloads smaller than this always travel inline: for them the socket's copy costs
-// less than the placement's extra metadata.
-constexpr std::size_t kRingMinPayload = 1024;
 // A peer's ring offer larger than this is refused (it would be mapped here).
 constexpr std::size_t kRingMaxBytes = std::size_t{1} << 30;
 
-// The frame metadata of a message: its envelope, plus the payload's placement in the
-// shared-memory ring when the payload travels there instead of in the frame.
-std::string encode_envelope(const Envelope& e,
-                            const std::optional<ShmRing::Placement>& placement = {}) {
-  nlohmann::json j = {{"job", e.job},      {"seq", e.seq},     {"op", static_cast<int>(e.op)},
-                      {"tag", e.tag},      {"bytes", e.bytes}, {"segment", e.segment},
-                      {"length", e.length}};
-  if (placement) {
-    j["ring_offset"] = placement->offset;
-    j["ring_end"] = placement->end;
-  }
+// The frame metadata of a message sent over the socket: its envelope and its number on
+// the link (`n`, which merges the socket's messages with the ring's in order).
+std::string encode_envelope(const Envelope& e, std::uint64_t n) {
+  nlohmann::json j = {
+      {"job", e.job},     {"seq", e.seq},         {"op", static_cast<int>(e.op)}, {"tag", e.tag},
+      {"bytes", e.bytes}, {"segment", e.segment}, {"length", e.length},           {"n", n}};
   return j.dump();
 }
+// A doorbell: a frame with no message in it, sent to wake a peer that sleeps in the kernel
+// while a message waits for it in the shared-memory ring.
+constexpr std::string_view kDoorbell = R"({"wake":true})";
 
 struct DecodedMetadata {
   Envelope envelope;
-  std::optional<ShmRing::Placement> placement;
+  std::uint64_t n = 0;
+  bool doorbell = false;
 };
 
 result<DecodedMetadata> decode_envelope(const std::string& metadata) {
+  if (metadata == kDoorbell) {
+    DecodedMetadata d;
+    d.doorbell = true;
+    return d;
+  }
   auto j = nlohmann::json::parse(metadata, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return fail(errc::data_loss, "collective metadata is not JSON");
@@ -78,14 +83,44 @@ result<DecodedMetadata> decode_envelope(const std::string& metadata) {
     e.bytes = j.at("bytes").get<std::uint64_t>();
     e.segment = j.at("segment").get<std::uint32_t>();
     e.length = j.at("length").get<std::uint64_t>();
-    if (j.contains("ring_offset")) {
-      d.placement = ShmRing::Placement{j.at("ring_offset").get<std::uint64_t>(),
-                                       j.at("ring_end").get<std::uint64_t>()};
-    }
+    d.n = j.at("n").get<std::uint64_t>();
     return d;
   } catch (const nlohmann::json::exception& ex) {
     return fail(errc::data_loss, std::string("collective metadata: ") + ex.what());
   }
+}
+
+// The head of a message sent through the shared-memory ring: the envelope without its job
+// (a ring belongs to one link of one job) and the message's number, in native byte order
+// (both ends are on one host).
+struct RingHead {
+  std::uint64_t seq;
+  std::uint64_t bytes;
+  std::uint64_t length;
+  std::uint64_t n;
+  std::uint32_t tag;
+  std::uint32_t segment;
+  std::uint32_t op;
+};
+static_assert(sizeof(RingHead) <= ShmRing::kMaxHead);
+
+RingHead ring_head(const Envelope& e, std::uint64_t n) {
+  return {e.seq, e.bytes, e.length, n, e.tag, e.segment, static_cast<std::uint32_t>(e.op)};
+}
+
+result<DecodedMetadata> decode_ring_head(std::span<const std::byte> head, const std::string& job,
+                                         std::uint64_t payload_length) {
+  RingHead h;
+  if (head.size() != sizeof(h))
+    return fail(errc::data_loss, "shared-memory record head of " + std::to_string(head.size()) +
+                                     " bytes, expected " + std::to_string(sizeof(h)));
+  std::memcpy(&h, head.data(), sizeof(h));
+  if (h.length != payload_length)
+    return fail(errc::data_loss, "payload length differs from the envelope's");
+  DecodedMetadata d;
+  d.envelope = {job, h.seq, static_cast<OpType>(h.op), h.tag, h.bytes, h.segment, h.length};
+  d.n = h.n;
+  return d;
 }
 
 // {"name", "cookie", "capacity"} of a ring offered to a peer, or null.
@@ -191,20 +226,21 @@ class NetTransport final : public Transport {
         send_error_ = peer_error(peer, *link.failed);
       return;
     }
-    std::optional<ShmRing::Placement> placed;
-    if (link.out_ring && payload.size() >= kRingMinPayload)
-      placed = link.out_ring->try_write(payload);
-    if (placed) {
-      link.outbox.push_back({encode_envelope(envelope, placed), {}, payload.size()});
-      ring_sent_ += payload.size();
-    } else {
-      link.outbox.push_back({encode_envelope(envelope), payload, 0});
+    const std::uint64_t n = link.next_out++;
+    // The ring carries the whole message when it has room: no system call, and a peer
+    // that polls sees it at once. A message of another job's envelope keeps to the socket,
+    // whose metadata carries the job (a ring's records do not), so that desync is caught.
+    if (link.out_ring && envelope.job == options_.job) {
+      const RingHead head = ring_head(envelope, n);
+      if (link.out_ring->try_write(std::as_bytes(std::span(&head, 1)), payload)) {
+        ring_sent_ += payload.size();
+        sent_ += payload.size() + ShmRing::kAlignment;
+        if (link.out_ring->receiver_sleeping())
+          post_frame(peer, {std::string(kDoorbell), {}, true});
+        return;
+      }
     }
-    ++pending_sends_;
-    if (!link.writing) {
-      link.writing = true;
-      asio::co_spawn(io_, write_loop(peer), asio::detached);
-    }
+    post_frame(peer, {encode_envelope(envelope, n), payload, false});
   }
 
   result<void> wait_sends(Clock::time_point deadline) override {
@@ -230,10 +266,10 @@ class NetTransport final : public Transport {
       return *f;
     Link& link = *links_[peer];
     const bool done =
-        run_until([&] { return !link.inbox.empty() || link.failed || send_error_; }, deadline);
+        run_until([&] { return link.next_ready() || link.failed || send_error_; }, deadline);
     if (auto f = aborted())
       return *f;
-    if (!link.inbox.empty()) {
+    if (link.next_ready()) {
       // The previous message's bytes are no longer the caller's.
       if (link.current.ring_end > 0)
         link.in_ring->release(link.current.ring_end);
@@ -241,6 +277,7 @@ class NetTransport final : public Transport {
         link.spare = std::move(link.current.payload);
       link.current = std::move(link.inbox.front());
       link.inbox.pop_front();
+      ++link.next_in;
       if (auto ok = check_envelope(expected, link.current.envelope, peer); !ok)
         return ok.error();
       return link.current.bytes();
@@ -265,7 +302,7 @@ class NetTransport final : public Transport {
       std::optional<int> ready, gone;
       for (int peer : peers) {
         const Link& link = *links_[peer];
-        if (!link.inbox.empty()) {
+        if (link.next_ready()) {
           if (!ready || link.inbox.front().arrival < links_[*ready]->inbox.front().arrival)
             ready = peer;
         } else if (link.failed && !gone) {
@@ -311,7 +348,8 @@ class NetTransport final : public Transport {
     std::vector<std::byte> payload;         // inline payload, or empty
     std::span<const std::byte> ring_bytes;  // or the payload in the link's ring,
     std::uint64_t ring_end = 0;             // up to this ring position (0: inline)
-    std::uint64_t arrival = 0;              // frames read so far on all links, for wait_any
+    std::uint64_t n = 0;                    // the message's number on its link
+    std::uint64_t arrival = 0;              // messages read so far on all links, for wait_any
 
     std::span<const std::byte> bytes() const {
       return ring_end > 0 ? ring_bytes : std::span<const std::byte>(payload);
@@ -319,14 +357,20 @@ class NetTransport final : public Transport {
   };
   struct Outgoing {
     std::string metadata;
-    std::span<const std::byte> payload;  // inline bytes (the caller's), or empty
-    std::uint64_t ring_bytes = 0;        // payload bytes already copied into the ring
+    std::span<const std::byte> payload;  // the caller's bytes, or empty
+    bool doorbell = false;               // a wake-up, no message (see post_send)
   };
   struct Link {
     std::optional<net::FrameChannel<Stream>> channel;
-    std::optional<ShmRing> out_ring;  // payloads to this peer, when it shares our memory
-    std::optional<ShmRing> in_ring;   // payloads from this peer
+    std::optional<ShmRing> out_ring;  // messages to this peer, when it shares our memory
+    std::optional<ShmRing> in_ring;   // messages from this peer
+    // Messages read from the socket or the ring and not yet received, ordered by number.
+    // The two lanes each keep their order, so the next message is always at the front
+    // once it has arrived, whichever lane it took.
     std::deque<Incoming> inbox;
+    std::uint64_t next_in = 0;   // number of the next message recv hands out
+    std::uint64_t next_out = 0;  // number of the next message posted to this peer
+    bool ring_broken = false;    // in_ring held a malformed record: read no more of it
     std::deque<Outgoing> outbox;
     bool writing = false;
     std::optional<error> failed;
@@ -334,7 +378,27 @@ class NetTransport final : public Transport {
     // The payload of the message before `current`, which the next read receives into:
     // a ring's chunks arrive one after another at the same sizes, so they reuse warm memory.
     std::vector<std::byte> spare;
+
+    bool next_ready() const noexcept { return !inbox.empty() && inbox.front().n == next_in; }
+    // Files `in` among the waiting messages by its number.
+    void file(Incoming in) {
+      auto at = inbox.end();
+      while (at != inbox.begin() && std::prev(at)->n > in.n)
+        --at;
+      inbox.insert(at, std::move(in));
+    }
   };
+
+  // Queues one frame on the link to `peer` and starts its writer if idle.
+  void post_frame(int peer, Outgoing out) {
+    Link& link = *links_[peer];
+    link.outbox.push_back(std::move(out));
+    ++pending_sends_;
+    if (!link.writing) {
+      link.writing = true;
+      asio::co_spawn(io_, write_loop(peer), asio::detached);
+    }
+  }
 
   static error peer_error(int peer, const error& e) {
     return fail(errc::unavailable,
@@ -353,14 +417,22 @@ class NetTransport final : public Transport {
     }
   }
 
-  // Runs the io_context on this thread until `done()` or the deadline. Returns done().
+  // Runs the io_context on this thread until `condition()` or the deadline. Returns
+  // whether the condition holds.
   template <class Pred>
-  bool run_until(Pred done, Clock::time_point deadline) {
+  bool run_until(Pred condition, Clock::time_point deadline) {
     running_.store(true);
     struct Reset {
       std::atomic<bool>& flag;
       ~Reset() { flag.store(false); }
     } reset{running_};
+    // The rings are read before every look at the condition: a condition that a closed
+    // link makes true ("the peer is gone") must not be taken while the last messages that
+    // peer published still wait in its ring.
+    auto done = [&] {
+      drain_rings();
+      return condition();
+    };
     for (;;) {
       if (done())
         return true;
@@ -372,14 +444,64 @@ class NetTransport final : public Transport {
         return true;
       if (io_.stopped())
         io_.restart();
-      if (io_.run_one_until(deadline) == 0 && io_.stopped() && Clock::now() < deadline) {
+      // About to sleep in the kernel: tell the senders of our rings, then look once more
+      // (shm_ring.hpp, "Sleeping"). A record published after that look rings the doorbell.
+      set_sleeping(true);
+      if (done()) {
+        set_sleeping(false);
+        return true;
+      }
+      const std::size_t ran = io_.run_one_until(deadline);
+      set_sleeping(false);
+      if (ran == 0 && io_.stopped() && Clock::now() < deadline) {
         // Nothing left that could make progress (every link is down).
         return done();
       }
     }
   }
 
-  // Polls the io_context without sleeping for up to options_.spin, until `done()`.
+  void set_sleeping(bool sleeping) noexcept {
+    for (auto& link : links_) {
+      if (link->in_ring && !link->failed)
+        link->in_ring->set_sleeping(sleeping);
+    }
+  }
+
+  // Moves every record the peers published in their rings into the links' inboxes.
+  void drain_rings() {
+    for (auto& link : links_) {
+      // A link whose socket closed is still drained: its peer published those records
+      // before it closed, and they are the last messages it sent.
+      if (!link->in_ring || link->ring_broken)
+        continue;
+      for (;;) {
+        auto record = link->in_ring->read();
+        if (record && !*record)
+          break;
+        auto decoded =
+            record ? decode_ring_head((*record)->head, options_.job, (*record)->payload.size())
+                   : result<DecodedMetadata>(record.error());
+        if (!decoded) {
+          link->ring_broken = true;
+          if (!link->failed)
+            link->failed = decoded.error();
+          link->channel->close();
+          break;
+        }
+        Incoming in;
+        in.envelope = std::move(decoded->envelope);
+        in.ring_bytes = (*record)->payload;
+        in.ring_end = (*record)->end;
+        in.n = decoded->n;
+        in.arrival = ++arrivals_;
+        received_ += in.ring_bytes.size() + ShmRing::kAlignment;
+        link->file(std::move(in));
+      }
+    }
+  }
+
+  // Polls the io_context (and, through `done`, the rings) without sleeping for up to
+  // options_.spin, until `done()`.
   // Returns done(). A sleeping wait costs a wake-up (tens of microseconds on a VM) per
   // message; a rank with a core of its own loses nothing by polling for a while first.
   template <class Pred>
@@ -392,6 +514,8 @@ class NetTransport final : public Transport {
         if (done())
           return true;
       }
+      if (done())
+        return true;
       if (aborted())
         return false;
     } while (Clock::now() < until);
@@ -424,32 +548,22 @@ class NetTransport final : public Transport {
         co_return;
       }
       auto decoded = decode_envelope(frame->metadata);
-      Incoming in;
-      if (decoded && decoded->placement) {
-        if (!link.in_ring || !frame->payload.empty()) {
-          decoded = fail(errc::data_loss, link.in_ring
-                                              ? "payload both inline and in shared memory"
-                                              : "shared-memory placement on a link without a ring");
-        } else if (auto view = link.in_ring->view(*decoded->placement, decoded->envelope.length);
-                   !view) {
-          decoded = view.error();
-        } else {
-          in.ring_bytes = *view;
-          in.ring_end = decoded->placement->end;
-        }
-      } else if (decoded && decoded->envelope.length != frame->payload.size()) {
+      if (decoded && decoded->doorbell)
+        continue;  // its arrival woke the reactor; the message is in the ring
+      if (decoded && decoded->envelope.length != frame->payload.size())
         decoded = fail(errc::data_loss, "payload length differs from the envelope's");
-      }
       if (!decoded) {
         link.failed = decoded.error();
         link.channel->close();
         co_return;
       }
       received_ += decoded->envelope.length + protocol::kFrameHeaderSize + frame->metadata.size();
+      Incoming in;
       in.envelope = std::move(decoded->envelope);
       in.payload = std::move(frame->payload);
+      in.n = decoded->n;
       in.arrival = ++arrivals_;
-      link.inbox.push_back(std::move(in));
+      link.file(std::move(in));
     }
   }
 
@@ -469,15 +583,19 @@ class NetTransport final : public Transport {
       auto written =
           co_await link.channel->write_frame(MessageType::collective, out.metadata, out.payload);
       if (!written) {
-        link.failed = written.error();
-        if (!send_error_)
+        if (!link.failed)
+          link.failed = written.error();
+        // A doorbell that finds its peer gone is no failure of this rank's sends: the peer
+        // read what it needed from the ring and finished. A message that does is one.
+        const bool only_doorbells = std::all_of(link.outbox.begin(), link.outbox.end(),
+                                                [](const Outgoing& o) { return o.doorbell; });
+        if (!send_error_ && !only_doorbells)
           send_error_ = peer_error(peer, written.error());
         pending_sends_ -= link.outbox.size();
         link.outbox.clear();
         break;
       }
-      sent_ +=
-          out.payload.size() + out.ring_bytes + protocol::kFrameHeaderSize + out.metadata.size();
+      sent_ += out.payload.size() + protocol::kFrameHeaderSize + out.metadata.size();
       link.outbox.pop_front();
       --pending_sends_;
     }

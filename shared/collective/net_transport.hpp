@@ -8,22 +8,29 @@
 // dialer says peer_hello {job, rank, size}; the acceptor checks all three and answers
 // peer_welcome, or an error frame and closes. The whole setup has `connect_timeout`.
 //
-// Wire. One MessageType::collective frame per message: the envelope is the JSON metadata,
-// the payload is the data, handed to the socket without a copy. Every link has a reader that drains
-// frames as they arrive (so two ranks sending large messages to each other never deadlock on full
-// socket buffers) and a writer that sends posted messages in order.
+// Wire. One MessageType::collective frame per message: the envelope and the message's
+// number on the link are the JSON metadata, the payload is the data, handed to the socket
+// without a copy. Every link has a reader that drains frames as they arrive (so two ranks
+// sending large messages to each other never deadlock on full socket buffers) and a writer
+// that sends posted messages in order.
 //
 // Progress. The transport has no thread of its own: its io_context runs on the calling
 // thread inside wait_sends and recv, which therefore also move other links' data. They
-// sleep in the reactor when nothing is ready, or with NetOptions::spin first poll it for
-// that long.
+// sleep in the reactor when nothing is ready, or with NetOptions::spin first poll it (and
+// the shared-memory rings) for that long.
 //
 // Shared memory. With NetOptions::shared_memory_bytes, each pair on one host also gets
 // a ring per direction (shm_ring.hpp), set up in the handshake: peer_hello offers the
 // dialer's ring, peer_welcome says whether the acceptor opened it and offers the
-// acceptor's, and a second peer_welcome from the dialer says whether it opened that one. A payload
-// that fits into the ring is copied there and its frame carries the placement instead of the bytes;
-// everything else about the message (order, envelope, deadlines) is as before.
+// acceptor's, and a second peer_welcome from the dialer says whether it opened that one.
+// A message that fits into the ring goes there whole (envelope, number and payload) with
+// no system call; the rest go over the socket. Messages are numbered per link and
+// direction, and the receiver hands them out in number order, so the two lanes merge
+// into one ordered stream. A receiver that polls (spin) finds a ring message without a
+// wake-up; before one sleeps in the reactor it flags that in its rings, and a sender that
+// publishes a message then also sends a doorbell frame (no message in it) to wake it.
+// The socket still reports a dead peer: messages it published before its link closed
+// are still received.
 //
 // Deadlines. recv and wait_sends wait until their deadline; a single frame's transfer is
 // bounded by `transfer_timeout` (FrameChannel). A peer that closes or breaks its link

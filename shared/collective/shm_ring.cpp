@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -15,22 +16,35 @@
 
 namespace fedcore::collective {
 
-// The first bytes of the mapping. `consumed` lives on its own cache line: the receiver
-// writes it while the sender reads it, and the payload bytes must not share that line.
+// The first bytes of the mapping. Each counter the two sides write lives on its own cache
+// line, and the records start on a line of their own.
 struct ShmRing::Header {
   std::uint64_t magic;
   std::uint64_t cookie;
   std::uint64_t capacity;
-  alignas(64) std::atomic<std::uint64_t> consumed;
+  alignas(64) std::atomic<std::uint64_t> consumed;   // receiver writes, sender reads
+  alignas(64) std::atomic<std::uint64_t> published;  // sender writes, receiver reads
+  alignas(64) std::atomic<std::uint32_t> sleeping;   // receiver writes, sender reads
 };
 
 namespace {
 
 constexpr std::uint64_t kMagic = 0x676e6952726f6346;  // "FcorRing"
-// The payload area starts here, on a cache line of its own.
-constexpr std::size_t kDataOffset = 128;
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
-              "the ring's counter is shared between processes and must be lock-free");
+// The record area starts here, on a cache line of its own.
+constexpr std::size_t kDataOffset = 256;
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+                  std::atomic<std::uint32_t>::is_always_lock_free,
+              "the ring's counters are shared between processes and must be lock-free");
+
+// The 64-byte block that starts every record.
+enum class BlockKind : std::uint32_t { record = 0x52454331, skip = 0x534b4950 };  // "REC1", "SKIP"
+struct Block {
+  BlockKind kind;
+  std::uint32_t head_length;
+  std::uint64_t payload_length;
+  std::byte head[ShmRing::kMaxHead];
+};
+static_assert(sizeof(Block) == ShmRing::kAlignment);
 
 std::size_t round_up(std::size_t n) {
   return (n + ShmRing::kAlignment - 1) / ShmRing::kAlignment * ShmRing::kAlignment;
@@ -48,9 +62,11 @@ result<std::uint64_t> random_word() {
 }
 
 // Maps `size` bytes of the shared-memory object open as `fd`, then closes `fd` (the
-// mapping keeps the object alive).
+// mapping keeps the object alive). The page tables are filled now (MAP_POPULATE): else
+// the first pass through the ring takes a page fault every 4 KiB on both sides, which
+// for small messages cost more than the messages themselves.
 result<void*> map_and_close(int fd, std::size_t size, const std::string& name) {
-  void* mapping = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* mapping = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (mapping == MAP_FAILED)
     return os_error("mmap " + name);
@@ -81,6 +97,7 @@ result<ShmRing> ShmRing::create(std::size_t capacity) {
                 static_cast<unsigned long long>(*id_high),
                 static_cast<unsigned long long>(*id_low));
 
+  static_assert(sizeof(Header) <= kDataOffset);
   ShmRing ring;
   ring.capacity_ = round_up(capacity);
   ring.mapping_size_ = kDataOffset + ring.capacity_;
@@ -104,8 +121,10 @@ result<ShmRing> ShmRing::create(std::size_t capacity) {
     return mapping.error();
   ring.mapping_ = *mapping;
   ring.cookie_ = *cookie;
-  Header* h = new (*mapping) Header{kMagic, *cookie, ring.capacity_, {}};
+  Header* h = new (*mapping) Header{kMagic, *cookie, ring.capacity_, {}, {}, {}};
   h->consumed.store(0, std::memory_order_release);
+  h->published.store(0, std::memory_order_release);
+  h->sleeping.store(0, std::memory_order_release);
   return ring;
 }
 
@@ -156,7 +175,7 @@ void ShmRing::swap(ShmRing& other) noexcept {
   std::swap(mapping_, other.mapping_);
   std::swap(mapping_size_, other.mapping_size_);
   std::swap(produced_, other.produced_);
-  std::swap(viewed_end_, other.viewed_end_);
+  std::swap(read_end_, other.read_end_);
 }
 
 ShmRing::ShmRing(ShmRing&& other) noexcept {
@@ -182,51 +201,93 @@ void ShmRing::unlink() noexcept {
   }
 }
 
-std::optional<ShmRing::Placement> ShmRing::try_write(std::span<const std::byte> payload) noexcept {
+bool ShmRing::try_write(std::span<const std::byte> head,
+                        std::span<const std::byte> payload) noexcept {
   FEDCORE_ASSERT(mapping_ != nullptr, "try_write on a moved-from ring");
-  const std::uint64_t size = round_up(payload.size());
-  if (size == 0 || size > capacity_)
-    return std::nullopt;
+  FEDCORE_ASSERT(head.size() <= kMaxHead, "record head too long");
+  const std::uint64_t size = sizeof(Block) + round_up(payload.size());
+  if (size > capacity_)
+    return false;
   std::uint64_t position = produced_;
   std::uint64_t offset = position % capacity_;
-  if (offset + size > capacity_) {
-    position += capacity_ - offset;
-    offset = 0;
-  }
+  const std::uint64_t tail = capacity_ - offset;  // a multiple of 64, never 0
+  const bool wraps = size > tail;
+  if (wraps)
+    position += tail;
   // Acquire: the receiver's reads of the space it released happened before its release.
   const std::uint64_t consumed = header()->consumed.load(std::memory_order_acquire);
+  // The record's end within `capacity` of what was consumed also frees the skipped tail.
   if (position + size - consumed > capacity_)
-    return std::nullopt;
-  std::memcpy(data() + offset, payload.data(), payload.size());
-  // The frame announcing this payload goes through a system call after this, which
-  // orders the copy before the receiver's reads; the fence says so in the language too.
-  std::atomic_thread_fence(std::memory_order_release);
+    return false;
+  if (wraps) {
+    Block skip{BlockKind::skip, 0, 0, {}};
+    std::memcpy(data() + offset, &skip, sizeof(skip));
+    offset = 0;
+  }
+  Block block{BlockKind::record, static_cast<std::uint32_t>(head.size()), payload.size(), {}};
+  if (!head.empty())
+    std::memcpy(block.head, head.data(), head.size());
+  std::memcpy(data() + offset, &block, sizeof(block));
+  if (!payload.empty())
+    std::memcpy(data() + offset + sizeof(Block), payload.data(), payload.size());
   produced_ = position + size;
-  return Placement{offset, produced_};
+  // Sequentially consistent, not just release: it pairs with the receiver's store to
+  // `sleeping` and the sender's load of it that follows (see "Sleeping").
+  header()->published.store(produced_, std::memory_order_seq_cst);
+  return true;
 }
 
-result<std::span<const std::byte>> ShmRing::view(Placement placement, std::uint64_t length) {
-  FEDCORE_ASSERT(mapping_ != nullptr, "view on a moved-from ring");
-  const std::uint64_t size = round_up(length);
-  const bool fits = length > 0 && placement.offset % kAlignment == 0 &&
-                    placement.offset <= capacity_ && size <= capacity_ - placement.offset;
-  const bool in_order = placement.end > viewed_end_ && placement.end - viewed_end_ <= capacity_ &&
-                        placement.end >= size &&
-                        (placement.end - size) % capacity_ == placement.offset;
-  if (!fits || !in_order) {
+bool ShmRing::receiver_sleeping() const noexcept {
+  return header()->sleeping.load(std::memory_order_seq_cst) != 0;
+}
+
+result<std::optional<ShmRing::Record>> ShmRing::read() {
+  FEDCORE_ASSERT(mapping_ != nullptr, "read on a moved-from ring");
+  const std::uint64_t published = header()->published.load(std::memory_order_seq_cst);
+  if (published == read_end_)
+    return std::optional<Record>();
+  const auto malformed = [&](const std::string& what) {
     return fail(errc::data_loss,
-                "shared-memory placement offset " + std::to_string(placement.offset) + " end " +
-                    std::to_string(placement.end) + " length " + std::to_string(length) +
-                    " is outside the ring or out of order");
+                "shared-memory record at ring position " + std::to_string(read_end_) + ": " + what);
+  };
+  if (published < read_end_ || published - read_end_ > capacity_)
+    return malformed("published position " + std::to_string(published) + " is out of order");
+  std::uint64_t position = read_end_;
+  std::uint64_t offset = position % capacity_;
+  Block block;
+  std::memcpy(&block, data() + offset, sizeof(block));
+  if (block.kind == BlockKind::skip) {
+    position += capacity_ - offset;
+    offset = 0;
+    if (position >= published)
+      return malformed("a skip block with nothing behind it");
+    std::memcpy(&block, data(), sizeof(block));
   }
-  viewed_end_ = placement.end;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return std::span<const std::byte>(data() + placement.offset, length);
+  if (block.kind != BlockKind::record || block.head_length > kMaxHead)
+    return malformed("not a record");
+  // Written this way so that no length, however large, can overflow the sum.
+  const std::uint64_t room = capacity_ - offset - sizeof(Block);
+  if (block.payload_length > room ||
+      sizeof(Block) + round_up(block.payload_length) > published - position)
+    return malformed("payload of " + std::to_string(block.payload_length) +
+                     " bytes runs past what was published");
+  const std::byte* start = data() + offset;
+  Record record;
+  // The head is read from the ring, not from the local copy: the span must outlive `block`.
+  record.head = std::span<const std::byte>(start + offsetof(Block, head), block.head_length);
+  record.payload = std::span<const std::byte>(start + sizeof(Block), block.payload_length);
+  record.end = position + sizeof(Block) + round_up(block.payload_length);
+  read_end_ = record.end;
+  return std::optional<Record>(record);
 }
 
 void ShmRing::release(std::uint64_t end) noexcept {
-  FEDCORE_ASSERT(end <= viewed_end_, "releasing space that was never viewed");
+  FEDCORE_ASSERT(end <= read_end_, "releasing space that was never read");
   header()->consumed.store(end, std::memory_order_release);
+}
+
+void ShmRing::set_sleeping(bool sleeping) noexcept {
+  header()->sleeping.store(sleeping ? 1 : 0, std::memory_order_seq_cst);
 }
 
 }  // namespace fedcore::collective

@@ -42,6 +42,10 @@ std::vector<float> reference_sum(int size, std::size_t n) {
 constexpr std::size_t kCounts[] = {0, 1, 1001, 300'000};
 // Small segments so every count above 1 takes the multi-segment paths.
 constexpr std::size_t kSegment = 4096;
+// automatic picks recursive doubling for the small counts and the ring for 300,000.
+constexpr AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::automatic,
+                                              AllreduceAlgorithm::ring,
+                                              AllreduceAlgorithm::recursive_doubling};
 
 class Grid : public ::testing::TestWithParam<std::tuple<Kind, int>> {};
 
@@ -50,25 +54,40 @@ TEST_P(Grid, AllreduceSumAndAverageEqualReferenceOnEveryRank) {
   std::mutex m;
   std::vector<std::uint32_t> checksums(size);
   testing::run_group(kind, size, [&](Communicator& comm) {
-    for (std::size_t n : kCounts) {
-      auto data = contribution(comm.rank(), n);
-      auto ok = allreduce(comm, {.data = data, .op = ReduceOp::sum, .max_segment_bytes = kSegment});
-      ASSERT_TRUE(ok) << ok.error().to_string();
-      EXPECT_EQ(data, reference_sum(size, n)) << "rank " << comm.rank() << " n=" << n;
+    for (auto algorithm : kAlgorithms) {
+      for (std::size_t n : kCounts) {
+        auto data = contribution(comm.rank(), n);
+        auto ok = allreduce(comm, {.data = data,
+                                   .op = ReduceOp::sum,
+                                   .max_segment_bytes = kSegment,
+                                   .algorithm = algorithm});
+        ASSERT_TRUE(ok) << ok.error().to_string();
+        EXPECT_EQ(data, reference_sum(size, n)) << "rank " << comm.rank() << " n=" << n;
 
-      auto avg = contribution(comm.rank(), n);
-      ok = allreduce(comm, {.data = avg, .op = ReduceOp::average});
-      ASSERT_TRUE(ok) << ok.error().to_string();
-      auto expected = reference_sum(size, n);
-      for (float& x : expected)
-        x /= static_cast<float>(size);
-      EXPECT_EQ(avg, expected) << "rank " << comm.rank() << " n=" << n;
+        auto avg = contribution(comm.rank(), n);
+        ok = allreduce(comm, {.data = avg, .op = ReduceOp::average, .algorithm = algorithm});
+        ASSERT_TRUE(ok) << ok.error().to_string();
+        auto expected = reference_sum(size, n);
+        for (float& x : expected)
+          x /= static_cast<float>(size);
+        EXPECT_EQ(avg, expected) << "rank " << comm.rank() << " n=" << n;
+      }
     }
-    // Non-integer values: sums are rounded, but every rank must hold the same bits.
-    std::vector<float> noisy(777);
+    // Non-integer values: sums are rounded, but every rank must hold the same bits, with
+    // either algorithm (recursive doubling's partners add the same two operands).
+    std::vector<float> noisy(777), noisy_rd(777);
     for (std::size_t i = 0; i < noisy.size(); ++i)
-      noisy[i] = 0.1f * (comm.rank() + 1) + 1e-3f * i;
-    ASSERT_TRUE(allreduce(comm, {.data = noisy, .op = ReduceOp::average, .max_segment_bytes = 64}));
+      noisy[i] = noisy_rd[i] = 0.1f * (comm.rank() + 1) + 1e-3f * i;
+    ASSERT_TRUE(allreduce(comm, {.data = noisy,
+                                 .op = ReduceOp::average,
+                                 .max_segment_bytes = 64,
+                                 .algorithm = AllreduceAlgorithm::ring}));
+    auto rd = allreduce(comm, {.data = noisy_rd,
+                               .op = ReduceOp::sum,
+                               .max_segment_bytes = 64,
+                               .algorithm = AllreduceAlgorithm::recursive_doubling});
+    ASSERT_TRUE(rd) << rd.error().to_string();
+    noisy.insert(noisy.end(), noisy_rd.begin(), noisy_rd.end());
     // The rings carried the large operations' payloads, and only with shared memory on.
     if (testing::uses_rings(kind) && size > 1)
       EXPECT_GT(comm.transport().bytes_sent_shared_memory(), 0u);

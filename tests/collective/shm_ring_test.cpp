@@ -1,10 +1,15 @@
-// ShmRing: the shared-memory payload lane between two ranks on one host.
+// ShmRing: the shared-memory message lane between two ranks on one host.
 #include "shared/collective/shm_ring.hpp"
 
+#include <chrono>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <numeric>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -23,7 +28,7 @@ bool named(const ShmRing& ring) {
   return std::filesystem::exists("/dev/shm" + ring.name());
 }
 
-TEST(ShmRing, TheReceiverSeesTheSendersBytesAndTheNameIsGoneOnceOpened) {
+TEST(ShmRing, TheReceiverSeesTheSendersRecordAndTheNameIsGoneOnceOpened) {
   auto sender = ShmRing::create(4096);
   ASSERT_TRUE(sender) << sender.error().to_string();
   EXPECT_TRUE(named(*sender));
@@ -31,16 +36,31 @@ TEST(ShmRing, TheReceiverSeesTheSendersBytesAndTheNameIsGoneOnceOpened) {
   ASSERT_TRUE(receiver) << receiver.error().to_string();
   EXPECT_FALSE(named(*sender));
 
+  auto nothing = receiver->read();
+  ASSERT_TRUE(nothing);
+  EXPECT_FALSE(*nothing);
+  const auto head = bytes(40, 9);
   const auto payload = bytes(1000, 3);
-  auto placed = sender->try_write(payload);
-  ASSERT_TRUE(placed);
-  EXPECT_EQ(placed->offset, 0u);
-  EXPECT_EQ(placed->end, 1024u);  // rounded up to the 64-byte alignment
-  auto seen = receiver->view(*placed, payload.size());
+  ASSERT_TRUE(sender->try_write(head, payload));
+  auto seen = receiver->read();
   ASSERT_TRUE(seen) << seen.error().to_string();
-  ASSERT_EQ(seen->size(), payload.size());
-  EXPECT_EQ(std::memcmp(seen->data(), payload.data(), payload.size()), 0);
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(seen->data()) % ShmRing::kAlignment, 0u);
+  ASSERT_TRUE(*seen);
+  const ShmRing::Record& record = **seen;
+  ASSERT_EQ(record.head.size(), head.size());
+  EXPECT_EQ(std::memcmp(record.head.data(), head.data(), head.size()), 0);
+  ASSERT_EQ(record.payload.size(), payload.size());
+  EXPECT_EQ(std::memcmp(record.payload.data(), payload.data(), payload.size()), 0);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(record.payload.data()) % ShmRing::kAlignment, 0u);
+  EXPECT_EQ(record.end, 64u + 1024u);  // the block, then the payload rounded up to 64
+  auto again = receiver->read();
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(*again);
+  // A record without payload (a barrier's message) is one block.
+  ASSERT_TRUE(sender->try_write(head, {}));
+  auto empty = receiver->read();
+  ASSERT_TRUE(empty && *empty);
+  EXPECT_TRUE((*empty)->payload.empty());
+  EXPECT_EQ((*empty)->end, 1088u + 64u);
 }
 
 TEST(ShmRing, ARingNobodyOpenedLeavesNoNameBehind) {
@@ -93,53 +113,140 @@ TEST(ShmRing, AWrongCookieIsRefused) {
 }
 
 TEST(ShmRing, AFullRingRefusesUntilTheReceiverReleasesAndThenWrapsToTheStart) {
-  auto sender = ShmRing::create(256);
+  auto sender = ShmRing::create(512);
   ASSERT_TRUE(sender);
   auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
   ASSERT_TRUE(receiver);
-  const auto a = bytes(64, 1), b = bytes(128, 2), c = bytes(128, 3);
-  auto pa = sender->try_write(a);
-  auto pb = sender->try_write(b);
-  ASSERT_TRUE(pa && pb);
-  EXPECT_EQ(pb->offset, 64u);
-  // 64 bytes are left at the end, too few for c; the start is still in use.
-  EXPECT_FALSE(sender->try_write(c));
-  ASSERT_TRUE(receiver->view(*pa, a.size()));
-  receiver->release(pa->end);
-  // The start is free now, but c would still overlap b from offset 0 up to 128: no.
-  EXPECT_FALSE(sender->try_write(c));
-  ASSERT_TRUE(receiver->view(*pb, b.size()));
-  receiver->release(pb->end);
-  auto pc = sender->try_write(c);
-  ASSERT_TRUE(pc);
-  EXPECT_EQ(pc->offset, 0u);  // the 64-byte tail was skipped
-  EXPECT_EQ(pc->end, 256u + 128u);
-  auto seen = receiver->view(*pc, c.size());
-  ASSERT_TRUE(seen);
-  EXPECT_EQ(std::memcmp(seen->data(), c.data(), c.size()), 0);
-  // Too large for the ring at all, or empty: the sender sends those over the socket.
-  EXPECT_FALSE(sender->try_write(bytes(512, 4)));
-  EXPECT_FALSE(sender->try_write({}));
+  const auto a = bytes(64, 1), b = bytes(192, 2), c = bytes(128, 3);
+  ASSERT_TRUE(sender->try_write({}, a));  // 128 bytes with its block
+  ASSERT_TRUE(sender->try_write({}, b));  // 256: 384 in use, a tail of 128 left
+  // c needs 192: too much for the tail, and the start is still in use.
+  EXPECT_FALSE(sender->try_write({}, c));
+  auto ra = receiver->read();
+  ASSERT_TRUE(ra && *ra);
+  EXPECT_EQ((*ra)->end, 128u);
+  receiver->release((*ra)->end);
+  // The start is free now, but c from offset 0 would reach into b (at 128..384): no.
+  EXPECT_FALSE(sender->try_write({}, c));
+  auto rb = receiver->read();
+  ASSERT_TRUE(rb && *rb);
+  receiver->release((*rb)->end);
+  ASSERT_TRUE(sender->try_write({}, c));
+  auto rc = receiver->read();  // past the skip block at the tail, to offset 0
+  ASSERT_TRUE(rc) << rc.error().to_string();
+  ASSERT_TRUE(*rc);
+  EXPECT_EQ((*rc)->end, 512u + 192u);
+  ASSERT_EQ((*rc)->payload.size(), c.size());
+  EXPECT_EQ(std::memcmp((*rc)->payload.data(), c.data(), c.size()), 0);
+  // Too large for the ring at all: the sender sends that over the socket.
+  EXPECT_FALSE(sender->try_write({}, bytes(512, 4)));
 }
 
-TEST(ShmRing, APlacementNoSenderMadeIsDataLoss) {
+// The sleeping flag the receiver sets is what the sender reads after publishing.
+TEST(ShmRing, TheSenderSeesWhetherTheReceiverSleeps) {
   auto sender = ShmRing::create(256);
   ASSERT_TRUE(sender);
   auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
   ASSERT_TRUE(receiver);
-  const auto expect_data_loss = [&](ShmRing::Placement p, std::uint64_t length) {
-    auto seen = receiver->view(p, length);
-    ASSERT_FALSE(seen) << "offset " << p.offset << " end " << p.end;
-    EXPECT_EQ(seen.error().code, errc::data_loss);
+  EXPECT_FALSE(sender->receiver_sleeping());
+  receiver->set_sleeping(true);
+  EXPECT_TRUE(sender->receiver_sleeping());
+  receiver->set_sleeping(false);
+  EXPECT_FALSE(sender->receiver_sleeping());
+}
+
+// A sender and a receiver on two threads, records of many sizes through a ring much smaller
+// than all of them together (so it wraps and fills): every record arrives, in order, intact.
+TEST(ShmRing, RecordsCrossBetweenThreadsInOrderThroughAWrappingRing) {
+  auto sender = ShmRing::create(4096);
+  ASSERT_TRUE(sender);
+  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
+  ASSERT_TRUE(receiver);
+  constexpr std::uint32_t kRecords = 20'000;
+  const auto payload_of = [](std::uint32_t i) {
+    return bytes((i * 37) % 1500, static_cast<int>(i));
   };
-  expect_data_loss({256, 320}, 64);     // past the end
-  expect_data_loss({192, 320}, 128);    // runs past the end
-  expect_data_loss({8, 72}, 64);        // misaligned
-  expect_data_loss({0, 64}, 0);         // empty
-  expect_data_loss({64, 64}, 64);       // end does not match offset and length
-  expect_data_loss({0, 1u << 20}, 64);  // further ahead than the ring holds
-  ASSERT_TRUE(receiver->view({0, 64}, 64));
-  expect_data_loss({0, 64}, 64);  // the same placement twice
+  std::thread producer([&] {
+    for (std::uint32_t i = 0; i < kRecords; ++i) {
+      const auto payload = payload_of(i);
+      // Bounded: the receiver releases continuously; 10 s of refusals is a failure.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!sender->try_write(std::as_bytes(std::span(&i, 1)), payload)) {
+        if (std::chrono::steady_clock::now() > give_up)
+          return;
+        std::this_thread::yield();
+      }
+    }
+  });
+  std::uint32_t received = 0;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (received < kRecords && std::chrono::steady_clock::now() < give_up) {
+    auto record = receiver->read();
+    ASSERT_TRUE(record) << record.error().to_string();
+    if (!*record) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::uint32_t number = 0;
+    ASSERT_EQ((*record)->head.size(), sizeof(number));
+    std::memcpy(&number, (*record)->head.data(), sizeof(number));
+    ASSERT_EQ(number, received);
+    const auto expected = payload_of(number);
+    ASSERT_EQ((*record)->payload.size(), expected.size());
+    ASSERT_EQ(std::memcmp((*record)->payload.data(), expected.data(), expected.size()), 0);
+    receiver->release((*record)->end);
+    ++received;
+  }
+  producer.join();
+  EXPECT_EQ(received, kRecords);
+}
+
+// The receiver checks every block against the ring before it reads: a peer that writes
+// garbage into the shared memory causes data_loss, not an out-of-bounds read.
+TEST(ShmRing, AMalformedRecordIsDataLoss) {
+  auto sender = ShmRing::create(256);
+  ASSERT_TRUE(sender);
+  // A third mapping of the same memory, taken before the receiver removes the name, to
+  // write what no correct sender writes.
+  const int fd = shm_open(sender->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  constexpr std::size_t kHeader = 256;  // shm_ring.cpp's kDataOffset
+  void* raw = mmap(nullptr, kHeader + 256, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(raw, MAP_FAILED);
+  auto* base = static_cast<std::byte*>(raw);
+  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
+  ASSERT_TRUE(receiver);
+  const auto publish = [&](std::uint64_t position) {
+    // `published` is the header's third cache line (shm_ring.cpp's Header).
+    std::memcpy(base + 128, &position, sizeof(position));
+  };
+  const auto write_block = [&](std::uint32_t kind, std::uint32_t head, std::uint64_t payload) {
+    std::memcpy(base + kHeader, &kind, 4);
+    std::memcpy(base + kHeader + 4, &head, 4);
+    std::memcpy(base + kHeader + 8, &payload, 8);
+  };
+  const auto expect_data_loss = [&](const char* what) {
+    auto record = receiver->read();
+    ASSERT_FALSE(record) << what;
+    EXPECT_EQ(record.error().code, errc::data_loss) << what;
+  };
+  write_block(0x12345678, 0, 0);
+  publish(64);
+  expect_data_loss("an unknown kind");
+  write_block(0x52454331, 49, 0);  // "REC1"
+  expect_data_loss("a head longer than the block");
+  write_block(0x52454331, 0, 1u << 20);
+  expect_data_loss("a payload longer than the ring");
+  write_block(0x52454331, 0, 128);
+  publish(128);
+  expect_data_loss("a payload beyond what was published");
+  publish(1u << 20);
+  expect_data_loss("a published position further ahead than the ring holds");
+  write_block(0x534b4950, 0, 0);  // "SKIP" at the only offset: nothing behind it
+  publish(64);
+  expect_data_loss("a skip block with nothing behind it");
+  munmap(raw, kHeader + 256);
 }
 
 }  // namespace

@@ -48,4 +48,12 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
                             std::size_t max_segment_bytes, std::uint32_t first_segment,
                             Clock::time_point deadline);
 
+// Recursive-doubling allreduce (see allreduce_recursive_doubling.cpp): afterwards every
+// rank's `data` holds the sum (or, with `average`, the mean), bit-identical on all ranks.
+// Sends may still be pending: the caller waits for them.
+result<void> recursive_doubling_allreduce(Communicator& comm, Envelope envelope,
+                                          std::span<float> data, bool average,
+                                          std::size_t max_segment_bytes,
+                                          Clock::time_point deadline);
+
 }  // namespace fedcore::collective::detail

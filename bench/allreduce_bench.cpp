@@ -91,7 +91,7 @@ int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     const collective::AllreduceOptions op{
         .data = data, .max_segment_bytes = a.segment_bytes, .algorithm = a.algorithm};
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < bench::kWarmups; ++i) {
       if (auto ok = collective::allreduce(comm, op); !ok) {
         std::fprintf(stderr, "rank %d: %s\n", rank, ok.error().to_string().c_str());
         return 1;

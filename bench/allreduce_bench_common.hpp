@@ -1,7 +1,7 @@
 // Shared by the three allreduce benchmarks (fedcore, OpenMPI, gloo) so that all measure
 // the same thing: the sizes, the iteration counts and the bus-bandwidth formula.
 //
-// For each size: 2 warm-up allreduces, then `iterations_for(bytes)` timed ones between
+// For each size: kWarmups warm-up allreduces, then `iterations_for(bytes)` timed ones between
 // barriers; time = mean per allreduce on rank 0. Bus bandwidth (nccl-tests convention):
 // 2 (n-1)/n × bytes / time, what each link carries in a ring allreduce.
 #pragma once
@@ -19,6 +19,10 @@ inline std::vector<std::size_t> allreduce_sizes(std::size_t max_bytes) {
     sizes.push_back(b);
   return sizes;
 }
+
+// Enough for every implementation's first operation of a size (buffer allocation, TCP
+// windows, first touches of shared memory) to be out of the timed loop.
+inline constexpr int kWarmups = 10;
 
 inline int iterations_for(std::size_t bytes) {
   return static_cast<int>(std::clamp<std::size_t>((std::size_t{512} << 20) / bytes, 5, 200));

@@ -31,7 +31,7 @@ int run_rank(int rank, int ranks, const std::string& store_dir, std::size_t max_
     std::vector<float*> pointers{data.data()};
     gloo::AllreduceRing<float> allreduce(context, pointers, static_cast<int>(data.size()));
     gloo::BarrierAllToAll barrier(context);
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < fedcore::bench::kWarmups; ++i)
       allreduce.run();
     const int iterations = fedcore::bench::iterations_for(bytes);
     barrier.run();

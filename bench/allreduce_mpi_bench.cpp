@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   for (std::size_t bytes : fedcore::bench::allreduce_sizes(max_bytes)) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     const int count = static_cast<int>(data.size());
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < fedcore::bench::kWarmups; ++i)
       MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     const int iterations = fedcore::bench::iterations_for(bytes);
     MPI_Barrier(MPI_COMM_WORLD);

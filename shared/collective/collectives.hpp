@@ -53,7 +53,7 @@ enum class AllreduceAlgorithm { automatic, ring, recursive_doubling };
 // Measured on 2 and 4 ranks over loopback TCP and shared memory (docs/results.md,
 // "Allreduce bus bandwidth"): below this the saved message latencies outweigh the extra
 // bytes recursive doubling sends.
-inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{256} << 10;
 
 // In-place allreduce: afterwards every rank's `data` holds the element-wise sum (or mean)
 // over all ranks, bit-identical on all ranks (the bits may differ between algorithms:

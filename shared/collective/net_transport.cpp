@@ -518,6 +518,10 @@ class NetTransport final : public Transport {
         return true;
       if (aborted())
         return false;
+      // Give the core away between polls when someone else wants it: free with a core
+      // of one's own, and what keeps more ranks than cores (4 on 2) from spinning while
+      // the rank they wait for cannot run (OpenMPI's yield_when_idle does the same).
+      std::this_thread::yield();
     } while (Clock::now() < until);
     return done();
   }

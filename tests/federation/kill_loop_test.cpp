@@ -7,7 +7,8 @@
 // on the machine's timing, which the traces report.
 //
 // The moments. Each kill is one of:
-//   start-up  a random delay (0 to 300 ms) after the process was started: process start,
+//   start-up  a random delay after the process was started (up to the reference run's time
+//             to its first commit plus two rounds, at most 300 ms): process start,
 //             opening the history, the orphan sweep, resuming, waiting for the sites;
 //   mid-run   once this process has committed a round, a random delay of up to two
 //             rounds (microsecond resolution), wherever that falls;
@@ -188,7 +189,13 @@ bool pauses_in(const Kill& k, Phase phase) {
 // ones, pass 1 to 3). If the draw holds no at-point kill inside the checkpoint write, one
 // kill (chosen by the RNG) becomes one; then likewise for the round commit, never
 // replacing the only checkpoint-write kill.
-std::vector<Kill> plan_kills(Rng& rng, int n, std::chrono::microseconds round_time) {
+std::vector<Kill> plan_kills(Rng& rng, int n, std::chrono::microseconds round_time,
+                             std::chrono::microseconds start_up_time) {
+  // A start-up kill lands before the process's first commit or in its first rounds:
+  // never later than that (plus two rounds), or on a fast machine the restarted server
+  // could finish the whole run before it is killed.
+  const auto start_up_window = std::min<std::int64_t>(
+      300'000, std::max<std::int64_t>(start_up_time.count() + 2 * round_time.count(), 1));
   static constexpr std::array<const char*, 6> kAllPoints = {
       kCheckpointPoints[0], kCheckpointPoints[1], kCommitPoints[0],
       kCommitPoints[1],     kCommitPoints[2],     "round_commit.end"};
@@ -198,7 +205,7 @@ std::vector<Kill> plan_kills(Rng& rng, int n, std::chrono::microseconds round_ti
     const auto draw = rng.below(10);
     if (draw < 2) {
       k.kind = Kill::Kind::start_up;
-      k.delay = std::chrono::microseconds(rng.below(300'000));
+      k.delay = std::chrono::microseconds(rng.below(static_cast<std::uint64_t>(start_up_window)));
     } else if (draw < 6) {
       k.kind = Kill::Kind::mid_run;
       k.delay = std::chrono::microseconds(
@@ -343,9 +350,14 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   TwoSiteRun reference(dir, "reference", pki, rounds);
   const auto reference_start = std::chrono::steady_clock::now();
   std::int64_t reference_high = 0;
+  std::chrono::microseconds start_up_time{0};  // process start to the first commit
   {
     ServerProcess server(reference.server_args(), reference.log());
     reference.start_sites();
+    const auto first = testing::watch_rounds(
+        reference.db(), reference_high, [&](std::int64_t r) { return r >= 1; }, 300s);
+    ASSERT_GE(first, 1) << "the uninterrupted run committed no round";
+    start_up_time = std::chrono::duration_cast<std::chrono::microseconds>(since(reference_start));
     const auto last = testing::watch_rounds(
         reference.db(), reference_high, [&](std::int64_t r) { return r >= rounds; }, 300s);
     ASSERT_EQ(last, rounds) << "the uninterrupted run did not finish";
@@ -360,7 +372,7 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
 
   // 2. The same run, killed N times.
   Rng rng(*seed);
-  const auto plan = plan_kills(rng, *n, round_time);
+  const auto plan = plan_kills(rng, *n, round_time, start_up_time);
   TwoSiteRun killed(dir, "killed", pki, rounds);
   killed.start_sites();
   std::array<int, kPhaseNames.size()> landed{};

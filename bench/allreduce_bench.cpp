@@ -7,7 +7,7 @@
 //                                                           client rank-peer)
 //   allreduce_bench --ranks 4 --transport tcp --shm-mb 16  (messages through shared-memory
 //                                                           rings; lines say fedcore-tcp+shm)
-// Also: --spin-us US (poll before sleeping), --algorithm auto|ring|rd, --max-bytes,
+// Also: --spin-us US (poll before sleeping), --algorithm auto|ring|rd|hd, --max-bytes,
 // --segment-bytes.
 #include <chrono>
 #include <cstdio>
@@ -136,9 +136,10 @@ int main(int argc, char** argv) {
       a.shm_mb = std::stoull(v);
     else if (k == "--spin-us")
       a.spin_us = std::stol(v);
-    else if (k == "--algorithm" && (v == "ring" || v == "rd" || v == "auto"))
+    else if (k == "--algorithm" && (v == "ring" || v == "rd" || v == "hd" || v == "auto"))
       a.algorithm = v == "ring" ? collective::AllreduceAlgorithm::ring
                     : v == "rd" ? collective::AllreduceAlgorithm::recursive_doubling
+                    : v == "hd" ? collective::AllreduceAlgorithm::halving_doubling
                                 : collective::AllreduceAlgorithm::automatic;
     else {
       std::fprintf(stderr, "allreduce_bench: unknown option %s\n", k.c_str());

@@ -137,16 +137,18 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
 
 namespace {
 
-bool use_recursive_doubling(const AllreduceOptions& options) noexcept {
-  switch (options.algorithm) {
-    case AllreduceAlgorithm::ring:
-      return false;
-    case AllreduceAlgorithm::recursive_doubling:
-      return true;
-    case AllreduceAlgorithm::automatic:
-      break;
-  }
-  return options.data.size_bytes() <= kRecursiveDoublingMaxBytes;
+// The algorithm `options` asks for, with `automatic` resolved for a group of p ranks.
+AllreduceAlgorithm choose(const AllreduceOptions& options, int p) noexcept {
+  if (options.algorithm != AllreduceAlgorithm::automatic)
+    return options.algorithm;
+  const std::size_t bytes = options.data.size_bytes();
+  if (bytes <= kRecursiveDoublingMaxBytes)
+    return AllreduceAlgorithm::recursive_doubling;
+  // With 2 ranks halving-doubling is the ring; with a fold it sends more than the ring.
+  const bool power_of_two = (p & (p - 1)) == 0;
+  if (p > 2 && power_of_two && bytes <= kHalvingDoublingMaxBytes)
+    return AllreduceAlgorithm::halving_doubling;
+  return AllreduceAlgorithm::ring;
 }
 
 }  // namespace
@@ -162,11 +164,14 @@ result<void> allreduce(Communicator& comm, const AllreduceOptions& options) {
   if (p == 1)
     return {};
   const bool average = options.op == ReduceOp::average;
-  if (use_recursive_doubling(options)) {
-    auto rd = detail::recursive_doubling_allreduce(comm, *envelope, options.data, average,
-                                                   options.max_segment_bytes, deadline);
-    if (!rd)
-      return comm.fail_with(rd.error());
+  const AllreduceAlgorithm algorithm = choose(options, p);
+  if (algorithm != AllreduceAlgorithm::ring) {
+    auto run = algorithm == AllreduceAlgorithm::recursive_doubling
+                   ? detail::recursive_doubling_allreduce
+                   : detail::halving_doubling_allreduce;
+    auto done = run(comm, *envelope, options.data, average, options.max_segment_bytes, deadline);
+    if (!done)
+      return comm.fail_with(done.error());
     if (auto sent = comm.transport().wait_sends(deadline); !sent)
       return comm.fail_with(sent.error());
     return {};

@@ -42,18 +42,27 @@ struct Range {
 // REQUIRES: parts > 0, index < parts.
 Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept;
 
-// How an allreduce moves its data.
+// How an allreduce moves its data (all three are bit-identical on every rank; they add
+// in different orders, so their results may differ from each other in the last bits).
 //   ring: reduce-scatter, then allgather; each rank sends and receives 2 (size-1)/size of
-//     the buffer in 2 (size-1) steps. Bandwidth-optimal: the choice for large buffers.
+//     the buffer in 2 (size-1) steps. Bandwidth-optimal, any group size.
 //   recursive_doubling: log2(size) steps (+2 when size is not a power of two), each
 //     sending the whole buffer. Latency-optimal: the choice for small buffers.
-//   automatic: recursive doubling up to kRecursiveDoublingMaxBytes (per rank's buffer),
-//     the ring above. Every rank decides from the same size, so all take the same path.
-enum class AllreduceAlgorithm { automatic, ring, recursive_doubling };
+//   halving_doubling: Rabenseifner's reduce-scatter by recursive halving and allgather by
+//     recursive doubling: the ring's bytes in 2 log2(size) steps (+2 when size is not a
+//     power of two, each sending the whole buffer).
+//   automatic: recursive doubling up to kRecursiveDoublingMaxBytes (per rank's buffer);
+//     above, halving-doubling up to kHalvingDoublingMaxBytes when the group is a power of
+//     two larger than 2, else the ring. Every rank decides from the same size and group,
+//     so all take the same path.
+enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, halving_doubling };
 // Measured on 2 and 4 ranks over loopback TCP and shared memory (docs/results.md,
-// "Allreduce bus bandwidth"): below this the saved message latencies outweigh the extra
-// bytes recursive doubling sends.
+// "Allreduce bus bandwidth"). Up to 256 KiB the saved message latencies outweigh the
+// extra bytes recursive doubling sends. On 4 ranks halving-doubling beat the ring by
+// 1.4-2.5x from 256 KiB to 4 MiB; at 16 MiB by 1.6x through shared memory but 0.93x over
+// sockets, and at 64 MiB it lost on both (0.8-0.9x).
 inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{256} << 10;
+inline constexpr std::size_t kHalvingDoublingMaxBytes = std::size_t{16} << 20;
 
 // In-place allreduce: afterwards every rank's `data` holds the element-wise sum (or mean)
 // over all ranks, bit-identical on all ranks (the bits may differ between algorithms:

@@ -88,6 +88,15 @@ TEST_P(Grid, AllreduceSumAndAverageEqualReferenceOnEveryRank) {
                                .algorithm = AllreduceAlgorithm::recursive_doubling});
     ASSERT_TRUE(rd) << rd.error().to_string();
     noisy.insert(noisy.end(), noisy_rd.begin(), noisy_rd.end());
+    std::vector<float> noisy_hd(1001);
+    for (std::size_t i = 0; i < noisy_hd.size(); ++i)
+      noisy_hd[i] = 0.3f * (comm.rank() + 1) - 7e-4f * i;
+    auto hd = allreduce(comm, {.data = noisy_hd,
+                               .op = ReduceOp::average,
+                               .max_segment_bytes = 64,
+                               .algorithm = AllreduceAlgorithm::halving_doubling});
+    ASSERT_TRUE(hd) << hd.error().to_string();
+    noisy.insert(noisy.end(), noisy_hd.begin(), noisy_hd.end());
     // The rings carried the large operations' payloads, and only with shared memory on.
     if (testing::uses_rings(kind) && size > 1)
       EXPECT_GT(comm.transport().bytes_sent_shared_memory(), 0u);

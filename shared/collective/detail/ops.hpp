@@ -56,4 +56,10 @@ result<void> recursive_doubling_allreduce(Communicator& comm, Envelope envelope,
                                           std::size_t max_segment_bytes,
                                           Clock::time_point deadline);
 
+// Recursive halving and doubling (Rabenseifner; allreduce_halving_doubling.cpp): as
+// recursive_doubling_allreduce, with the ring's bytes in 2 log2(p) steps.
+result<void> halving_doubling_allreduce(Communicator& comm, Envelope envelope,
+                                        std::span<float> data, bool average,
+                                        std::size_t max_segment_bytes, Clock::time_point deadline);
+
 }  // namespace fedcore::collective::detail

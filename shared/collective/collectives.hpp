@@ -59,7 +59,7 @@ enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, halving_dou
 // Measured on 2 and 4 ranks over loopback TCP and shared memory (docs/results.md,
 // "Allreduce bus bandwidth"). Up to 256 KiB the saved message latencies outweigh the
 // extra bytes recursive doubling sends. On 4 ranks halving-doubling beat the ring by
-// 1.4-2.5x from 256 KiB to 4 MiB; at 16 MiB by 1.6x through shared memory but 0.93x over
+// 1.05-2.5x from 256 KiB to 4 MiB; at 16 MiB by 1.6x through shared memory but 0.93x over
 // sockets, and at 64 MiB it lost on both (0.8-0.9x).
 inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{256} << 10;
 inline constexpr std::size_t kHalvingDoublingMaxBytes = std::size_t{16} << 20;

@@ -26,6 +26,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
+#include "shared/collective/envelope_codec.hpp"
 #include "shared/collective/shm_ring.hpp"
 #include "shared/net/frame_channel.hpp"
 #include "shared/net/listener.hpp"
@@ -45,50 +46,6 @@ constexpr std::chrono::milliseconds kReaderIdle = std::chrono::hours(24 * 365);
 
 // A peer's ring offer larger than this is refused (it would be mapped here).
 constexpr std::size_t kRingMaxBytes = std::size_t{1} << 30;
-
-// The frame metadata of a message sent over the socket: its envelope and its number on
-// the link (`n`, which merges the socket's messages with the ring's in order).
-std::string encode_envelope(const Envelope& e, std::uint64_t n) {
-  nlohmann::json j = {
-      {"job", e.job},     {"seq", e.seq},         {"op", static_cast<int>(e.op)}, {"tag", e.tag},
-      {"bytes", e.bytes}, {"segment", e.segment}, {"length", e.length},           {"n", n}};
-  return j.dump();
-}
-// A doorbell: a frame with no message in it, sent to wake a peer that sleeps in the kernel
-// while a message waits for it in the shared-memory ring.
-constexpr std::string_view kDoorbell = R"({"wake":true})";
-
-struct DecodedMetadata {
-  Envelope envelope;
-  std::uint64_t n = 0;
-  bool doorbell = false;
-};
-
-result<DecodedMetadata> decode_envelope(const std::string& metadata) {
-  if (metadata == kDoorbell) {
-    DecodedMetadata d;
-    d.doorbell = true;
-    return d;
-  }
-  auto j = nlohmann::json::parse(metadata, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return fail(errc::data_loss, "collective metadata is not JSON");
-  try {
-    DecodedMetadata d;
-    Envelope& e = d.envelope;
-    e.job = j.at("job").get<std::string>();
-    e.seq = j.at("seq").get<std::uint64_t>();
-    e.op = static_cast<OpType>(j.at("op").get<int>());
-    e.tag = j.at("tag").get<std::uint32_t>();
-    e.bytes = j.at("bytes").get<std::uint64_t>();
-    e.segment = j.at("segment").get<std::uint32_t>();
-    e.length = j.at("length").get<std::uint64_t>();
-    d.n = j.at("n").get<std::uint64_t>();
-    return d;
-  } catch (const nlohmann::json::exception& ex) {
-    return fail(errc::data_loss, std::string("collective metadata: ") + ex.what());
-  }
-}
 
 // The head of a message sent through the shared-memory ring: the envelope without its job
 // (a ring belongs to one link of one job) and the message's number, in native byte order
@@ -236,7 +193,7 @@ class NetTransport final : public Transport {
         ring_sent_ += payload.size();
         sent_ += payload.size() + ShmRing::kAlignment;
         if (link.out_ring->receiver_sleeping())
-          post_frame(peer, {std::string(kDoorbell), {}, true});
+          post_frame(peer, {std::string(kDoorbellMetadata), {}, true});
         return;
       }
     }

@@ -227,7 +227,7 @@ result<std::unique_ptr<FederationServer>> FederationServer::create(asio::io_cont
   }
   options.channel.payload_gate = std::make_shared<net::PayloadGate>(
       io.get_executor(), std::max<std::size_t>(options.max_inflight_updates, 1),
-      options.large_payload_bytes);
+      options.large_payload_bytes, options.upload_memory_bytes);
   auto impl =
       std::make_unique<Impl>(io, std::move(options), store, std::move(hooks), std::move(*tls));
   return std::unique_ptr<FederationServer>(new FederationServer(std::move(impl)));

@@ -78,9 +78,14 @@ struct ServerOptions {
   // How a run that a full or read-only disk paused waits for its storage: probes from
   // first_probe, doubling up to max_interval (storage_fault.hpp).
   StorageRetry storage_retry{};
-  // At most this many large updates (>= large_payload_bytes) are received at once; the
-  // server's memory for uploads is this many model sizes, whatever the client count.
+  // Large updates (>= large_payload_bytes) received at once: always up to
+  // max_inflight_updates, and beyond that as many as fit in upload_memory_bytes together
+  // (net/payload_gate.hpp). The server's memory for uploads is max(max_inflight_updates x
+  // model size, upload_memory_bytes), whatever the client count. The default budget keeps
+  // the server within 3 x model + 100 MB at 1M parameters (docs/results.md) and admits a
+  // dozen 1M-parameter uploads at once, two 10M-parameter ones.
   std::size_t max_inflight_updates = 2;
+  std::uint64_t upload_memory_bytes = std::uint64_t{48} << 20;
   std::uint64_t large_payload_bytes = std::uint64_t{1} << 20;
   // Data the server evaluates each new global model on, when a run names one; loaded
   // per run from RunConfig::server_test_set.

@@ -214,9 +214,10 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
   // deadline: slots held by stalled peers must not park everyone else for ever.
   struct Slot {
     PayloadGate* gate = nullptr;
+    std::uint64_t bytes = 0;
     ~Slot() {
       if (gate != nullptr) {
-        gate->release();
+        gate->release(bytes);
       }
     }
   } slot;
@@ -227,7 +228,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
       co_return fail(errc::resource_exhausted,
                      "frame refused: a large payload from a peer that may not take an upload slot");
     }
-    switch (co_await gate->acquire(s.options.gate_wait_timeout)) {
+    switch (co_await gate->acquire(header->payload_length, s.options.gate_wait_timeout)) {
       case PayloadGate::Wait::granted:
         break;
       case PayloadGate::Wait::closed:
@@ -237,6 +238,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
         co_return fail(errc::deadline_exceeded, "no upload slot within the gate's wait timeout");
     }
     slot.gate = gate.get();
+    slot.bytes = header->payload_length;
     transfer_end = std::chrono::steady_clock::now() + s.options.transfer_timeout;
     if (spare.capacity() < header->payload_length) {
       spare = gate->take_buffer(header->payload_length);  // warm memory of an earlier frame

@@ -74,8 +74,10 @@ TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
       {R"({"colour": 1})",
        "server config: unknown key 'colour' (known keys: listen, port, database, checkpoint_dir, "
        "max_connections, max_unauthenticated, max_unauthenticated_per_address, "
-       "max_inflight_updates, crl_poll_s, heartbeat_seconds, idle_timeout_s, "
+       "max_inflight_updates, upload_memory_mb, crl_poll_s, heartbeat_seconds, idle_timeout_s, "
        "handshake_timeout_s, hello_timeout_s, tls, api)"},
+      {R"({"upload_memory_mb": -1})",
+       "server config: 'upload_memory_mb' must be an integer in [0, 1048576], got -1"},
       {R"({"hello_timeout_s": 0})",
        "server config: 'hello_timeout_s' must be an integer in [1, 3600], got 0"},
       {R"({"api": {"request_timeout_s": 3601}})",

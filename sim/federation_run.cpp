@@ -32,6 +32,7 @@
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
 #include "shared/util/threads.hpp"
+#include "sim/cluster.hpp"
 #include "sim/pki.hpp"
 
 namespace fedcore::sim {
@@ -369,16 +370,113 @@ result<net::LocalStream> connect_in_process(ServerThread& server, asio::io_conte
   return site_end;
 }
 
+// How long ranks other than 0 wait for rank 0's server: its throwaway PKI makes a
+// certificate per site first.
+std::chrono::milliseconds setup_wait(std::size_t clients) {
+  return std::chrono::seconds(120) + std::chrono::milliseconds(100) * clients;
+}
+// How long a rank's sites serve a run before the rank gives up on it.
+constexpr std::chrono::hours kLongestRun{24};
+
+// Where the sites find the server: over TLS at host:port, or (port 0) in-process.
+struct ServerEndpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  ServerThread* in_process = nullptr;
+};
+
+// Adds the sites `range` of the simulation to `fleet`.
+result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& data,
+                       SiteRange range, const std::vector<std::string>& ids, const SimPki& pki,
+                       const ServerEndpoint& server, SiteBehaviour& behaviour) {
+  for (std::size_t i = range.begin; i < range.end; ++i) {
+    auto& io = fleet.io_for(i - range.begin);
+    client::ClientOptions c;
+    if (server.in_process == nullptr) {
+      c.host = server.host;
+      c.port = server.port;
+      c.tls = pki.client_config(ids[i]);
+    } else {
+      c.connect_local = [&thread = *server.in_process, &io,
+                         id = ids[i]]() -> result<net::LocalStream> {
+        return connect_in_process(thread, io, id);
+      };
+    }
+    c.threads = o.threads;
+    c.compute = fleet.compute();
+    // A simulated site that drops (an injected fault) is back within tens of milliseconds,
+    // as before rounds of a fast simulation move on: every WELCOMEd session counts as
+    // healthy, so the backoff starts over after each drop (the daemon's own tests cover
+    // its growth across failures).
+    c.initial_backoff = std::chrono::milliseconds(20);
+    c.max_backoff = std::chrono::milliseconds(500);
+    c.healthy_session = std::chrono::milliseconds(0);
+    c.seed = o.seed + i;
+    c.before_update = behaviour.seam(i);
+    auto daemon = client::ClientDaemon::create(io, std::move(c), local_data(data, i));
+    if (!daemon) {
+      return fail(daemon.error().code, ids[i] + ": " + daemon.error().message);
+    }
+    fleet.add(std::move(*daemon), io);
+  }
+  return {};
+}
+
+// A rank other than 0: its share of the sites, against rank 0's server, until rank 0 says
+// the run is over.
+result<FederatedResult> run_remote_sites(const SimOptions& o, const SimData& data, Cluster& cluster,
+                                         const std::function<void(const std::string&)>& note) {
+  const auto range = sites_of(o.clients, cluster.rank(), cluster.size());
+  auto port = cluster.share_from_rank0(0, setup_wait(o.clients));
+  if (!port) {
+    return port.error();
+  }
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < o.clients; ++i) {
+    ids.push_back(client_id(i, o.clients));
+  }
+  const auto pki = SimPki::existing((std::filesystem::path(o.out) / "certs").string());
+  SiteBehaviour behaviour(o);
+  ClientFleet fleet(range.count());
+  const ServerEndpoint server{o.server_host, static_cast<std::uint16_t>(*port), nullptr};
+  if (auto added = add_sites(fleet, o, data, range, ids, pki, server, behaviour); !added) {
+    return added.error();
+  }
+  fleet.start();
+  note("rank " + std::to_string(cluster.rank()) + ": sites " + ids[range.begin] + " to " +
+       ids[range.end - 1] + " connecting to " + o.server_host + ":" + std::to_string(*port));
+  auto ended = cluster.barrier(kLongestRun);
+  fleet.stop();
+  if (!ended) {
+    return ended.error();
+  }
+  FederatedResult outcome;
+  outcome.end_state = "sites of rank " + std::to_string(cluster.rank());
+  outcome.faults = behaviour.counts();
+  return outcome;
+}
+
 }  // namespace
 
 result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
-                                       const RunCallbacks& callbacks) {
+                                       const RunCallbacks& callbacks, Cluster& cluster) {
   const auto setup_started = Clock::now();
-  auto note = [&](const std::string& text) {
+  std::function<void(const std::string&)> note = [&](const std::string& text) {
     if (callbacks.note) {
       callbacks.note(text);
     }
   };
+  if (o.clients < static_cast<std::size_t>(cluster.size())) {
+    return fail(errc::invalid_argument, std::to_string(o.clients) + " sites cannot be shared by " +
+                                            std::to_string(cluster.size()) + " ranks");
+  }
+  if (cluster.size() > 1 && o.transport != Transport::tls) {
+    return fail(errc::invalid_argument, "sites in several processes need --transport tls");
+  }
+  if (cluster.rank() != 0) {
+    return run_remote_sites(o, data, cluster, note);
+  }
+  const auto mine = sites_of(o.clients, 0, cluster.size());
   auto config = make_run_config(o);
   if (!config) {
     return config.error();
@@ -429,6 +527,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
 
   federation::ServerOptions server_options;
   server_options.tls = pki->server_config();
+  server_options.listen_address = o.server_host;
   // Heartbeats and HELLOs of thousands of in-process sites queue behind one server thread.
   server_options.hello_timeout = std::chrono::seconds(60);
   server_options.checkpoint_dir = (out / "checkpoints").string();
@@ -453,6 +552,10 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     port = *bound;
   }
   server_thread.start(std::move(*server));
+  // The PKI is complete and the server listens: the other ranks may connect their sites.
+  if (auto shared = cluster.share_from_rank0(port, setup_wait(o.clients)); !shared) {
+    return shared.error();
+  }
   DashboardStop dashboard_stop{server_thread, dashboard};
   if (o.dashboard_port != 0) {
     auto url = start_dashboard(o, *pki, tls ? "127.0.0.1:" + std::to_string(port) : "in-process",
@@ -464,35 +567,10 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   }
 
   SiteBehaviour behaviour(o);
-  ClientFleet fleet(o.clients);
-  for (std::size_t i = 0; i < o.clients; ++i) {
-    auto& io = fleet.io_for(i);
-    client::ClientOptions c;
-    if (tls) {
-      c.host = "127.0.0.1";
-      c.port = port;
-      c.tls = pki->client_config(ids[i]);
-    } else {
-      c.connect_local = [&server_thread, &io, id = ids[i]]() -> result<net::LocalStream> {
-        return connect_in_process(server_thread, io, id);
-      };
-    }
-    c.threads = o.threads;
-    c.compute = fleet.compute();
-    // A simulated site that drops (an injected fault) is back within tens of milliseconds,
-    // as before rounds of a fast simulation move on: every WELCOMEd session counts as
-    // healthy, so the backoff starts over after each drop (the daemon's own tests cover
-    // its growth across failures).
-    c.initial_backoff = std::chrono::milliseconds(20);
-    c.max_backoff = std::chrono::milliseconds(500);
-    c.healthy_session = std::chrono::milliseconds(0);
-    c.seed = o.seed + i;
-    c.before_update = behaviour.seam(i);
-    auto daemon = client::ClientDaemon::create(io, std::move(c), local_data(data, i));
-    if (!daemon) {
-      return fail(daemon.error().code, ids[i] + ": " + daemon.error().message);
-    }
-    fleet.add(std::move(*daemon), io);
+  ClientFleet fleet(mine.count());
+  const ServerEndpoint endpoint{o.server_host, port, tls ? nullptr : &server_thread};
+  if (auto added = add_sites(fleet, o, data, mine, ids, *pki, endpoint, behaviour); !added) {
+    return added.error();
   }
   fleet.start();
   note("connecting " + std::to_string(o.clients) + " clients");
@@ -567,7 +645,12 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
     }
   }
   outcome.run_s = seconds_since(run_started);
+  // The run is over: the other ranks may stop their sites.
+  auto others_done = cluster.barrier(kLongestRun);
   fleet.stop();
+  if (!others_done) {
+    return others_done.error();
+  }
   if (dashboard && o.dashboard_linger_s > 0) {
     // For people looking at the finished run in a browser; the process only waits.
     note("the dashboard stays up for " + std::to_string(o.dashboard_linger_s) +

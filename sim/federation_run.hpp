@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "shared/util/error.hpp"
+#include "sim/cluster.hpp"
 #include "sim/options.hpp"
 #include "sim/sim_data.hpp"
 #include "sim/site_behaviour.hpp"
@@ -70,7 +71,12 @@ struct RunCallbacks {
 // Errors: certificate generation, server creation or listen, a client that cannot be
 // created, clients that do not all come online within a deadline, start_run's errors.
 // A run that ends paused or failed is a result (end_state), not an error.
+// With a cluster of several ranks (sim/cluster.hpp), rank 0 runs the server and its share
+// of the sites and returns the result; every other rank runs its share of the sites until
+// the run ends and returns a result without rounds (end_state "sites of rank k").
+// Errors also: invalid_argument (fewer sites than ranks, or several ranks without TLS),
+// the cluster's.
 result<FederatedResult> run_federation(const SimOptions& options, const SimData& data,
-                                       const RunCallbacks& callbacks = {});
+                                       const RunCallbacks& callbacks, Cluster& cluster);
 
 }  // namespace fedcore::sim

@@ -100,6 +100,13 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_flag("--quiet", o.quiet, "print only the final summary");
   app.add_flag("--jsonl", o.jsonl, "print one JSON object per round and one for the summary");
   app.add_flag("--verbose", o.verbose, "show server and client logs");
+  app.add_option("--server-host", o.server_host,
+                 "address the server listens on and the sites connect to (tls transport; with "
+                 "--mpi across machines, an address of rank 0's host the others can reach)")
+      ->capture_default_str();
+  app.add_flag("--mpi", o.mpi,
+               "run across the ranks of an MPI job (mpirun -n K): rank 0 hosts the server, "
+               "each rank a share of the sites; needs --transport tls");
 
   // CLI11 takes the arguments in reverse order.
   std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -133,6 +140,14 @@ result<void> validate(const SimOptions& o) {
   }
   if (o.dataset == "cifar10" && o.data_path.empty()) {
     return invalid("--dataset cifar10 needs --data-path DIR (the folder of data_batch_*.bin)");
+  }
+  if (o.mpi && o.transport != Transport::tls) {
+    return invalid(
+        "--mpi needs --transport tls: sites in other processes reach the server over "
+        "the network");
+  }
+  if (o.mpi && o.baseline_only) {
+    return invalid("--mpi distributes the federation's sites; --baseline-only has none");
   }
   if (auto spec = model_spec_json(o); !spec) {
     return spec.error();

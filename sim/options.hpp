@@ -80,6 +80,11 @@ struct SimOptions {
   bool quiet = false;                         // only the final summary line
   bool jsonl = false;                         // one JSON object per line (rounds, then the summary)
   bool verbose = false;                       // server and client logs on stderr
+  // Run across the processes of an MPI job (mpirun -n K fedcore-sim --mpi): rank 0 hosts
+  // the server, every rank a share of the sites (sim/cluster.hpp). Needs --transport tls.
+  bool mpi = false;
+  // Where rank 0's server listens and every site connects (TLS transport).
+  std::string server_host = "127.0.0.1";
 };
 
 // The outcome of reading a command line: options to run with, or help text to print.

@@ -21,6 +21,10 @@ class SimPki {
   static result<SimPki> create(const std::string& script, const std::string& dir,
                                const std::vector<std::string>& client_ids);
 
+  // The PKI another process created in `dir` (a rank of a multi-process simulation reads
+  // rank 0's); nothing is checked until a site uses its files.
+  static SimPki existing(const std::string& dir) { return SimPki(dir); }
+
   tls::ServerTlsConfig server_config() const;
   tls::ClientTlsConfig client_config(const std::string& client_id) const;
   const std::string& dir() const noexcept { return dir_; }

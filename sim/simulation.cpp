@@ -27,17 +27,34 @@ std::uint64_t open_files_needed(std::size_t clients) noexcept {
   return 2 * static_cast<std::uint64_t>(clients) + 256;
 }
 
+std::uint64_t open_files_needed(std::size_t clients, const Cluster& cluster) noexcept {
+  const auto mine = sites_of(clients, cluster.rank(), cluster.size()).count();
+  const std::uint64_t served = cluster.rank() == 0 ? clients : 0;
+  return mine + served + 256;
+}
+
 result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress) {
+  auto single = single_process_cluster();
+  return run_simulation(o, progress, *single);
+}
+
+result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress,
+                                         Cluster& cluster) {
   const auto started = std::chrono::steady_clock::now();
+  const auto mine = sites_of(o.clients, cluster.rank(), cluster.size());
   // Checked before anything starts: sites short of a socket would otherwise retry until
   // the connection deadline, minutes later.
   if (!o.baseline_only) {
-    const auto needed = open_files_needed(o.clients);
+    const auto needed = open_files_needed(o.clients, cluster);
     if (const auto limit = net::raise_open_file_limit(needed); limit < needed) {
-      return fail(errc::resource_exhausted,
-                  std::to_string(o.clients) + " clients need about " + std::to_string(needed) +
-                      " open files (two sockets each); this process may open " +
-                      std::to_string(limit) + " (ulimit -n): raise the limit or simulate fewer");
+      return fail(
+          errc::resource_exhausted,
+          std::to_string(o.clients) + " clients need about " + std::to_string(needed) +
+              " open files (two sockets each" +
+              (cluster.size() > 1 ? ", the server's ends on rank 0" : std::string()) +
+              "); this process may open " + std::to_string(limit) +
+              " (ulimit -n): raise the limit, simulate fewer" +
+              (cluster.size() > 1 ? " or use more ranks" : " or split them over ranks (--mpi)"));
     }
   }
   std::error_code ec;
@@ -68,9 +85,14 @@ result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress
     progress.note("federation: " + std::to_string(o.rounds) + " rounds, " + o.strategy + ", " +
                   std::string(to_string(o.transport)) + " transport");
     progress.begin_rounds(o.rounds);
-    auto ran = run_federation(o, *data, callbacks);
+    auto ran = run_federation(o, *data, callbacks, cluster);
     if (!ran) {
       return ran.error();
+    }
+    if (cluster.rank() != 0) {
+      progress.note("rank " + std::to_string(cluster.rank()) + ": the run is over, " +
+                    std::to_string(mine.count()) + " sites stopped");
+      return SimulationOutcome{};
     }
     federated = std::move(*ran);
   }

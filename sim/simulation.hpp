@@ -5,6 +5,7 @@
 #pragma once
 
 #include "shared/util/error.hpp"
+#include "sim/cluster.hpp"
 #include "sim/options.hpp"
 #include "sim/progress.hpp"
 
@@ -19,9 +20,17 @@ struct SimulationOutcome {
 // Errors: those of data loading, the federation's setup and writing the outputs. A run
 // that ends paused or failed still writes its outputs and is reported in summary.json.
 result<SimulationOutcome> run_simulation(const SimOptions& options, Progress& progress);
+// The same as one rank of a simulation across processes (sim/cluster.hpp): rank 0 as
+// above; every other rank loads the data, runs its share of the sites until the run ends,
+// and writes nothing (summary_path stays empty).
+result<SimulationOutcome> run_simulation(const SimOptions& options, Progress& progress,
+                                         Cluster& cluster);
 
 // The open files a simulation of `clients` sites needs: two sockets per site (its end and
 // the server's), and room for the data, the history and the dashboard.
 std::uint64_t open_files_needed(std::size_t clients) noexcept;
+// The same for one rank of a simulation across processes: its own sites' sockets, and on
+// rank 0 the server's end of every site's connection.
+std::uint64_t open_files_needed(std::size_t clients, const Cluster& cluster) noexcept;
 
 }  // namespace fedcore::sim

@@ -1,9 +1,13 @@
 // Whole simulated federations on the breast-cancer CSV (455 training samples): small and
 // fast, but the real server, real daemons, real TLS and real SQLite.
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -82,6 +86,46 @@ result<SimulationOutcome> run(const SimOptions& o) {
   return outcome;
 }
 
+// The ranks of a simulation across processes, as threads of this one: what mpirun's
+// ranks do through MPI (sim/mpi_cluster.cpp), they do through one shared meeting point.
+class ThreadCluster final : public Cluster {
+ public:
+  struct Meeting {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::optional<std::uint64_t> value;
+    int size = 0;
+    int arrived = 0;
+  };
+  ThreadCluster(Meeting& meeting, int rank) : meeting_(meeting), rank_(rank) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return meeting_.size; }
+  result<std::uint64_t> share_from_rank0(std::uint64_t value,
+                                         std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(meeting_.mutex);
+    if (rank_ == 0) {
+      meeting_.value = value;
+      meeting_.changed.notify_all();
+    }
+    if (!meeting_.changed.wait_for(lock, timeout, [&] { return meeting_.value.has_value(); }))
+      return fail(errc::deadline_exceeded, "rank 0 shared nothing");
+    return *meeting_.value;
+  }
+  result<void> barrier(std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(meeting_.mutex);
+    ++meeting_.arrived;
+    meeting_.changed.notify_all();
+    if (!meeting_.changed.wait_for(lock, timeout,
+                                   [&] { return meeting_.arrived >= meeting_.size; }))
+      return fail(errc::deadline_exceeded, "the other ranks did not arrive");
+    return {};
+  }
+
+ private:
+  Meeting& meeting_;
+  int rank_;
+};
+
 // More sites than the process may open sockets for: said at once, before anything starts,
 // instead of a connection deadline minutes later.
 TEST(SimRun, MoreSitesThanOpenFilesAllowIsRefusedAtOnceWithTheNumbers) {
@@ -96,6 +140,11 @@ TEST(SimRun, MoreSitesThanOpenFilesAllowIsRefusedAtOnceWithTheNumbers) {
   EXPECT_THAT(outcome.error().message, HasSubstr("ulimit -n"));
   EXPECT_FALSE(std::filesystem::exists(o.out + "/history.db")) << "nothing was started";
   EXPECT_EQ(open_files_needed(10'000), 20'256u);
+  // Across 2 ranks, rank 0 holds its 5,000 sites' sockets and the server's 10,000 ends.
+  ThreadCluster::Meeting meeting;
+  meeting.size = 2;
+  EXPECT_EQ(open_files_needed(10'000, ThreadCluster(meeting, 0)), 15'256u);
+  EXPECT_EQ(open_files_needed(10'000, ThreadCluster(meeting, 1)), 5'256u);
 }
 
 TEST(SimRun, WritesEveryOutputAndTheyParse) {
@@ -276,6 +325,61 @@ TEST(SimRun, InProcessAndTlsRunsGiveTheSameNumbers) {
             column(read_csv(in_process.out + "/rounds.csv"), "accuracy"));
 }
 
+// Two ranks share the sites (rank 1's connect to rank 0's server over TLS): the run is the
+// same run as in one process, round for round, and rank 1 writes nothing.
+TEST(SimRun, SitesSplitOverTwoRanksGiveTheSameNumbersAsOneProcess) {
+  testing::TempDir dir;
+  auto alone = small_run(dir, "alone");
+  ASSERT_TRUE(run(alone));
+  auto split = small_run(dir, "split");
+  ThreadCluster::Meeting meeting;
+  meeting.size = 2;
+  result<SimulationOutcome> rank0 = fail(errc::internal, "not run");
+  result<SimulationOutcome> rank1 = fail(errc::internal, "not run");
+  std::thread second([&] {
+    std::FILE* sink = std::tmpfile();
+    Progress progress(OutputMode::quiet, sink, false);
+    ThreadCluster cluster(meeting, 1);
+    rank1 = run_simulation(split, progress, cluster);
+    std::fclose(sink);
+  });
+  {
+    std::FILE* sink = std::tmpfile();
+    Progress progress(OutputMode::quiet, sink, false);
+    ThreadCluster cluster(meeting, 0);
+    rank0 = run_simulation(split, progress, cluster);
+    std::fclose(sink);
+  }
+  second.join();
+  ASSERT_TRUE(rank0) << rank0.error().to_string();
+  ASSERT_TRUE(rank1) << rank1.error().to_string();
+  EXPECT_FALSE(rank0->summary_path.empty());
+  EXPECT_TRUE(rank1->summary_path.empty()) << "only rank 0 reports";
+  const auto rows = read_csv(split.out + "/rounds.csv");
+  EXPECT_EQ(column(rows, "participants"), (std::vector<std::string>{"4", "4", "4"}));
+  EXPECT_EQ(column(rows, "accuracy"), column(read_csv(alone.out + "/rounds.csv"), "accuracy"));
+}
+
+// More ranks than sites, or several ranks without TLS, cannot work: said at once.
+TEST(SimRun, ASplitThatCannotWorkIsRefused) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "bad");
+  auto data = prepare_data(o);
+  ASSERT_TRUE(data) << data.error().to_string();
+  ThreadCluster::Meeting meeting;
+  meeting.size = 5;  // 4 sites
+  ThreadCluster cluster(meeting, 0);
+  auto ran = run_federation(o, *data, {}, cluster);
+  ASSERT_FALSE(ran);
+  EXPECT_EQ(ran.error().code, errc::invalid_argument);
+  EXPECT_THAT(ran.error().message, HasSubstr("4 sites cannot be shared by 5 ranks"));
+  meeting.size = 2;
+  o.transport = Transport::inproc;
+  ran = run_federation(o, *data, {}, cluster);
+  ASSERT_FALSE(ran);
+  EXPECT_THAT(ran.error().message, HasSubstr("--transport tls"));
+}
+
 // A port nobody listens on right now (the kernel's choice; it could be taken again before
 // the dashboard binds it, which would fail the test loudly rather than wrongly).
 std::uint16_t unused_port() {
@@ -316,7 +420,8 @@ TEST(SimRun, DashboardPortServesTheAdminApiWithThePrintedToken) {
     anonymous = client.get("/api/v1/clients", {{"Authorization", ""}});
     page = client.get("/");
   };
-  auto ran = run_federation(o, *data, callbacks);
+  auto single = single_process_cluster();
+  auto ran = run_federation(o, *data, callbacks, *single);
   ASSERT_TRUE(ran) << ran.error().to_string();
   ASSERT_FALSE(line.empty()) << "no dashboard line was printed";
   EXPECT_THAT(line, HasSubstr(":" + std::to_string(o.dashboard_port) + "/"));

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include "shared/util/source_tree.hpp"
+#include "sim/client_certificates.hpp"
 
 namespace fedcore::sim {
 namespace {
@@ -61,10 +62,9 @@ result<SimPki> SimPki::create(const std::string& script, const std::string& dir,
   if (auto r = step(script, dir, "server fedcore-server --days 30"); !r) {
     return r.error();
   }
-  for (const auto& id : client_ids) {
-    if (auto r = step(script, dir, "client " + quote(id) + " --days 30"); !r) {
-      return r.error();
-    }
+  // The sites' certificates in-process: one script run each took 33 ms a site.
+  if (auto issued = issue_client_certificates(dir, client_ids, 30); !issued) {
+    return issued.error();
   }
   return SimPki(dir);
 }

@@ -15,9 +15,10 @@ namespace fedcore::sim {
 
 class SimPki {
  public:
-  // Creates the CA, the server certificate and a certificate for every id in `client_ids`
-  // in `dir` with the script at `script`. Errors: failed_precondition when the script is
-  // missing; internal with the script's output when a step fails.
+  // Creates the CA and the server certificate in `dir` with the script at `script`, and a
+  // certificate for every id in `client_ids` in-process (sim/client_certificates.hpp).
+  // Errors: failed_precondition when the script is missing; internal with the script's
+  // output when a step fails, or the OpenSSL step that failed.
   static result<SimPki> create(const std::string& script, const std::string& dir,
                                const std::vector<std::string>& client_ids);
 

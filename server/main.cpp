@@ -210,6 +210,9 @@ int main(int argc, char** argv) {
     api_options.key_file = options.tls.key_file;
     api_options.tokens = api_config.tokens;
     api_options.max_connections = api_config.max_connections;
+    api_options.max_unauthenticated = api_config.max_unauthenticated;
+    api_options.max_unauthenticated_per_address = api_config.max_unauthenticated_per_address;
+    api_options.max_connections_per_address = api_config.max_connections_per_address;
     api_options.handshake_timeout = api_config.handshake_timeout;
     api_options.request_timeout = api_config.request_timeout;
     api_options.idle_timeout = api_config.idle_timeout;

@@ -103,7 +103,8 @@ result<ApiConfig> parse_api_config(const json& j) {
 
 result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
   StrictObject o(j, at,
-                 {"enabled", "listen", "port", "web_root", "max_connections", "tokens",
+                 {"enabled", "listen", "port", "web_root", "max_connections", "max_unauthenticated",
+                  "max_unauthenticated_per_address", "max_connections_per_address", "tokens",
                   "handshake_timeout_s", "request_timeout_s", "idle_timeout_s"});
   ApiConfig c;
   o.boolean("enabled", c.enabled);
@@ -111,6 +112,9 @@ result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
   o.integer("port", c.port, {0, 65535});
   o.string("web_root", c.web_root, kPath);
   o.integer("max_connections", c.max_connections, {1, 100000});
+  o.integer("max_unauthenticated", c.max_unauthenticated, {1, 100000});
+  o.integer("max_unauthenticated_per_address", c.max_unauthenticated_per_address, {1, 100000});
+  o.integer("max_connections_per_address", c.max_connections_per_address, {1, 100000});
   seconds(o, "handshake_timeout_s", c.handshake_timeout);
   seconds(o, "request_timeout_s", c.request_timeout);
   seconds(o, "idle_timeout_s", c.idle_timeout);
@@ -127,11 +131,12 @@ result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
 }
 
 result<ServerConfig> parse_server_config(const json& j) {
-  StrictObject o(j, kRoot,
-                 {"listen", "port", "database", "checkpoint_dir", "max_connections",
-                  "max_unauthenticated", "max_unauthenticated_per_address", "max_inflight_updates",
-                  "upload_memory_mb", "crl_poll_s", "heartbeat_seconds", "idle_timeout_s",
-                  "handshake_timeout_s", "hello_timeout_s", "tls", "api"});
+  StrictObject o(
+      j, kRoot,
+      {"listen", "port", "database", "checkpoint_dir", "max_connections", "max_unauthenticated",
+       "max_unauthenticated_per_address", "max_inflight_updates", "upload_memory_mb", "crl_poll_s",
+       "heartbeat_seconds", "idle_timeout_s", "handshake_timeout_s", "hello_timeout_s",
+       "storage_probe_first_s", "storage_probe_max_s", "tls", "api"});
   ServerConfig c;
   auto& f = c.federation;
   o.string("listen", f.listen_address, {.min_size = 1, .max_size = 255});
@@ -145,6 +150,15 @@ result<ServerConfig> parse_server_config(const json& j) {
   auto upload_memory_mb = static_cast<std::int64_t>(f.upload_memory_bytes >> 20);
   o.integer("upload_memory_mb", upload_memory_mb, {0, 1 << 20});
   f.upload_memory_bytes = static_cast<std::uint64_t>(upload_memory_mb) << 20;
+  // How a run paused by a full or read-only disk probes for room (storage_fault.hpp).
+  auto probe_first_s =
+      std::chrono::duration_cast<std::chrono::seconds>(f.storage_retry.first_probe).count();
+  auto probe_max_s =
+      std::chrono::duration_cast<std::chrono::seconds>(f.storage_retry.max_interval).count();
+  o.integer("storage_probe_first_s", probe_first_s, {1, 3600});
+  o.integer("storage_probe_max_s", probe_max_s, {1, 86400});
+  f.storage_retry.first_probe = std::chrono::seconds(probe_first_s);
+  f.storage_retry.max_interval = std::chrono::seconds(probe_max_s);
   auto crl_poll_s = std::chrono::duration_cast<std::chrono::seconds>(f.crl_poll_interval).count();
   o.integer("crl_poll_s", crl_poll_s, {0, 86400});
   f.crl_poll_interval = std::chrono::seconds(crl_poll_s);
@@ -160,6 +174,11 @@ result<ServerConfig> parse_server_config(const json& j) {
     o.reject("idle_timeout_s", "(" + std::to_string(idle_s) +
                                    ") must exceed 3 heartbeats (3 x 'heartbeat_seconds' = " +
                                    std::to_string(3 * f.heartbeat_seconds) + ")");
+  }
+  if (o.ok() && probe_first_s > probe_max_s) {
+    o.reject("storage_probe_first_s", "(" + std::to_string(probe_first_s) +
+                                          ") must not exceed 'storage_probe_max_s' (" +
+                                          std::to_string(probe_max_s) + ")");
   }
   if (o.ok() && o.has("tls")) {
     auto tls = parse_tls(*o.find("tls"), o.at("tls"));

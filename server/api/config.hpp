@@ -49,6 +49,11 @@ struct ApiConfig {
   std::uint16_t port = 8443;
   std::string web_root;  // empty: the server's default (./web, or beside the binary)
   std::size_t max_connections = 256;
+  // Connections without a whole request header yet, in all and per address, and every
+  // connection from one address (net/connection_table.hpp).
+  std::size_t max_unauthenticated = 128;
+  std::size_t max_unauthenticated_per_address = 16;
+  std::size_t max_connections_per_address = 32;
   std::vector<TokenEntry> tokens;
   // A connection's TLS handshake, its request (first byte to last header byte) and the
   // wait between keep-alive requests (api_server.hpp).

@@ -34,10 +34,12 @@ std::string readme_example(const std::string& name) {
 TEST(ServerConfig, ReadsEveryKey) {
   auto c = parse_server_config_text(R"({"listen": "0.0.0.0", "port": 7500, "database": "h.db",
       "checkpoint_dir": "ck", "max_connections": 64, "heartbeat_seconds": 2, "idle_timeout_s": 30,
-      "handshake_timeout_s": 3, "hello_timeout_s": 4,
+      "handshake_timeout_s": 3, "hello_timeout_s": 4, "upload_memory_mb": 96,
+      "storage_probe_first_s": 5, "storage_probe_max_s": 300,
       "tls": {"ca": "ca.pem", "cert": "s.pem", "key": "s.key", "crl": "crl.pem"},
       "api": {"port": 0, "enabled": false, "handshake_timeout_s": 5, "request_timeout_s": 6,
-              "idle_timeout_s": 7}})");
+              "idle_timeout_s": 7, "max_unauthenticated": 40,
+              "max_unauthenticated_per_address": 4, "max_connections_per_address": 8}})");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->federation.listen_address, "0.0.0.0");
   EXPECT_EQ(c->federation.port, 7500);
@@ -51,6 +53,12 @@ TEST(ServerConfig, ReadsEveryKey) {
   EXPECT_EQ(c->api.handshake_timeout, std::chrono::seconds(5));
   EXPECT_EQ(c->api.request_timeout, std::chrono::seconds(6));
   EXPECT_EQ(c->api.idle_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(c->federation.upload_memory_bytes, std::uint64_t{96} << 20);
+  EXPECT_EQ(c->federation.storage_retry.first_probe, std::chrono::seconds(5));
+  EXPECT_EQ(c->federation.storage_retry.max_interval, std::chrono::seconds(300));
+  EXPECT_EQ(c->api.max_unauthenticated, 40u);
+  EXPECT_EQ(c->api.max_unauthenticated_per_address, 4u);
+  EXPECT_EQ(c->api.max_connections_per_address, 8u);
   EXPECT_EQ(c->federation.tls.crl_file, "crl.pem");
   EXPECT_EQ(c->api.port, 0);
   EXPECT_FALSE(c->api.enabled);
@@ -75,7 +83,10 @@ TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
        "server config: unknown key 'colour' (known keys: listen, port, database, checkpoint_dir, "
        "max_connections, max_unauthenticated, max_unauthenticated_per_address, "
        "max_inflight_updates, upload_memory_mb, crl_poll_s, heartbeat_seconds, idle_timeout_s, "
-       "handshake_timeout_s, hello_timeout_s, tls, api)"},
+       "handshake_timeout_s, hello_timeout_s, storage_probe_first_s, storage_probe_max_s, tls, "
+       "api)"},
+      {R"({"storage_probe_first_s": 90, "storage_probe_max_s": 60})",
+       "server config: 'storage_probe_first_s' (90) must not exceed 'storage_probe_max_s' (60)"},
       {R"({"upload_memory_mb": -1})",
        "server config: 'upload_memory_mb' must be an integer in [0, 1048576], got -1"},
       {R"({"hello_timeout_s": 0})",

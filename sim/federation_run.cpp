@@ -370,6 +370,15 @@ result<net::LocalStream> connect_in_process(ServerThread& server, asio::io_conte
   return site_end;
 }
 
+// Every site's id, in site order (the same on every rank).
+std::vector<std::string> site_ids(std::size_t clients) {
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < clients; ++i) {
+    ids.push_back(client_id(i, clients));
+  }
+  return ids;
+}
+
 // How long ranks other than 0 wait for rank 0's server: its throwaway PKI makes a
 // certificate per site first.
 std::chrono::milliseconds setup_wait(std::size_t clients) {
@@ -431,10 +440,7 @@ result<FederatedResult> run_remote_sites(const SimOptions& o, const SimData& dat
   if (!port) {
     return port.error();
   }
-  std::vector<std::string> ids;
-  for (std::size_t i = 0; i < o.clients; ++i) {
-    ids.push_back(client_id(i, o.clients));
-  }
+  const auto ids = site_ids(o.clients);
   const auto pki = SimPki::existing((std::filesystem::path(o.out) / "certs").string());
   SiteBehaviour behaviour(o);
   ClientFleet fleet(range.count());
@@ -492,10 +498,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   for (const char* stale : {"history.db", "history.db-wal", "history.db-shm", "checkpoints"}) {
     fs::remove_all(out / stale, ec);
   }
-  std::vector<std::string> ids;
-  for (std::size_t i = 0; i < o.clients; ++i) {
-    ids.push_back(client_id(i, o.clients));
-  }
+  const auto ids = site_ids(o.clients);
 
   // The server builds its TLS context even when only in-process clients attach, so the
   // inproc transport still gets a CA and a server certificate (but no client ones).

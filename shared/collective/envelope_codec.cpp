@@ -67,6 +67,15 @@ class FastReader {
     return std::string(s);
   }
   bool at_end() const noexcept { return at_ == text_.size(); }
+  // `key` (the literal before a number, e.g. `,"seq":`), then the number into `out`.
+  bool number_after(std::string_view key, std::uint64_t& out) {
+    if (!literal(key))
+      return false;
+    const auto value = number();
+    if (value)
+      out = *value;
+    return value.has_value();
+  }
 
  private:
   std::string_view text_;
@@ -77,43 +86,27 @@ std::optional<DecodedMetadata> decode_fast(std::string_view metadata) {
   FastReader r(metadata);
   DecodedMetadata d;
   Envelope& e = d.envelope;
-  if (!r.literal(R"({"bytes":)"))
-    return std::nullopt;
-  const auto bytes = r.number();
-  if (!bytes || !r.literal(R"(,"job":")"))
-    return std::nullopt;
-  auto job = r.plain_string();
-  if (!job || !r.literal(R"(,"length":)"))
-    return std::nullopt;
-  const auto length = r.number();
-  if (!length || !r.literal(R"(,"n":)"))
-    return std::nullopt;
-  const auto n = r.number();
-  if (!n || !r.literal(R"(,"op":)"))
-    return std::nullopt;
-  const auto op = r.number();
-  if (!op || !r.literal(R"(,"segment":)"))
-    return std::nullopt;
-  const auto segment = r.number();
-  if (!segment || !r.literal(R"(,"seq":)"))
-    return std::nullopt;
-  const auto seq = r.number();
-  if (!seq || !r.literal(R"(,"tag":)"))
-    return std::nullopt;
-  const auto tag = r.number();
-  if (!tag || !r.literal("}") || !r.at_end())
+  std::uint64_t bytes = 0, length = 0, n = 0, op = 0, segment = 0, seq = 0, tag = 0;
+  std::optional<std::string> job;
+  const bool read = r.number_after(R"({"bytes":)", bytes) && r.literal(R"(,"job":")") &&
+                    (job = r.plain_string()) && r.number_after(R"(,"length":)", length) &&
+                    r.number_after(R"(,"n":)", n) && r.number_after(R"(,"op":)", op) &&
+                    r.number_after(R"(,"segment":)", segment) &&
+                    r.number_after(R"(,"seq":)", seq) && r.number_after(R"(,"tag":)", tag) &&
+                    r.literal("}") && r.at_end();
+  if (!read)
     return std::nullopt;
   // Out of range for its field: let the library path give the precise error.
-  if (*op > 255 || *segment > UINT32_MAX || *tag > UINT32_MAX)
+  if (op > 255 || segment > UINT32_MAX || tag > UINT32_MAX)
     return std::nullopt;
   e.job = std::move(*job);
-  e.seq = *seq;
-  e.op = static_cast<OpType>(*op);
-  e.tag = static_cast<std::uint32_t>(*tag);
-  e.bytes = *bytes;
-  e.segment = static_cast<std::uint32_t>(*segment);
-  e.length = *length;
-  d.n = *n;
+  e.seq = seq;
+  e.op = static_cast<OpType>(op);
+  e.tag = static_cast<std::uint32_t>(tag);
+  e.bytes = bytes;
+  e.segment = static_cast<std::uint32_t>(segment);
+  e.length = length;
+  d.n = n;
   return d;
 }
 

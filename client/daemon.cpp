@@ -257,12 +257,11 @@ SessionHooks ClientDaemon::Impl::hooks() {
 
 asio::awaitable<result<std::shared_ptr<net::Link>>> ClientDaemon::Impl::connect() {
   if (options.connect_local) {
-    auto stream = options.connect_local();
-    if (!stream) {
-      co_return stream.error();
+    auto link = options.connect_local();
+    if (!link) {
+      co_return link.error();
     }
-    co_return std::shared_ptr<net::Link>(
-        std::make_shared<net::StreamLink<net::LocalStream>>(std::move(*stream), options.channel));
+    co_return std::shared_ptr<net::Link>(std::move(*link));
   }
   co_return co_await connect_tls();
 }

@@ -74,10 +74,11 @@ struct ClientOptions {
   // daemon then reconnects as after any lost connection.
   std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
   // Simulation only (fedcore-sim --transport inproc): when set, every session runs over
-  // the connected local stream this returns instead of TCP + TLS to host:port (whose
-  // other end the simulator hands to FederationServer::attach_local_session); `tls` is
-  // then unused. Its errors are treated like a failed connection.
-  std::function<result<net::LocalStream>()> connect_local;
+  // the link this returns (one end of a memory link on this daemon's io_context, whose
+  // other end the simulator hands to FederationServer::attach_local_session) instead of
+  // TCP + TLS to host:port; `tls` is then unused. Its errors are treated like a failed
+  // connection.
+  std::function<result<std::unique_ptr<net::Link>>()> connect_local;
   // What the site agrees to (client/site_policy.hpp): checked against every TRAIN request,
   // and against the server's certificate right after each TLS handshake. The default
   // policy limits nothing.

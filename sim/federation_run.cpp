@@ -17,7 +17,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/local/connect_pair.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
@@ -31,6 +30,7 @@
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
+#include "shared/net/memory_link.hpp"
 #include "shared/util/threads.hpp"
 #include "sim/cluster.hpp"
 #include "sim/pki.hpp"
@@ -353,21 +353,16 @@ result<std::string> start_dashboard(const SimOptions& o, const SimPki& pki,
          "; the certificate is signed by " + pki.server_config().ca_file + ")";
 }
 
-// A connected local socket pair: one end for the site (on its io_context), the other
-// attached to the server as that site's session (on the server's thread).
-result<net::LocalStream> connect_in_process(ServerThread& server, asio::io_context& site_io,
-                                            const std::string& id) {
-  net::LocalStream site_end(site_io);
-  net::LocalStream server_end(server.io());
-  boost::system::error_code ec;
-  asio::local::connect_pair(site_end, server_end, ec);
-  if (ec) {
-    return fail(errc::unavailable, "cannot create a socket pair: " + ec.message());
-  }
-  asio::post(server.io(), [&server, id, stream = std::move(server_end)]() mutable {
-    server.server().attach_local_session(id, std::move(stream));
+// A memory link (shared/net/memory_link.hpp): one end for the site (on its io_context),
+// the other attached to the server as that site's session (on the server's thread). No file
+// descriptor per site, so the open-file limit does not bound the number of sites.
+std::unique_ptr<net::Link> connect_in_process(ServerThread& server, asio::io_context& site_io,
+                                              const std::string& id) {
+  auto link = net::make_memory_link(site_io.get_executor(), server.io().get_executor());
+  asio::post(server.io(), [&server, id, end = std::move(link.second)]() mutable {
+    server.server().attach_local_session(id, std::move(end));
   });
-  return site_end;
+  return std::move(link.first);
 }
 
 // Every site's id, in site order (the same on every rank).
@@ -407,7 +402,7 @@ result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& d
       c.tls = pki.client_config(ids[i]);
     } else {
       c.connect_local = [&thread = *server.in_process, &io,
-                         id = ids[i]]() -> result<net::LocalStream> {
+                         id = ids[i]]() -> result<std::unique_ptr<net::Link>> {
         return connect_in_process(thread, io, id);
       };
     }

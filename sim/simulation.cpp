@@ -23,11 +23,11 @@ std::string percent(double v) {
 
 }  // namespace
 
-std::uint64_t open_files_needed(std::size_t clients) noexcept {
-  return 2 * static_cast<std::uint64_t>(clients) + 256;
-}
-
-std::uint64_t open_files_needed(std::size_t clients, const Cluster& cluster) noexcept {
+std::uint64_t open_files_needed(std::size_t clients, Transport transport,
+                                const Cluster& cluster) noexcept {
+  if (transport == Transport::inproc) {
+    return 256;
+  }
   const auto mine = sites_of(clients, cluster.rank(), cluster.size()).count();
   const std::uint64_t served = cluster.rank() == 0 ? clients : 0;
   return mine + served + 256;
@@ -45,7 +45,7 @@ result<SimulationOutcome> run_simulation(const SimOptions& o, Progress& progress
   // Checked before anything starts: sites short of a socket would otherwise retry until
   // the connection deadline, minutes later.
   if (!o.baseline_only) {
-    const auto needed = open_files_needed(o.clients, cluster);
+    const auto needed = open_files_needed(o.clients, o.transport, cluster);
     if (const auto limit = net::raise_open_file_limit(needed); limit < needed) {
       return fail(
           errc::resource_exhausted,

@@ -26,11 +26,11 @@ result<SimulationOutcome> run_simulation(const SimOptions& options, Progress& pr
 result<SimulationOutcome> run_simulation(const SimOptions& options, Progress& progress,
                                          Cluster& cluster);
 
-// The open files a simulation of `clients` sites needs: two sockets per site (its end and
-// the server's), and room for the data, the history and the dashboard.
-std::uint64_t open_files_needed(std::size_t clients) noexcept;
-// The same for one rank of a simulation across processes: its own sites' sockets, and on
-// rank 0 the server's end of every site's connection.
-std::uint64_t open_files_needed(std::size_t clients, const Cluster& cluster) noexcept;
+// The open files one process (one rank) of a simulation of `clients` sites needs: room for
+// the data, the history and the dashboard, and over TLS two sockets per site (its own
+// sites' ends, and on rank 0 the server's end of every site's connection). In-process
+// sites use memory links, no descriptor at all.
+std::uint64_t open_files_needed(std::size_t clients, Transport transport,
+                                const Cluster& cluster) noexcept;
 
 }  // namespace fedcore::sim

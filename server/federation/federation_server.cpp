@@ -178,7 +178,7 @@ struct FederationServer::Impl final : EventSink {
   asio::awaitable<void> watch_crl();
   result<std::size_t> reload_revocations();
   asio::awaitable<void> serve(tcp::socket socket, net::ConnectionTable::Ticket ticket);
-  asio::awaitable<void> serve_local(std::string client_id, net::LocalStream stream);
+  asio::awaitable<void> serve_local(std::string client_id, std::unique_ptr<net::Link> link);
   // `ticket` (null for in-process clients) is marked authenticated once HELLO is accepted.
   asio::awaitable<void> session_loop(std::shared_ptr<Session> session,
                                      net::ConnectionTable::Ticket* ticket = nullptr);
@@ -353,7 +353,7 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket,
 
 // An in-process client: no handshake, the caller vouched for the identity.
 asio::awaitable<void> FederationServer::Impl::serve_local(std::string client_id,
-                                                          net::LocalStream stream) {
+                                                          std::unique_ptr<net::Link> link) {
   ++connections;
   struct Release {
     std::size_t& n;
@@ -364,8 +364,7 @@ asio::awaitable<void> FederationServer::Impl::serve_local(std::string client_id,
   session->connected_ms = clock.wall_ms();
   session->client_id = std::move(client_id);
   session->peer = "in-process";
-  session->link =
-      std::make_unique<net::StreamLink<net::LocalStream>>(std::move(stream), options.channel);
+  session->link = std::move(link);
   co_await session_loop(session);
 }
 
@@ -685,14 +684,15 @@ void FederationServer::shutdown() {
   spdlog::info("federation server stopping");
 }
 
-void FederationServer::attach_local_session(std::string client_id, net::LocalStream stream) {
+void FederationServer::attach_local_session(std::string client_id,
+                                            std::unique_ptr<net::Link> link) {
   auto& s = *impl_;
   if (s.stopping || s.connections >= s.options.max_connections) {
     spdlog::warn("refusing in-process client '{}': {}", client_id,
                  s.stopping ? "shutting down" : "connection limit reached");
-    return;  // the stream closes as it goes out of scope; the client sees end of stream
+    return;  // the link closes as it goes out of scope; the client sees end of stream
   }
-  asio::co_spawn(s.io, s.serve_local(std::move(client_id), std::move(stream)),
+  asio::co_spawn(s.io, s.serve_local(std::move(client_id), std::move(link)),
                  log_session_exception);
 }
 

@@ -48,6 +48,7 @@
 #include "server/federation/storage_fault.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/net/frame_channel.hpp"
+#include "shared/net/link.hpp"
 #include "shared/net/sleeper.hpp"
 #include "shared/tls/context.hpp"
 #include "shared/util/error.hpp"
@@ -157,12 +158,13 @@ class FederationServer {
   // Subscribers must not block. Returns a handle for unsubscribe_events().
   std::uint64_t subscribe_events(std::function<void(const store::EventRecord&)> listener);
   void unsubscribe_events(std::uint64_t handle);
-  // In-process clients (fedcore-sim --transport inproc): serves `stream`, one end of a
-  // connected local socket pair, as a session of `client_id`, exactly like a TLS session
-  // after its handshake (HELLO, rounds, heartbeats, deadlines). There is no TLS: the
-  // caller vouches for the identity, so only a process that owns the server can attach.
-  // Refused (the stream is closed) while shutting down or at max_connections.
-  void attach_local_session(std::string client_id, net::LocalStream stream);
+  // In-process clients (fedcore-sim --transport inproc): serves `link`, one end of a
+  // memory link (shared/net/memory_link.hpp) whose end is on this server's io_context, as
+  // a session of `client_id`, exactly like a TLS session after its handshake (HELLO,
+  // rounds, heartbeats, deadlines). There is no TLS: the caller vouches for the identity,
+  // so only a process that owns the server can attach. Refused (the link is closed) while
+  // shutting down or at max_connections. Call on the io_context's thread.
+  void attach_local_session(std::string client_id, std::unique_ptr<net::Link> link);
   // See the class comment. Idempotent.
   void shutdown();
   // Re-reads the CRL file: handshakes from now on check the new list, and live sessions

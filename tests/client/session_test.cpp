@@ -279,14 +279,15 @@ class DaemonTest : public ::testing::Test {
     options.seed = seed;
     options.initial_backoff = 500ms;
     options.max_backoff = 4s;
-    options.connect_local = [this]() -> result<net::LocalStream> {
+    options.connect_local = [this]() -> result<std::unique_ptr<net::Link>> {
       ++attempts_;
       if (!server_up_) {
         return fail(errc::unavailable, "server is down");
       }
       auto [client_end, server_end] = socket_pair(io_);
       servers_.push_back(std::make_unique<FakeServer>(io_, std::move(server_end)));
-      return std::move(client_end);
+      return std::unique_ptr<net::Link>(std::make_unique<net::StreamLink<net::LocalStream>>(
+          std::move(client_end), net::ChannelOptions{}));
     };
     auto daemon = ClientDaemon::create(io_, std::move(options), tiny_data());
     EXPECT_TRUE(daemon) << daemon.error().message;

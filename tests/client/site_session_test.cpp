@@ -237,10 +237,11 @@ class SiteDaemonTest : public ::testing::Test {
     auto parsed = parse_site_policy(policy);
     EXPECT_TRUE(parsed);
     options.policy = *parsed;
-    options.connect_local = [this]() -> result<net::LocalStream> {
+    options.connect_local = [this]() -> result<std::unique_ptr<net::Link>> {
       auto [client_end, server_end] = socket_pair(io_);
       servers_.push_back(std::make_unique<FakeServer>(io_, std::move(server_end)));
-      return std::move(client_end);
+      return std::unique_ptr<net::Link>(std::make_unique<net::StreamLink<net::LocalStream>>(
+          std::move(client_end), net::ChannelOptions{}));
     };
     return ClientDaemon::create(io_, std::move(options), tiny_data());
   }

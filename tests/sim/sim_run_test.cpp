@@ -139,12 +139,16 @@ TEST(SimRun, MoreSitesThanOpenFilesAllowIsRefusedAtOnceWithTheNumbers) {
               HasSubstr("2000000 clients need about 4000256 open files (two sockets each)"));
   EXPECT_THAT(outcome.error().message, HasSubstr("ulimit -n"));
   EXPECT_FALSE(std::filesystem::exists(o.out + "/history.db")) << "nothing was started";
-  EXPECT_EQ(open_files_needed(10'000), 20'256u);
+  ThreadCluster::Meeting alone;
+  alone.size = 1;
+  EXPECT_EQ(open_files_needed(10'000, Transport::tls, ThreadCluster(alone, 0)), 20'256u);
+  // In-process sites hold no descriptor (memory links).
+  EXPECT_EQ(open_files_needed(10'000, Transport::inproc, ThreadCluster(alone, 0)), 256u);
   // Across 2 ranks, rank 0 holds its 5,000 sites' sockets and the server's 10,000 ends.
   ThreadCluster::Meeting meeting;
   meeting.size = 2;
-  EXPECT_EQ(open_files_needed(10'000, ThreadCluster(meeting, 0)), 15'256u);
-  EXPECT_EQ(open_files_needed(10'000, ThreadCluster(meeting, 1)), 5'256u);
+  EXPECT_EQ(open_files_needed(10'000, Transport::tls, ThreadCluster(meeting, 0)), 15'256u);
+  EXPECT_EQ(open_files_needed(10'000, Transport::tls, ThreadCluster(meeting, 1)), 5'256u);
 }
 
 TEST(SimRun, WritesEveryOutputAndTheyParse) {

@@ -32,7 +32,7 @@ const char* const kSoftware = "fedcore-client 0.1.0";
 }  // namespace
 
 struct ClientDaemon::Impl {
-  Impl(asio::io_context& io_context, ClientOptions o, data::TrainTest d, asio::ssl::context tls,
+  Impl(asio::io_context& io_context, ClientOptions o, SiteData d, asio::ssl::context tls,
        std::uint64_t jitter_seed)
       : io(io_context),
         options(std::move(o)),
@@ -46,7 +46,7 @@ struct ClientDaemon::Impl {
 
   asio::io_context& io;
   ClientOptions options;
-  data::TrainTest data;
+  SiteData data;
   asio::ssl::context tls_context;
   // The pool training runs on: options.compute, or a one-thread pool of the daemon's own.
   std::shared_ptr<asio::thread_pool> worker =
@@ -93,13 +93,13 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   if (!data) {
     return data.error();
   }
-  return create(io, std::move(options), std::move(*data));
+  return create(io, std::move(options), SiteData(std::move(*data)));
 }
 
 result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
                                                            ClientOptions options,
-                                                           data::TrainTest local) {
-  if (local.train.size() == 0) {
+                                                           SiteData local) {
+  if (local.shape().train_samples == 0) {
     return fail(errc::invalid_argument, "the local data set has no training samples");
   }
   // In-process sessions have no TLS; their (unused) context needs no certificates.
@@ -134,7 +134,7 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   auto impl =
       std::make_unique<Impl>(io, std::move(options), std::move(local), std::move(*tls), seed);
   impl->identity = std::move(identity);
-  impl->dp_ledger = RecordDpLedger(impl->data.train.size());
+  impl->dp_ledger = RecordDpLedger(impl->data.shape().train_samples);
   if (!impl->options.audit_log.empty()) {
     auto audit = AuditLog::open(impl->options.audit_log, *impl->clock);
     if (!audit) {
@@ -199,10 +199,11 @@ asio::awaitable<ClientDaemon::Impl::Served> ClientDaemon::Impl::serve_one_connec
 
 protocol::Hello ClientDaemon::Impl::hello() const {
   protocol::Hello h;
-  h.samples = data.train.size();
-  h.test_samples = data.test.size();
-  h.input_shape = data.train.sample_shape;
-  h.num_classes = data.train.num_classes;
+  const auto& shape = data.shape();
+  h.samples = shape.train_samples;
+  h.test_samples = shape.test_samples;
+  h.input_shape = shape.sample_shape;
+  h.num_classes = shape.num_classes;
   h.capabilities = {"train", "evaluate"};
   h.software = kSoftware;
   return h;
@@ -219,7 +220,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
     co_return co_await asio::co_spawn(
         *worker,
         [&]() -> asio::awaitable<LocalResult> {
-          co_return train_locally(request, global, data, options.threads);
+          co_return train_locally(request, global, *data.samples(), options.threads);
         },
         asio::use_awaitable);
   };
@@ -230,7 +231,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
     co_return co_await asio::co_spawn(
         *worker,
         [&]() -> asio::awaitable<result<protocol::LocalEvaluation>> {
-          co_return evaluate_locally(request, params, data, options.threads);
+          co_return evaluate_locally(request, params, *data.samples(), options.threads);
         },
         asio::use_awaitable);
   };
@@ -249,7 +250,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
   // the site's policy asks every run for protection its statistics would bypass.
   if (shares_feature_statistics(options.policy)) {
     h.feature_stats = [this](const protocol::FeatureStatsRequest& request) {
-      return feature_stats_report(request, data.train);
+      return feature_stats_report(request, data.samples()->train);
     };
   }
   return h;
@@ -353,10 +354,10 @@ void ClientDaemon::stop() {
 }
 
 std::size_t ClientDaemon::train_samples() const noexcept {
-  return impl_->data.train.size();
+  return impl_->data.shape().train_samples;
 }
 std::size_t ClientDaemon::test_samples() const noexcept {
-  return impl_->data.test.size();
+  return impl_->data.shape().test_samples;
 }
 std::uint64_t ClientDaemon::rounds_trained() const noexcept {
   return impl_->rounds_trained + (impl_->session ? impl_->session->rounds_trained() : 0);

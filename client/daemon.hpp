@@ -30,6 +30,7 @@
 #include "client/backoff.hpp"
 #include "client/data_source.hpp"
 #include "client/session.hpp"
+#include "client/site_data.hpp"
 #include "client/site_policy.hpp"
 #include "shared/data/dataset.hpp"
 #include "shared/net/frame_channel.hpp"
@@ -97,10 +98,11 @@ class ClientDaemon {
   // for a bad data source.
   static result<std::unique_ptr<ClientDaemon>> create(boost::asio::io_context& io,
                                                       ClientOptions options);
-  // The same with data already loaded (fedcore-sim shares one load among many simulated
-  // sites); options.data is then ignored. Errors: as above, minus the loaders'.
+  // The same with data already loaded, or loaded on demand (fedcore-sim shares one load
+  // among many simulated sites; client/site_data.hpp); options.data is then ignored.
+  // Errors: as above, minus the loaders'.
   static result<std::unique_ptr<ClientDaemon>> create(boost::asio::io_context& io,
-                                                      ClientOptions options, data::TrainTest local);
+                                                      ClientOptions options, SiteData local);
   ~ClientDaemon();
   ClientDaemon(const ClientDaemon&) = delete;
   ClientDaemon& operator=(const ClientDaemon&) = delete;

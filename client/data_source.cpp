@@ -62,17 +62,25 @@ result<data::TrainTest> load_local_data(const DataSource& source) {
     if (!spec) {
       return spec.error();
     }
-    if (source.partition_clients == 0 || source.partition_index >= source.partition_clients ||
-        source.partition_clients > all.size()) {
+    if (source.partition_clients == 0 || source.partition_index >= source.partition_clients) {
       return fail(errc::invalid_argument,
                   "partition index " + std::to_string(source.partition_index) + " of " +
                       std::to_string(source.partition_clients) + " clients is out of range");
     }
+    if (const auto needed = data::samples_needed(*spec, source.partition_clients);
+        needed > all.size()) {
+      return fail(errc::invalid_argument,
+                  "partition " + source.partition + " of " +
+                      std::to_string(source.partition_clients) + " clients needs at least " +
+                      std::to_string(needed) + " training samples; the data has " +
+                      std::to_string(all.size()));
+    }
     auto parts = data::partition(*spec, all.labels, all.num_classes, source.partition_clients,
                                  source.partition_seed);
     all = all.subset(parts[source.partition_index]);
-    if (has_test_pool) {
-      // Each simulated site also gets its own slice of the public test set.
+    if (has_test_pool && source.partition_clients <= test_pool.size()) {
+      // Each simulated site also gets its own slice of the public test set (sites that
+      // outnumber its samples keep all of it).
       auto test_parts =
           data::partition_iid(test_pool.labels, source.partition_clients, source.partition_seed);
       test_pool = test_pool.subset(test_parts[source.partition_index]);

@@ -417,7 +417,7 @@ result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& d
     c.healthy_session = std::chrono::milliseconds(0);
     c.seed = o.seed + i;
     c.before_update = behaviour.seam(i);
-    auto daemon = client::ClientDaemon::create(io, std::move(c), local_data(data, i));
+    auto daemon = client::ClientDaemon::create(io, std::move(c), site_data(data, i));
     if (!daemon) {
       return fail(daemon.error().code, ids[i] + ": " + daemon.error().message);
     }

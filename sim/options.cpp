@@ -42,7 +42,7 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
                  "data folder (fashion-mnist, cifar10) or CSV file (breast-cancer)");
   app.add_option("--model", o.model, "logreg | mlp | cnn | a JSON model spec")
       ->capture_default_str();
-  app.add_option("--partition", o.partition, "iid | dirichlet:ALPHA | shards:K")
+  app.add_option("--partition", o.partition, "iid | dirichlet:ALPHA | shards:K | sample:K")
       ->capture_default_str();
   app.add_option("--clients", o.clients, "simulated sites")->capture_default_str();
   app.add_option("--clients-per-round", o.clients_per_round,

@@ -72,9 +72,13 @@ result<SimData> prepare_data(const SimOptions& o) {
     return spec.error();
   }
   const auto& train = loaded->train;
-  const std::size_t needed =
-      spec->kind == data::PartitionKind::shards ? o.clients * spec->shards_per_client : o.clients;
+  const std::size_t needed = data::samples_needed(*spec, o.clients);
   if (needed > train.size()) {
+    if (spec->kind == data::PartitionKind::sample) {
+      return fail(errc::invalid_argument,
+                  "--partition " + o.partition + " needs at least " + std::to_string(needed) +
+                      " training samples; the data has " + std::to_string(train.size()));
+    }
     return fail(errc::invalid_argument, std::to_string(o.clients) + " clients need at least " +
                                             std::to_string(needed) +
                                             " training samples with --partition " + o.partition +
@@ -95,6 +99,12 @@ result<SimData> prepare_data(const SimOptions& o) {
 data::TrainTest local_data(const SimData& d, std::size_t index) {
   return data::TrainTest{d.all.train.subset(d.train_parts.at(index)),
                          d.all.test.subset(d.test_parts.at(index))};
+}
+
+client::SiteData site_data(const SimData& d, std::size_t index) {
+  client::SiteDataShape shape{d.train_parts.at(index).size(), d.test_parts.at(index).size(),
+                              d.all.train.sample_shape, d.all.train.num_classes};
+  return client::SiteData(std::move(shape), [&d, index] { return local_data(d, index); });
 }
 
 std::string client_id(std::size_t index, std::size_t clients) {

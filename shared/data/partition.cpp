@@ -12,7 +12,7 @@
 namespace fedcore::data {
 namespace {
 
-constexpr std::size_t kMaxShardsPerClient = 1'000'000;
+constexpr std::size_t kMaxPerClient = 1'000'000;  // shards or samples per client
 
 std::vector<std::size_t> iota_indices(std::size_t count) {
   std::vector<std::size_t> indices(count);
@@ -87,17 +87,19 @@ result<double> parse_alpha(std::string_view spec, std::string_view text) {
   return alpha;
 }
 
-result<std::size_t> parse_shards(std::string_view spec, std::string_view text) {
+// `what`: "shards per client" or "samples per client".
+result<std::size_t> parse_count(std::string_view spec, std::string_view text,
+                                const std::string& what) {
   const std::string prefix = "partition spec '" + std::string(spec) + "': ";
   std::uint64_t k = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
   if (text.empty() || ec == std::errc::invalid_argument || end != text.data() + text.size()) {
     return fail(errc::invalid_argument,
-                prefix + "shards per client '" + std::string(text) + "' is not a whole number");
+                prefix + what + " '" + std::string(text) + "' is not a whole number");
   }
-  if (ec == std::errc::result_out_of_range || k == 0 || k > kMaxShardsPerClient) {
+  if (ec == std::errc::result_out_of_range || k == 0 || k > kMaxPerClient) {
     return fail(errc::invalid_argument,
-                prefix + "shards per client must be in 1.." + std::to_string(kMaxShardsPerClient));
+                prefix + what + " must be in 1.." + std::to_string(kMaxPerClient));
   }
   return static_cast<std::size_t>(k);
 }
@@ -199,6 +201,25 @@ Partitions partition_shards(std::span<const std::int32_t> labels, std::size_t cl
   return parts;
 }
 
+Partitions partition_sampled(std::size_t samples, std::size_t clients,
+                             std::size_t samples_per_client, std::uint64_t seed) {
+  FEDCORE_ASSERT(clients > 0 && samples_per_client > 0 && samples_per_client <= samples,
+                 "partition_sampled: need clients > 0 and 0 < samples per client <= samples");
+  Rng rng(seed);
+  Partitions parts(clients);
+  for (auto& part : parts) {
+    // Floyd's algorithm: k distinct indices in k draws, whatever the ratio of k to n.
+    part.reserve(samples_per_client);
+    for (std::size_t j = samples - samples_per_client; j < samples; ++j) {
+      const std::size_t t = rng.below(j + 1);
+      const bool taken = std::find(part.begin(), part.end(), t) != part.end();
+      part.push_back(taken ? j : t);
+    }
+    std::sort(part.begin(), part.end());
+  }
+  return parts;
+}
+
 std::string PartitionSpec::to_string() const {
   switch (kind) {
     case PartitionKind::iid:
@@ -211,13 +232,15 @@ std::string PartitionSpec::to_string() const {
     }
     case PartitionKind::shards:
       return "shards:" + std::to_string(shards_per_client);
+    case PartitionKind::sample:
+      return "sample:" + std::to_string(samples_per_client);
   }
   FEDCORE_ASSERT(false, "PartitionSpec::to_string: unknown kind");
   return {};
 }
 
 result<PartitionSpec> parse_partition_spec(std::string_view text) {
-  const std::string expected = "expected iid, dirichlet:<alpha> or shards:<k>";
+  const std::string expected = "expected iid, dirichlet:<alpha>, shards:<k> or sample:<k>";
   if (text.empty()) {
     return fail(errc::invalid_argument, "partition spec is empty; " + expected);
   }
@@ -251,7 +274,7 @@ result<PartitionSpec> parse_partition_spec(std::string_view text) {
     if (!has_parameter) {
       return fail(errc::invalid_argument, prefix + "shards needs shards per client, e.g. shards:2");
     }
-    auto k = parse_shards(text, parameter);
+    auto k = parse_count(text, parameter, "shards per client");
     if (!k) {
       return k.error();
     }
@@ -259,8 +282,34 @@ result<PartitionSpec> parse_partition_spec(std::string_view text) {
     spec.shards_per_client = *k;
     return spec;
   }
+  if (kind == "sample") {
+    if (!has_parameter) {
+      return fail(errc::invalid_argument,
+                  prefix + "sample needs samples per client, e.g. sample:60");
+    }
+    auto k = parse_count(text, parameter, "samples per client");
+    if (!k) {
+      return k.error();
+    }
+    spec.kind = PartitionKind::sample;
+    spec.samples_per_client = *k;
+    return spec;
+  }
   return fail(errc::invalid_argument,
               prefix + "unknown kind '" + std::string(kind) + "'; " + expected);
+}
+
+std::size_t samples_needed(const PartitionSpec& spec, std::size_t clients) noexcept {
+  switch (spec.kind) {
+    case PartitionKind::shards:
+      return clients * spec.shards_per_client;
+    case PartitionKind::sample:
+      return spec.samples_per_client;
+    case PartitionKind::iid:
+    case PartitionKind::dirichlet:
+      break;
+  }
+  return clients;
 }
 
 Partitions partition(const PartitionSpec& spec, std::span<const std::int32_t> labels,
@@ -272,6 +321,8 @@ Partitions partition(const PartitionSpec& spec, std::span<const std::int32_t> la
       return partition_dirichlet(labels, num_classes, clients, spec.alpha, seed);
     case PartitionKind::shards:
       return partition_shards(labels, clients, spec.shards_per_client, seed);
+    case PartitionKind::sample:
+      return partition_sampled(labels.size(), clients, spec.samples_per_client, seed);
   }
   FEDCORE_ASSERT(false, "partition: unknown kind");
   return {};

@@ -1,8 +1,8 @@
 // Partitioners: which samples each simulated federated client holds.
 //
-// Each returns one index list per client (ascending indices into the label vector). Every
-// sample is assigned to exactly one client, and the result depends only on the arguments
-// and the seed (fedcore::Rng streams are identical across platforms).
+// Each returns one index list per client (ascending indices into the label vector). Except
+// with `sample`, every sample is assigned to exactly one client. The result depends only on
+// the arguments and the seed (fedcore::Rng streams are identical across platforms).
 //
 //   iid        shuffle, then deal into near-equal parts (sizes differ by at most 1).
 //   dirichlet  label skew after Hsu, Qi and Brown (2019): each class is divided among
@@ -11,6 +11,10 @@
 //   shards     pathological non-IID of McMahan et al. (2017): sort by label, cut into
 //              clients * k equal shards, give each client k random shards, so a client sees
 //              at most about k classes.
+//   sample     each client draws k distinct samples uniformly at random, independently of
+//              the others: the one partitioner whose clients share samples (and may leave
+//              some unused). It lets more clients than samples train, e.g. 100,000 simulated
+//              sites on Fashion-MNIST's 60,000 training images.
 //
 // Invalid arguments (clients == 0, clients > samples, alpha <= 0, k == 0, clients * k >
 // samples, labels outside [0, num_classes)) are programmer errors and abort through
@@ -49,23 +53,33 @@ Partitions partition_dirichlet(std::span<const std::int32_t> labels, std::int32_
 Partitions partition_shards(std::span<const std::int32_t> labels, std::size_t clients,
                             std::size_t shards_per_client, std::uint64_t seed);
 
-enum class PartitionKind { iid, dirichlet, shards };
+// REQUIRES: clients > 0; 0 < samples_per_client <= samples.
+Partitions partition_sampled(std::size_t samples, std::size_t clients,
+                             std::size_t samples_per_client, std::uint64_t seed);
+
+enum class PartitionKind { iid, dirichlet, shards, sample };
 
 struct PartitionSpec {
   PartitionKind kind = PartitionKind::iid;
   double alpha = 0;                   // dirichlet only
   std::size_t shards_per_client = 0;  // shards only
+  std::size_t samples_per_client = 0;  // sample only
 
-  // The text parse_partition_spec accepts: "iid", "dirichlet:0.5", "shards:2".
+  // The text parse_partition_spec accepts: "iid", "dirichlet:0.5", "shards:2", "sample:60".
   std::string to_string() const;
 };
 
-// Parses "iid", "dirichlet:<alpha>" (alpha a finite number > 0) or "shards:<k>" (k an
-// integer in 1..1000000). Errors: invalid_argument naming the spec and what is wrong
+// Parses "iid", "dirichlet:<alpha>" (alpha a finite number > 0), "shards:<k>" or
+// "sample:<k>" (k an integer in 1..1000000). Errors: invalid_argument naming the spec and what is wrong
 // (unknown kind, missing or unexpected parameter, malformed or out-of-range number).
 result<PartitionSpec> parse_partition_spec(std::string_view text);
 
-// Dispatches to the partitioner `spec` names. REQUIRES: as that partitioner.
+// The fewest samples `spec` can divide among `clients`: one per client, k shards per client,
+// or k for sample:k (whose clients share samples).
+std::size_t samples_needed(const PartitionSpec& spec, std::size_t clients) noexcept;
+
+// Dispatches to the partitioner `spec` names. REQUIRES: as that partitioner (at least
+// samples_needed(spec, clients) labels).
 Partitions partition(const PartitionSpec& spec, std::span<const std::int32_t> labels,
                      std::int32_t num_classes, std::size_t clients, std::uint64_t seed);
 

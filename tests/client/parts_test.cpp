@@ -112,6 +112,14 @@ TEST(DataSource, EachBadSourceIsRefusedWithWhatWasWrong) {
   r = load_local_data(source);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("out of range"), std::string::npos) << r.error().message;
+
+  // 3 x 200 shards: more than the 569 samples can make: refused with the numbers, not an abort.
+  source.partition = "shards:200";
+  source.partition_index = 0;
+  r = load_local_data(source);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("needs at least 600 training samples"), std::string::npos)
+      << r.error().message;
 }
 
 TEST(ManualSleeper, ASleepEndsOnlyWhenTheClockPassesItsWakeTime) {

@@ -289,7 +289,7 @@ class DaemonTest : public ::testing::Test {
       return std::unique_ptr<net::Link>(std::make_unique<net::StreamLink<net::LocalStream>>(
           std::move(client_end), net::ChannelOptions{}));
     };
-    auto daemon = ClientDaemon::create(io_, std::move(options), tiny_data());
+    auto daemon = ClientDaemon::create(io_, std::move(options), SiteData(tiny_data()));
     EXPECT_TRUE(daemon) << daemon.error().message;
     return std::move(*daemon);
   }

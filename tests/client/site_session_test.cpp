@@ -243,7 +243,7 @@ class SiteDaemonTest : public ::testing::Test {
       return std::unique_ptr<net::Link>(std::make_unique<net::StreamLink<net::LocalStream>>(
           std::move(client_end), net::ChannelOptions{}));
     };
-    return ClientDaemon::create(io_, std::move(options), tiny_data());
+    return ClientDaemon::create(io_, std::move(options), SiteData(tiny_data()));
   }
 
   fedcore::testing::TempDir dir_;

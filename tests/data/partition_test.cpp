@@ -172,6 +172,40 @@ TEST(PartitionShardsTest, DeterministicForSeed) {
   EXPECT_NE(partition_shards(labels, 5, 2, 1), partition_shards(labels, 5, 2, 2));
 }
 
+// More clients than samples: each draws k distinct samples; clients overlap, and over many
+// clients every sample is drawn about clients * k / n times.
+TEST(PartitionSampledTest, EveryClientDrawsKDistinctSamplesAndClientsShareThem) {
+  constexpr std::size_t kSamples = 500;
+  constexpr std::size_t kClients = 2'000;
+  constexpr std::size_t kPerClient = 10;
+  const auto parts = partition_sampled(kSamples, kClients, kPerClient, 3);
+  ASSERT_EQ(parts.size(), kClients);
+  std::vector<std::size_t> drawn(kSamples, 0);
+  for (const auto& part : parts) {
+    ASSERT_EQ(part.size(), kPerClient);
+    ASSERT_TRUE(std::is_sorted(part.begin(), part.end()));
+    ASSERT_EQ(std::adjacent_find(part.begin(), part.end()), part.end()) << "distinct";
+    ASSERT_LT(part.back(), kSamples);
+    for (const auto index : part) {
+      ++drawn[index];
+    }
+  }
+  // Each sample is drawn Binomial(2000, 10/500): mean 40, sd about 6.3; 40 +- 35 holds
+  // for all 500 with overwhelming probability, and a biased draw (e.g. always the first
+  // or last k) would leave most at 0.
+  for (const auto count : drawn) {
+    EXPECT_GT(count, 5u);
+    EXPECT_LT(count, 75u);
+  }
+  EXPECT_EQ(partition_sampled(kSamples, kClients, kPerClient, 3), parts);
+  EXPECT_NE(partition_sampled(kSamples, kClients, kPerClient, 4), parts);
+  // k = n: every client holds every sample.
+  const auto all = partition_sampled(5, 3, 5, 1);
+  for (const auto& part : all) {
+    EXPECT_EQ(part, (std::vector<std::size_t>{0, 1, 2, 3, 4}));
+  }
+}
+
 TEST(PartitionSpecTest, ParsesGoodSpecs) {
   auto iid = parse_partition_spec("iid");
   ASSERT_TRUE(iid.has_value()) << iid.error().to_string();
@@ -189,6 +223,12 @@ TEST(PartitionSpecTest, ParsesGoodSpecs) {
   EXPECT_EQ(shards->kind, PartitionKind::shards);
   EXPECT_EQ(shards->shards_per_client, 2u);
   EXPECT_EQ(shards->to_string(), "shards:2");
+
+  auto sample = parse_partition_spec("sample:60");
+  ASSERT_TRUE(sample.has_value()) << sample.error().to_string();
+  EXPECT_EQ(sample->kind, PartitionKind::sample);
+  EXPECT_EQ(sample->samples_per_client, 60u);
+  EXPECT_EQ(sample->to_string(), "sample:60");
 
   auto exponent = parse_partition_spec("dirichlet:1e2");
   ASSERT_TRUE(exponent.has_value());
@@ -217,6 +257,11 @@ TEST(PartitionSpecTest, RejectsBadSpecs) {
                                  "shards:1.5",
                                  "shards:99999999999999999999",
                                  "shards:2000000",
+                                 "sample",
+                                 "sample:",
+                                 "sample:0",
+                                 "sample:1.5",
+                                 "sample:2000000",
                                  " iid"}) {
     auto spec = parse_partition_spec(text);
     ASSERT_FALSE(spec.has_value()) << "'" << text << "' parsed";
@@ -236,6 +281,8 @@ TEST(PartitionSpecTest, PartitionDispatches) {
             partition_dirichlet(labels, 10, 4, 0.3, 8));
   EXPECT_EQ(partition(*parse_partition_spec("shards:2"), labels, 10, 4, 8),
             partition_shards(labels, 4, 2, 8));
+  EXPECT_EQ(partition(*parse_partition_spec("sample:7"), labels, 10, 4, 8),
+            partition_sampled(labels.size(), 4, 7, 8));
 }
 
 TEST(LabelCountsTest, TableAndFormat) {

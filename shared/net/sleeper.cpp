@@ -13,26 +13,36 @@ namespace asio = boost::asio;
 // io_context like any completed wait.
 asio::awaitable<bool> TimerSleeper::wait(asio::steady_timer& timer, Clock::steady_time wake,
                                          const void* owner) {
-  auto me = pending_.insert(pending_.end(), Pending{wake, &timer, owner});
+  auto& group = pending_[owner];  // a map node: stays put while other owners come and go
+  auto me = group.insert(group.end(), Pending{wake, &timer, owner});
+  ++sleeping_;
   co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   const bool cancelled = me->cancelled;
-  pending_.erase(me);
+  group.erase(me);
+  if (group.empty()) {
+    pending_.erase(owner);
+  }
+  --sleeping_;
   co_return !cancelled;
 }
 
 void TimerSleeper::cancel(const void* owner) {
-  for (auto& p : pending_) {
-    if (p.owner == owner) {
-      p.cancelled = true;
-      p.timer->cancel();
-    }
+  const auto group = pending_.find(owner);
+  if (group == pending_.end()) {
+    return;
+  }
+  for (auto& p : group->second) {
+    p.cancelled = true;
+    p.timer->cancel();
   }
 }
 
 void TimerSleeper::cancel_all() {
-  for (auto& p : pending_) {
-    p.cancelled = true;
-    p.timer->cancel();
+  for (auto& [owner, group] : pending_) {
+    for (auto& p : group) {
+      p.cancelled = true;
+      p.timer->cancel();
+    }
   }
 }
 
@@ -57,9 +67,11 @@ asio::awaitable<bool> ManualSleeper::sleep_for(std::chrono::milliseconds duratio
 
 void ManualSleeper::advance(std::chrono::milliseconds by) {
   clock_.advance(by);
-  for (auto& p : pending_) {
-    if (p.wake <= clock_.steady()) {
-      p.timer->cancel();
+  for (auto& [owner, group] : pending_) {
+    for (auto& p : group) {
+      if (p.wake <= clock_.steady()) {
+        p.timer->cancel();
+      }
     }
   }
 }
@@ -68,9 +80,11 @@ std::chrono::milliseconds ManualSleeper::next_wake() const {
   if (pending_.empty()) {
     return std::chrono::milliseconds::zero();
   }
-  auto earliest = pending_.front().wake;
-  for (const auto& p : pending_) {
-    earliest = std::min(earliest, p.wake);
+  auto earliest = Clock::steady_time::max();
+  for (const auto& [owner, group] : pending_) {
+    for (const auto& p : group) {
+      earliest = std::min(earliest, p.wake);
+    }
   }
   return std::chrono::duration_cast<std::chrono::milliseconds>(earliest - clock_.steady());
 }

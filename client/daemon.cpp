@@ -32,7 +32,8 @@ const char* const kSoftware = "fedcore-client 0.1.0";
 }  // namespace
 
 struct ClientDaemon::Impl {
-  Impl(asio::io_context& io_context, ClientOptions o, SiteData d, asio::ssl::context tls,
+  Impl(asio::io_context& io_context, ClientOptions o, SiteData d,
+       std::optional<asio::ssl::context> tls,
        std::uint64_t jitter_seed)
       : io(io_context),
         options(std::move(o)),
@@ -47,7 +48,9 @@ struct ClientDaemon::Impl {
   asio::io_context& io;
   ClientOptions options;
   SiteData data;
-  asio::ssl::context tls_context;
+  // None for in-process sessions: an SSL_CTX costs memory and start-up time that 100,000
+  // simulated sites would pay for nothing.
+  std::optional<asio::ssl::context> tls_context;
   // The pool training runs on: options.compute, or a one-thread pool of the daemon's own.
   std::shared_ptr<asio::thread_pool> worker =
       options.compute ? options.compute : std::make_shared<asio::thread_pool>(1);
@@ -102,12 +105,16 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   if (local.shape().train_samples == 0) {
     return fail(errc::invalid_argument, "the local data set has no training samples");
   }
-  // In-process sessions have no TLS; their (unused) context needs no certificates.
-  auto tls = [&]() -> result<asio::ssl::context> {
+  // In-process sessions have no TLS, and no context.
+  auto tls = [&]() -> result<std::optional<asio::ssl::context>> {
     if (options.connect_local) {
-      return asio::ssl::context(asio::ssl::context::tls_client);
+      return std::nullopt;
     }
-    return tls::make_client_context(options.tls);
+    auto made = tls::make_client_context(options.tls);
+    if (!made) {
+      return made.error();
+    }
+    return std::optional<asio::ssl::context>(std::move(*made));
   }();
   if (!tls) {
     return tls.error();
@@ -276,7 +283,7 @@ asio::awaitable<result<std::shared_ptr<net::Link>>> ClientDaemon::Impl::connect_
     co_return fail(errc::unavailable,
                    "cannot resolve " + options.host + ": " + resolve_error.message());
   }
-  TlsStream stream(io, tls_context);
+  TlsStream stream(io, *tls_context);
   if (auto prepared = tls::prepare_client_stream(stream, options.tls.server_name); !prepared) {
     co_return prepared.error();
   }

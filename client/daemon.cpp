@@ -33,8 +33,7 @@ const char* const kSoftware = "fedcore-client 0.1.0";
 
 struct ClientDaemon::Impl {
   Impl(asio::io_context& io_context, ClientOptions o, SiteData d,
-       std::optional<asio::ssl::context> tls,
-       std::uint64_t jitter_seed)
+       std::optional<asio::ssl::context> tls, std::uint64_t jitter_seed)
       : io(io_context),
         options(std::move(o)),
         data(std::move(d)),
@@ -100,8 +99,7 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
 }
 
 result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
-                                                           ClientOptions options,
-                                                           SiteData local) {
+                                                           ClientOptions options, SiteData local) {
   if (local.shape().train_samples == 0) {
     return fail(errc::invalid_argument, "the local data set has no training samples");
   }

@@ -69,11 +69,11 @@ result<data::TrainTest> load_local_data(const DataSource& source) {
     }
     if (const auto needed = data::samples_needed(*spec, source.partition_clients);
         needed > all.size()) {
-      return fail(errc::invalid_argument,
-                  "partition " + source.partition + " of " +
-                      std::to_string(source.partition_clients) + " clients needs at least " +
-                      std::to_string(needed) + " training samples; the data has " +
-                      std::to_string(all.size()));
+      return fail(errc::invalid_argument, "partition " + source.partition + " of " +
+                                              std::to_string(source.partition_clients) +
+                                              " clients needs at least " + std::to_string(needed) +
+                                              " training samples; the data has " +
+                                              std::to_string(all.size()));
     }
     auto parts = data::partition(*spec, all.labels, all.num_classes, source.partition_clients,
                                  source.partition_seed);

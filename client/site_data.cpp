@@ -25,9 +25,9 @@ std::shared_ptr<const data::TrainTest> SiteData::samples() const {
   auto loaded = std::make_shared<const data::TrainTest>(load_());
   // A loader that disagrees with the shape announced in HELLO is a programming error: the
   // server admitted this site for that shape.
-  FEDCORE_ASSERT(loaded->train.size() == shape_.train_samples &&
-                     loaded->test.size() == shape_.test_samples,
-                 "SiteData: the loader's data differs from the shape it announced");
+  FEDCORE_ASSERT(
+      loaded->train.size() == shape_.train_samples && loaded->test.size() == shape_.test_samples,
+      "SiteData: the loader's data differs from the shape it announced");
   return loaded;
 }
 

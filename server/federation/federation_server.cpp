@@ -692,8 +692,7 @@ void FederationServer::attach_local_session(std::string client_id,
                  s.stopping ? "shutting down" : "connection limit reached");
     return;  // the link closes as it goes out of scope; the client sees end of stream
   }
-  asio::co_spawn(s.io, s.serve_local(std::move(client_id), std::move(link)),
-                 log_session_exception);
+  asio::co_spawn(s.io, s.serve_local(std::move(client_id), std::move(link)), log_session_exception);
 }
 
 result<void> FederationServer::stop_run(std::int64_t run_id) {

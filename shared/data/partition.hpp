@@ -61,8 +61,8 @@ enum class PartitionKind { iid, dirichlet, shards, sample };
 
 struct PartitionSpec {
   PartitionKind kind = PartitionKind::iid;
-  double alpha = 0;                   // dirichlet only
-  std::size_t shards_per_client = 0;  // shards only
+  double alpha = 0;                    // dirichlet only
+  std::size_t shards_per_client = 0;   // shards only
   std::size_t samples_per_client = 0;  // sample only
 
   // The text parse_partition_spec accepts: "iid", "dirichlet:0.5", "shards:2", "sample:60".
@@ -70,8 +70,8 @@ struct PartitionSpec {
 };
 
 // Parses "iid", "dirichlet:<alpha>" (alpha a finite number > 0), "shards:<k>" or
-// "sample:<k>" (k an integer in 1..1000000). Errors: invalid_argument naming the spec and what is wrong
-// (unknown kind, missing or unexpected parameter, malformed or out-of-range number).
+// "sample:<k>" (k an integer in 1..1000000). Errors: invalid_argument naming the spec and what is
+// wrong (unknown kind, missing or unexpected parameter, malformed or out-of-range number).
 result<PartitionSpec> parse_partition_spec(std::string_view text);
 
 // The fewest samples `spec` can divide among `clients`: one per client, k shards per client,

@@ -92,9 +92,8 @@ struct End {
       return fail(errc::resource_exhausted, "frame larger than the channel's limits");
     }
     if (admission) {
-      const protocol::FrameHeader header{frame.type,
-                                         static_cast<std::uint32_t>(frame.metadata.size()), 0,
-                                         frame.payload.size()};
+      const protocol::FrameHeader header{
+          frame.type, static_cast<std::uint32_t>(frame.metadata.size()), 0, frame.payload.size()};
       const Admission admitted = admission(header);
       if (!admitted.accepted) {
         close();

@@ -13,8 +13,8 @@
 #include <chrono>
 #include <cstddef>
 #include <list>
-#include <unordered_map>
 #include <memory>
+#include <unordered_map>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>

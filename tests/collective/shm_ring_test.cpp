@@ -195,8 +195,7 @@ TEST(ShmRing, RecordsCrossBetweenThreadsInOrderThroughAWrappingRing) {
     const auto expected = payload_of(number);
     ASSERT_EQ((*record)->payload.size(), expected.size());
     // std::equal, not memcmp: an empty payload's data() may be null.
-    ASSERT_TRUE(std::equal((*record)->payload.begin(), (*record)->payload.end(),
-                           expected.begin()));
+    ASSERT_TRUE(std::equal((*record)->payload.begin(), (*record)->payload.end(), expected.begin()));
     receiver->release((*record)->end);
     ++received;
   }

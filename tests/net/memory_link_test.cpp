@@ -99,9 +99,8 @@ TEST(MemoryLink, FramesCrossBetweenThreadsWholeAndInOrder) {
   });
   const auto [sent_bytes, written_calls] = await(counts);
   EXPECT_EQ(written_calls, kFrames);
-  auto received = b.run([&]() -> asio::awaitable<std::uint64_t> {
-    co_return link.second->bytes_read();
-  });
+  auto received =
+      b.run([&]() -> asio::awaitable<std::uint64_t> { co_return link.second->bytes_read(); });
   EXPECT_EQ(await(received), sent_bytes);
 }
 

@@ -318,6 +318,37 @@ TEST(SimRun, InProcessTransportServesHundredsOfClients) {
   EXPECT_EQ(clients->size(), 200u);
 }
 
+// More registered sites than training samples (breast-cancer has about 455): each draws its own
+// 20 (sample:20), sites share samples, and each round trains the 40 it samples; the rest
+// stay connected with no samples in memory (client/site_data.hpp).
+TEST(SimRun, MoreSitesThanSamplesTrainOnSharedSamplesAndOnlyTheSampledOnesTrain) {
+  testing::TempDir dir;
+  auto o = small_run(dir, "out");
+  o.transport = Transport::inproc;
+  o.clients = 2'000;
+  o.partition = "sample:20";
+  o.clients_per_round = 40;
+  o.rounds = 2;
+  auto outcome = run(o);
+  ASSERT_TRUE(outcome) << outcome.error().to_string();
+  const auto rows = read_csv(o.out + "/rounds.csv");
+  EXPECT_EQ(column(rows, "participants"), (std::vector<std::string>{"40", "40"}));
+  EXPECT_GT(outcome->final_accuracy, 0.8);
+  auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
+  ASSERT_TRUE(history);
+  auto clients = history->list_clients();
+  ASSERT_TRUE(clients);
+  EXPECT_EQ(clients->size(), 2'000u) << "every site registered";
+
+  o.partition = "sample:1000";  // more than the training split holds
+  o.out = dir.path("too-many");
+  auto refused = run(o);
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message,
+              HasSubstr("--partition sample:1000 needs at least 1000 training samples; the data "
+                        "has 45"));
+}
+
 TEST(SimRun, InProcessAndTlsRunsGiveTheSameNumbers) {
   testing::TempDir dir;
   auto over_tls = small_run(dir, "tls");

@@ -19,4 +19,11 @@ if [[ ! -x /usr/bin/python3 ]]; then
   echo "compare_torch: /usr/bin/python3 missing; skipping the PyTorch side" >&2
   exit 0
 fi
+# The same OpenBLAS kernels for PyTorch's products as Fedcore's ran on (its BLAS core is in
+# the benchmark's context; shared/util/blas_kernels.hpp), unless the caller chose one.
+core=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("blas_core",""))' "$out")
+if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then
+  export OPENBLAS_CORETYPE=$core
+fi
+echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}"
 LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$out"

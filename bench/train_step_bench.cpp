@@ -10,6 +10,7 @@
 
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
+#include "shared/util/blas_kernels.hpp"
 #include "shared/util/threads.hpp"
 
 namespace {
@@ -64,4 +65,16 @@ void arguments(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(train_step)->Apply(arguments);
-BENCHMARK_MAIN();
+
+// The OpenBLAS kernels the products ran on (shared/util/blas_kernels.hpp) go into the
+// output's context; bench/compare_torch.sh gives PyTorch the same ones.
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 1;
+  }
+  benchmark::AddCustomContext("blas_core", fedcore::blas_core_name());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include <omp.h>
+
 #include "shared/model/init.hpp"
 #include "shared/model/layers.hpp"
 #include "shared/util/assert.hpp"
@@ -72,22 +74,21 @@ void Conv2d::initialize(Rng& rng) {
   bias_.setZero();
 }
 
-// A column of `columns_` holds one receptive field in (ky, kx, c) order. The input is
-// HWC, so for each kernel row the k * in_c values under the window are contiguous in
-// the input and in the column: one copy per kernel row when the row lies inside the
-// image; element-wise handling only where the window overlaps the zero padding.
-void Conv2d::im2col(const Matrix& input) {
-  const auto batch = input.cols();
+// A column holds one receptive field in (ky, kx, c) order. The input is HWC, so for each
+// kernel row the k * in_c values under the window are contiguous in the input and in the
+// column: one copy per kernel row when the row lies inside the image; element-wise
+// handling only where the window overlaps the zero padding.
+void Conv2d::im2col(const Matrix& input, Eigen::Index first, Eigen::Index count,
+                    Matrix& columns) const {
   const auto positions = out_h_ * out_w_;
   const auto k = options_.kernel;
   const auto row_floats = k * in_c_;
-  columns_.resize(patch_size_, positions * batch);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const float* sample = input.col(b).data();
+  columns.resize(patch_size_, positions * count);
+  for (Eigen::Index b = 0; b < count; ++b) {
+    const float* sample = input.col(first + b).data();
     for (std::int64_t oy = 0; oy < out_h_; ++oy) {
       for (std::int64_t ox = 0; ox < out_w_; ++ox) {
-        float* column = columns_.col(b * positions + oy * out_w_ + ox).data();
+        float* column = columns.col(b * positions + oy * out_w_ + ox).data();
         const std::int64_t x0 = ox * options_.stride - options_.padding;
         const bool row_inside = x0 >= 0 && x0 + k <= in_w_;
         for (std::int64_t ky = 0; ky < k; ++ky) {
@@ -115,15 +116,14 @@ void Conv2d::im2col(const Matrix& input) {
 
 // The adjoint of im2col: every column entry is added back to the input element it was
 // copied from (overlapping windows accumulate), in the same contiguous kernel-row runs.
-void Conv2d::col2im(const Matrix& columns, Matrix& grad_input) const {
-  const auto batch = grad_input.cols();
+void Conv2d::col2im(const Matrix& columns, Eigen::Index first, Eigen::Index count,
+                    Matrix& grad_input) const {
   const auto positions = out_h_ * out_w_;
   const auto k = options_.kernel;
   const auto row_floats = k * in_c_;
-  grad_input.setZero();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t b = 0; b < batch; ++b) {
-    float* sample = grad_input.col(b).data();
+  for (Eigen::Index b = 0; b < count; ++b) {
+    float* sample = grad_input.col(first + b).data();
+    std::fill_n(sample, grad_input.rows(), 0.0f);
     for (std::int64_t oy = 0; oy < out_h_; ++oy) {
       for (std::int64_t ox = 0; ox < out_w_; ++ox) {
         const float* column = columns.col(b * positions + oy * out_w_ + ox).data();
@@ -147,36 +147,105 @@ void Conv2d::col2im(const Matrix& columns, Matrix& grad_input) const {
   }
 }
 
-void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
-  FEDCORE_ASSERT(input.rows() == static_cast<Eigen::Index>(input_size()),
-                 "Conv2d::forward: input rows differ from H*W*C");
-  im2col(input);
-  const auto cout = options_.out_channels;
-  output.resize(static_cast<Eigen::Index>(output_size()), input.cols());
-  // The cout x (positions*batch) product, laid out column by column, is exactly the HWC
-  // output of every sample in turn.
-  MatrixMap out(output.data(), cout, columns_.cols());
-  out.noalias() = weight_ * columns_;
-  const auto positions = columns_.cols() / std::max<Eigen::Index>(input.cols(), 1);
-#pragma omp parallel for schedule(static)
-  for (Eigen::Index b = 0; b < input.cols(); ++b) {
-    out.middleCols(b * positions, positions).colwise() += bias_;
+Eigen::Index Conv2d::chunk_samples() const noexcept {
+  const auto per_sample = static_cast<std::size_t>(patch_size_ * out_h_ * out_w_) * sizeof(float);
+  return static_cast<Eigen::Index>(
+      std::clamp<std::size_t>(kConvChunkBytes / std::max<std::size_t>(per_sample, 1), 1, 256));
+}
+
+Matrix& Conv2d::scratch(int thread) {
+  return scratch_[static_cast<std::size_t>(thread)];
+}
+
+namespace {
+
+// Runs work(chunk) for every chunk: spread over the compute threads when there are at
+// least as many chunks as threads (each chunk's GEMM then runs on its thread alone:
+// OpenBLAS and Eigen run single-threaded inside a parallel region), else one after the
+// other with the GEMMs using the threads.
+template <class Work>
+void for_each_chunk(Eigen::Index chunks, Work&& work) {
+  const bool spread = chunks >= omp_get_max_threads() && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (spread)
+  for (Eigen::Index c = 0; c < chunks; ++c) {
+    work(c, omp_get_thread_num());
   }
 }
 
-void Conv2d::gradient(const Matrix&, const Matrix& grad_output) {
-  const Eigen::Map<const Matrix> dy(grad_output.data(), options_.out_channels, columns_.cols());
-  weight_grad_.noalias() = dy * columns_.transpose();
+}  // namespace
+
+void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
+  FEDCORE_ASSERT(input.rows() == static_cast<Eigen::Index>(input_size()),
+                 "Conv2d::forward: input rows differ from H*W*C");
+  const auto batch = input.cols();
+  const auto cout = options_.out_channels;
+  const auto positions = out_h_ * out_w_;
+  const auto chunk = chunk_samples();
+  const auto chunks = (batch + chunk - 1) / chunk;
+  output.resize(static_cast<Eigen::Index>(output_size()), batch);
+  scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
+  for_each_chunk(chunks, [&](Eigen::Index c, int thread) {
+    const auto first = c * chunk;
+    const auto count = std::min(chunk, batch - first);
+    Matrix& columns = scratch(thread);
+    im2col(input, first, count, columns);
+    // The cout x (positions*count) product, laid out column by column, is exactly the HWC
+    // output of each sample of the chunk in turn.
+    MatrixMap out(output.col(first).data(), cout, positions * count);
+    out.noalias() = weight_ * columns;
+    out.colwise() += bias_;
+  });
+}
+
+void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
+  const auto batch = input.cols();
+  const auto cout = options_.out_channels;
+  const auto positions = out_h_ * out_w_;
+  const auto chunk = chunk_samples();
+  const auto chunks = (batch + chunk - 1) / chunk;
+  const Eigen::Map<const Matrix> dy(grad_output.data(), cout, positions * batch);
+  scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
+  chunk_weight_grads_.resize(static_cast<std::size_t>(chunks));
+  for_each_chunk(chunks, [&](Eigen::Index c, int thread) {
+    const auto first = c * chunk;
+    const auto count = std::min(chunk, batch - first);
+    Matrix& columns = scratch(thread);
+    im2col(input, first, count, columns);
+    auto& partial = chunk_weight_grads_[static_cast<std::size_t>(c)];
+    partial.resize(cout, patch_size_);
+    partial.noalias() = dy.middleCols(first * positions, count * positions) * columns.transpose();
+  });
+  if (chunks == 0) {
+    weight_grad_.setZero();
+    bias_grad_.setZero();
+    return;
+  }
+  weight_grad_ = chunk_weight_grads_[0];
+  for (Eigen::Index c = 1; c < chunks; ++c) {
+    weight_grad_ += chunk_weight_grads_[static_cast<std::size_t>(c)];
+  }
   bias_grad_ = dy.rowwise().sum();
 }
 
 void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_output,
                       Matrix& grad_input) {
-  const Eigen::Map<const Matrix> dy(grad_output.data(), options_.out_channels, columns_.cols());
-  grad_columns_.resize(patch_size_, columns_.cols());
-  grad_columns_.noalias() = weight_.transpose() * dy;
-  grad_input.resize(input.rows(), input.cols());
-  col2im(grad_columns_, grad_input);
+  const auto batch = input.cols();
+  const auto cout = options_.out_channels;
+  const auto positions = out_h_ * out_w_;
+  const auto chunk = chunk_samples();
+  const auto chunks = (batch + chunk - 1) / chunk;
+  const Eigen::Map<const Matrix> dy(grad_output.data(), cout, positions * batch);
+  grad_input.resize(input.rows(), batch);
+  scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
+  for_each_chunk(chunks, [&](Eigen::Index c, int thread) {
+    const auto first = c * chunk;
+    const auto count = std::min(chunk, batch - first);
+    Matrix& grad_columns = scratch(thread);
+    grad_columns.resize(patch_size_, positions * count);
+    grad_columns.noalias() =
+        weight_.transpose() * dy.middleCols(first * positions, count * positions);
+    col2im(grad_columns, first, count, grad_input);
+  });
 }
 
 }  // namespace fedcore::model

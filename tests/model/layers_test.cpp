@@ -1,6 +1,10 @@
 #include "shared/model/layers.hpp"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
+
+#include "shared/util/threads.hpp"
 
 #include "tests/model/gradient_check.hpp"
 
@@ -136,6 +140,54 @@ TEST(Conv2d, StridedGradientsMatchFiniteDifferences) {
   const Matrix x = random_matrix(36, 3, rng);
   testing::expect_input_gradient_matches(*conv.layer, x);
   testing::expect_param_gradient_matches(*conv.layer, conv.params, conv.grads, x);
+}
+
+// A batch of several chunks (28x28x32 under a 5x5 kernel makes 2.5 MB of columns per
+// sample, more than kConvChunkBytes: one sample per chunk) gives every sample the output and
+// input gradient it gets alone, the sum of their weight gradients, and the same bits with
+// one compute thread as with two (the chunks' weight gradients are summed in chunk order).
+TEST(Conv2d, ABatchOfSeveralChunksGivesWhatEachSampleGivesAlone) {
+  Rng rng(7);
+  const Conv2dOptions options{8, 5, 1, 2};
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{28, 28, 32}, options));
+  constexpr Eigen::Index kBatch = 3;
+  const Matrix x = random_matrix(28 * 28 * 32, kBatch, rng);
+  const auto outputs = static_cast<Eigen::Index>(conv.layer->output_size());
+  const Matrix dy = random_matrix(outputs, kBatch, rng);
+
+  struct Result {
+    Matrix y, dx;
+    std::vector<float> grads;
+  };
+  const auto run = [&](const Matrix& input, const Matrix& grad_output) {
+    Result r;
+    conv.layer->forward(input, r.y, Phase::train);
+    conv.layer->gradient(input, grad_output);
+    conv.layer->backward(input, r.y, grad_output, r.dx);
+    r.grads = conv.grads;
+    return r;
+  };
+  const int threads_before = compute_threads();
+  set_compute_threads(2);
+  const Result batch = run(x, dy);
+  set_compute_threads(1);
+  const Result one_thread = run(x, dy);
+  set_compute_threads(threads_before);
+  EXPECT_EQ(batch.grads, one_thread.grads);
+  EXPECT_EQ((batch.y - one_thread.y).cwiseAbs().maxCoeff(), 0.0f);
+
+  std::vector<float> summed(conv.grads.size(), 0.0f);
+  for (Eigen::Index b = 0; b < kBatch; ++b) {
+    const Result alone = run(x.col(b), dy.col(b));
+    EXPECT_LE((alone.y - batch.y.col(b)).cwiseAbs().maxCoeff(), 1e-5f) << "sample " << b;
+    EXPECT_LE((alone.dx - batch.dx.col(b)).cwiseAbs().maxCoeff(), 1e-5f) << "sample " << b;
+    for (std::size_t i = 0; i < summed.size(); ++i) {
+      summed[i] += alone.grads[i];
+    }
+  }
+  for (std::size_t i = 0; i < summed.size(); ++i) {
+    ASSERT_NEAR(summed[i], batch.grads[i], 1e-3f * (1.0f + std::abs(summed[i]))) << "grad " << i;
+  }
 }
 
 // ---- MaxPool2d ---------------------------------------------------------------------

@@ -153,6 +153,17 @@ Eigen::Index Conv2d::chunk_samples() const noexcept {
       std::clamp<std::size_t>(kConvChunkBytes / std::max<std::size_t>(per_sample, 1), 1, 256));
 }
 
+Conv2d::Chunks Conv2d::chunks_of(Eigen::Index batch) const noexcept {
+  const auto largest = chunk_samples();
+  Eigen::Index count = (batch + largest - 1) / largest;
+  // A multiple of 4 once there are several: 2 or 4 threads then get equal shares (11 chunks
+  // of 3 samples for a batch of 32 left one of 2 threads idle for a twelfth of the layer).
+  // It depends on the batch only, never on the thread count, so neither do the results.
+  if (count > 1) {
+    count = std::min<Eigen::Index>(batch, (count + 3) / 4 * 4);
+  }
+  return {batch, count};
+}
 Matrix& Conv2d::scratch(int thread) {
   return scratch_[static_cast<std::size_t>(thread)];
 }
@@ -180,13 +191,12 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
   const auto batch = input.cols();
   const auto cout = options_.out_channels;
   const auto positions = out_h_ * out_w_;
-  const auto chunk = chunk_samples();
-  const auto chunks = (batch + chunk - 1) / chunk;
+  const auto chunks = chunks_of(batch);
   output.resize(static_cast<Eigen::Index>(output_size()), batch);
   scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
-  for_each_chunk(chunks, [&](Eigen::Index c, int thread) {
-    const auto first = c * chunk;
-    const auto count = std::min(chunk, batch - first);
+  for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
+    const auto first = chunks.first(c);
+    const auto count = chunks.first(c + 1) - first;
     Matrix& columns = scratch(thread);
     im2col(input, first, count, columns);
     // The cout x (positions*count) product, laid out column by column, is exactly the HWC
@@ -201,27 +211,26 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
   const auto batch = input.cols();
   const auto cout = options_.out_channels;
   const auto positions = out_h_ * out_w_;
-  const auto chunk = chunk_samples();
-  const auto chunks = (batch + chunk - 1) / chunk;
+  const auto chunks = chunks_of(batch);
   const Eigen::Map<const Matrix> dy(grad_output.data(), cout, positions * batch);
   scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
-  chunk_weight_grads_.resize(static_cast<std::size_t>(chunks));
-  for_each_chunk(chunks, [&](Eigen::Index c, int thread) {
-    const auto first = c * chunk;
-    const auto count = std::min(chunk, batch - first);
+  chunk_weight_grads_.resize(static_cast<std::size_t>(chunks.count));
+  for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
+    const auto first = chunks.first(c);
+    const auto count = chunks.first(c + 1) - first;
     Matrix& columns = scratch(thread);
     im2col(input, first, count, columns);
     auto& partial = chunk_weight_grads_[static_cast<std::size_t>(c)];
     partial.resize(cout, patch_size_);
     partial.noalias() = dy.middleCols(first * positions, count * positions) * columns.transpose();
   });
-  if (chunks == 0) {
+  if (chunks.count == 0) {
     weight_grad_.setZero();
     bias_grad_.setZero();
     return;
   }
   weight_grad_ = chunk_weight_grads_[0];
-  for (Eigen::Index c = 1; c < chunks; ++c) {
+  for (Eigen::Index c = 1; c < chunks.count; ++c) {
     weight_grad_ += chunk_weight_grads_[static_cast<std::size_t>(c)];
   }
   bias_grad_ = dy.rowwise().sum();
@@ -232,14 +241,13 @@ void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_out
   const auto batch = input.cols();
   const auto cout = options_.out_channels;
   const auto positions = out_h_ * out_w_;
-  const auto chunk = chunk_samples();
-  const auto chunks = (batch + chunk - 1) / chunk;
+  const auto chunks = chunks_of(batch);
   const Eigen::Map<const Matrix> dy(grad_output.data(), cout, positions * batch);
   grad_input.resize(input.rows(), batch);
   scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
-  for_each_chunk(chunks, [&](Eigen::Index c, int thread) {
-    const auto first = c * chunk;
-    const auto count = std::min(chunk, batch - first);
+  for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
+    const auto first = chunks.first(c);
+    const auto count = chunks.first(c + 1) - first;
     Matrix& grad_columns = scratch(thread);
     grad_columns.resize(patch_size_, positions * count);
     grad_columns.noalias() =

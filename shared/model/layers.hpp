@@ -88,7 +88,16 @@ class Conv2d final : public Layer {
   // The adjoint: adds `columns` into samples [first, first + count) of `grad_input`.
   void col2im(const Matrix& columns, Eigen::Index first, Eigen::Index count,
               Matrix& grad_input) const;
+  // The most samples a chunk holds (kConvChunkBytes of columns, at least 1).
   Eigen::Index chunk_samples() const noexcept;
+  // A batch cut into `count` chunks of near-equal size: chunk c is samples
+  // [first(c), first(c + 1)).
+  struct Chunks {
+    Eigen::Index batch = 0;
+    Eigen::Index count = 0;
+    Eigen::Index first(Eigen::Index c) const noexcept { return c * batch / count; }
+  };
+  Chunks chunks_of(Eigen::Index batch) const noexcept;
   // One columns buffer per compute thread.
   Matrix& scratch(int thread);
 

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include "shared/util/threads.hpp"
-
 #include "tests/model/gradient_check.hpp"
 
 namespace fedcore::model {

@@ -162,7 +162,7 @@ class MemoryLinkEnd final : public Link {
   void send(protocol::MessageType type, std::string metadata, SharedPayload payload,
             WrittenCallback written) override {
     protocol::Frame frame{type, std::move(metadata), {}};
-    if (payload) {
+    if (payload && !payload->empty()) {  // memcpy may not be given an empty vector's null
       frame.payload.resize(payload->size() * sizeof(float));
       std::memcpy(frame.payload.data(), payload->data(), frame.payload.size());
     }

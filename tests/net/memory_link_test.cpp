@@ -24,10 +24,14 @@ using protocol::MessageType;
 class Loop {
  public:
   Loop() : guard_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~Loop() {
-    guard_.reset();
-    io_.stop();
-    thread_.join();
+  ~Loop() { stop(); }
+  // Ends the thread; the io_context stays for what still refers to it. Idempotent.
+  void stop() {
+    if (thread_.joinable()) {
+      guard_.reset();
+      io_.stop();
+      thread_.join();
+    }
   }
   asio::any_io_executor executor() { return io_.get_executor(); }
   asio::io_context& io() { return io_; }
@@ -42,6 +46,17 @@ class Loop {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread thread_;
+};
+
+// Declared after the link: stops both loops before the link's ends go, so an end is
+// destroyed after everything that ran on its thread (as a session drops its link).
+struct StopLoopsFirst {
+  Loop& a;
+  Loop& b;
+  ~StopLoopsFirst() {
+    a.stop();
+    b.stop();
+  }
 };
 
 template <class T>
@@ -60,6 +75,7 @@ SharedPayload floats(std::vector<float> values) {
 TEST(MemoryLink, FramesCrossBetweenThreadsWholeAndInOrder) {
   Loop a, b;
   auto link = make_memory_link(a.executor(), b.executor());
+  StopLoopsFirst stop_first{a, b};
   constexpr int kFrames = 2'000;
   // The reader parks before most frames arrive, so both the queued and the wake-up paths run.
   auto reading = b.run([&]() -> asio::awaitable<std::vector<std::string>> {
@@ -107,6 +123,7 @@ TEST(MemoryLink, FramesCrossBetweenThreadsWholeAndInOrder) {
 TEST(MemoryLink, APeerThatClosesIsSeenAfterItsQueuedFrames) {
   Loop a, b;
   auto link = make_memory_link(a.executor(), b.executor());
+  StopLoopsFirst stop_first{a, b};
   asio::post(a.io(), [&] {
     link.first->send(MessageType::heartbeat, "last words");
     link.first.reset();  // the end goes, as a socket closes when it is destroyed
@@ -126,6 +143,7 @@ TEST(MemoryLink, APeerThatClosesIsSeenAfterItsQueuedFrames) {
 TEST(MemoryLink, AParkedReaderIsWokenByAClose) {
   Loop a, b;
   auto link = make_memory_link(a.executor(), b.executor());
+  StopLoopsFirst stop_first{a, b};
   auto reading = b.run([&]() -> asio::awaitable<result<protocol::Frame>> {
     co_return co_await link.second->read_frame();
   });
@@ -144,6 +162,7 @@ TEST(MemoryLink, ASilentPeerMissesTheIdleDeadline) {
   ChannelOptions options;
   options.idle_timeout = 50ms;
   auto link = make_memory_link(a.executor(), b.executor(), options);
+  StopLoopsFirst stop_first{a, b};
   auto reading = b.run([&]() -> asio::awaitable<result<protocol::Frame>> {
     co_return co_await link.second->read_frame();
   });
@@ -156,6 +175,7 @@ TEST(MemoryLink, ASilentPeerMissesTheIdleDeadline) {
 TEST(MemoryLink, AFrameTheAdmissionPolicyRefusesFailsTheReadAndClosesTheLink) {
   Loop a, b;
   auto link = make_memory_link(a.executor(), b.executor());
+  StopLoopsFirst stop_first{a, b};
   link.second->set_admission([](const protocol::FrameHeader& header) {
     return header.payload_length > 8 ? Admission::refuse("at most 8 payload bytes")
                                      : Admission::accept();
@@ -182,6 +202,7 @@ TEST(MemoryLink, AFrameAboveTheLimitsIsNotSentAndClosesTheLink) {
   ChannelOptions options;
   options.limits.max_metadata_bytes = 4;
   auto link = make_memory_link(a.executor(), b.executor(), options);
+  StopLoopsFirst stop_first{a, b};
   std::atomic<bool> written{false};
   asio::post(a.io(), [&] {
     link.first->send(MessageType::heartbeat, "too long", nullptr, [&] { written = true; });

@@ -212,6 +212,7 @@ int main(int argc, char** argv) {
     api_options.max_connections = api_config.max_connections;
     api_options.max_unauthenticated = api_config.max_unauthenticated;
     api_options.max_unauthenticated_per_address = api_config.max_unauthenticated_per_address;
+    api_options.audit_max_rows = api_config.audit_max_rows;
     api_options.max_connections_per_address = api_config.max_connections_per_address;
     api_options.handshake_timeout = api_config.handshake_timeout;
     api_options.request_timeout = api_config.request_timeout;

@@ -178,7 +178,7 @@ Response Api::handle_route(const Request& req, const Router::Match& match) {
         detail["token_name"] = auth->token_name;
       }
       row.detail_json = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      record_audit(context_.store, row);
+      record_audit(context_.store, row, context_.audit_max_rows);
     }
     return r;
   }
@@ -205,7 +205,7 @@ Response Api::handle_route(const Request& req, const Router::Match& match) {
     row.token_name = who.name;
     row.token_id = who.token_id;
     row.role = std::string(to_string(who.role));
-    record_audit(context_.store, row);
+    record_audit(context_.store, row, context_.audit_max_rows);
   }
   return response;
 }

@@ -52,6 +52,8 @@ struct ApiContext {
   // Token expiry, audit times and the failed-authentication window; nullptr: the system
   // clock. Must outlive the Api.
   const Clock* clock = nullptr;
+  // The audit trail's retention (record_audit in server/api/audit.hpp); 0 keeps every row.
+  std::int64_t audit_max_rows = 100'000;
 };
 
 class Api {

@@ -53,6 +53,8 @@ struct ApiServerOptions {
   std::size_t max_unauthenticated = 128;
   std::size_t max_unauthenticated_per_address = 16;
   std::size_t max_connections_per_address = 32;
+  // The audit trail keeps about this many of its newest rows (server/api/audit.hpp).
+  std::int64_t audit_max_rows = 100'000;
   std::size_t header_limit = 8 * 1024;
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};

@@ -1,5 +1,7 @@
 #include "server/api/audit.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -48,10 +50,23 @@ store::AuditRecord audit_row(const Request& req, const Response& response, std::
   return row;
 }
 
-void record_audit(store::HistoryStore& store, const store::AuditRecord& row) {
-  if (auto ok = store.append_audit(row); !ok) {
+void record_audit(store::HistoryStore& store, const store::AuditRecord& row,
+                  std::int64_t max_rows) {
+  auto id = store.append_audit(row);
+  if (!id) {
     spdlog::error("admin API: the audit row of {} {} ({}) was not written: {}", row.method,
-                  row.path, row.status, ok.error().message);
+                  row.path, row.status, id.error().message);
+    return;
+  }
+  // Ids increase by one per row, so "every n-th id" needs no counter of its own.
+  if (max_rows <= 0 || *id % std::min(max_rows, kAuditPruneEvery) != 0) {
+    return;
+  }
+  if (auto pruned = store.prune_audit(max_rows); !pruned) {
+    spdlog::error("admin API: the audit trail was not pruned: {}", pruned.error().message);
+  } else if (*pruned > 0) {
+    spdlog::info("admin API: audit retention removed the {} oldest rows (keeping {})", *pruned,
+                 max_rows);
   }
 }
 

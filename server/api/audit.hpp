@@ -24,7 +24,15 @@ store::AuditRecord audit_row(const Request& req, const Response& response, std::
 
 // Appends `row`. A failure is logged, not returned: the action it describes has happened
 // and its answer must still reach the client.
-void record_audit(store::HistoryStore& store, const store::AuditRecord& row);
+//
+// Retention: the trail keeps about the newest `max_rows` rows. Failed authentications are
+// audited, and anyone can present a bad token, so an unbounded trail would be a way to
+// fill the server's disk (rate limits slow that down but do not stop it). Every
+// min(max_rows, kAuditPruneEvery)-th row prunes the older ones, so the table never holds
+// more than max_rows + min(max_rows, kAuditPruneEvery) - 1 rows. 0 keeps everything.
+inline constexpr std::int64_t kAuditPruneEvery = 1000;
+void record_audit(store::HistoryStore& store, const store::AuditRecord& row,
+                  std::int64_t max_rows);
 
 // The JSON of one row (docs/api.md, "Audit").
 nlohmann::json audit_json(const store::AuditRecord& row);

@@ -104,7 +104,8 @@ result<ApiConfig> parse_api_config(const json& j) {
 result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
   StrictObject o(j, at,
                  {"enabled", "listen", "port", "web_root", "max_connections", "max_unauthenticated",
-                  "max_unauthenticated_per_address", "max_connections_per_address", "tokens",
+                  "max_unauthenticated_per_address", "max_connections_per_address",
+                  "audit_max_rows", "tokens",
                   "handshake_timeout_s", "request_timeout_s", "idle_timeout_s"});
   ApiConfig c;
   o.boolean("enabled", c.enabled);
@@ -115,6 +116,7 @@ result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
   o.integer("max_unauthenticated", c.max_unauthenticated, {1, 100000});
   o.integer("max_unauthenticated_per_address", c.max_unauthenticated_per_address, {1, 100000});
   o.integer("max_connections_per_address", c.max_connections_per_address, {1, 100000});
+  o.integer("audit_max_rows", c.audit_max_rows, {100, 100'000'000});
   seconds(o, "handshake_timeout_s", c.handshake_timeout);
   seconds(o, "request_timeout_s", c.request_timeout);
   seconds(o, "idle_timeout_s", c.idle_timeout);

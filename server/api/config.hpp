@@ -54,6 +54,7 @@ struct ApiConfig {
   std::size_t max_unauthenticated = 128;
   std::size_t max_unauthenticated_per_address = 16;
   std::size_t max_connections_per_address = 32;
+  std::int64_t audit_max_rows = 100'000;  // the audit trail's retention (api/audit.hpp)
   std::vector<TokenEntry> tokens;
   // A connection's TLS handshake, its request (first byte to last header byte) and the
   // wait between keep-alive requests (api_server.hpp).

@@ -214,6 +214,9 @@ class HistoryStore {
   // [1, kMaxPageSize]).
   result<std::vector<AuditRecord>> list_audit(std::optional<std::int64_t> before_id,
                                               std::int64_t limit);
+  // Retention: deletes every audit row but the newest `keep_newest` (by id) and returns
+  // how many went. Errors: errc::invalid_argument (keep_newest < 1).
+  result<std::int64_t> prune_audit(std::int64_t keep_newest);
 
   // ---- Events
 

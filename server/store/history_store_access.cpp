@@ -216,4 +216,22 @@ result<std::vector<AuditRecord>> HistoryStore::list_audit(std::optional<std::int
   return rows;
 }
 
+result<std::int64_t> HistoryStore::prune_audit(std::int64_t keep_newest) {
+  if (keep_newest < 1) {
+    return fail(errc::invalid_argument,
+                cat("cannot prune the audit trail to ", keep_newest, " rows: keep at least 1"));
+  }
+  // Ids increase, so the newest rows are the highest ids: one range delete on the key.
+  auto s = db_.prepare(
+      "DELETE FROM audit_log WHERE id <= (SELECT MAX(id) FROM audit_log) - ?1");
+  if (!s) {
+    return in("cannot prune the audit trail", s.error());
+  }
+  s->bind_int64(1, keep_newest);
+  if (auto ok = s->run(); !ok) {
+    return in("cannot prune the audit trail", ok.error());
+  }
+  return db_.changes();
+}
+
 }  // namespace fedcore::store

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "server/api/audit.hpp"
 #include "server/api/auth_limiter.hpp"
 #include "server/api/router.hpp"
 #include "server/api/token_store.hpp"
@@ -103,6 +104,32 @@ class ApiTokenStore : public ::testing::Test {
   store::HistoryStore history_;
   TokenStore tokens_;
 };
+
+// Anyone can present a bad token, and every such attempt is audited: the trail keeps its
+// newest rows only, pruned every min(max_rows, kAuditPruneEvery) rows.
+TEST(ApiAuditRetention, TheTrailKeepsAboutItsNewestRowsWhateverComesIn) {
+  auto history = std::move(store::HistoryStore::open(":memory:").value());
+  store::AuditRecord row{0, 1, "", std::nullopt, "", "203.0.113.9", "POST", "/api/v1/runs",
+                         401, R"({"reason":"unknown token"})"};
+  constexpr std::int64_t kKeep = 100;
+  std::size_t most = 0;
+  for (int i = 1; i <= 1'000; ++i) {
+    row.time_ms = i;
+    record_audit(history, row, kKeep);
+    most = std::max(most, history.list_audit(std::nullopt, 1000)->size());
+  }
+  EXPECT_LE(most, static_cast<std::size_t>(2 * kKeep - 1));
+  const auto kept = history.list_audit(std::nullopt, 1000);
+  EXPECT_EQ(kept->size(), static_cast<std::size_t>(kKeep)) << "1,000 is a multiple of 100";
+  EXPECT_EQ(kept->front().time_ms, 1'000) << "the newest row stays";
+  EXPECT_EQ(kept->back().time_ms, 901);
+  // 0 keeps everything.
+  auto all = std::move(store::HistoryStore::open(":memory:").value());
+  for (int i = 1; i <= 300; ++i) {
+    record_audit(all, row, 0);
+  }
+  EXPECT_EQ(all.list_audit(std::nullopt, 1000)->size(), 300u);
+}
 
 TEST_F(ApiTokenStore, ConfigTokensAreAdminsThatExpireOnlyIfTheConfigSays) {
   auto a = auth("Bearer boot-token", 1'000'000'000'000);

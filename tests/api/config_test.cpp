@@ -39,7 +39,8 @@ TEST(ServerConfig, ReadsEveryKey) {
       "tls": {"ca": "ca.pem", "cert": "s.pem", "key": "s.key", "crl": "crl.pem"},
       "api": {"port": 0, "enabled": false, "handshake_timeout_s": 5, "request_timeout_s": 6,
               "idle_timeout_s": 7, "max_unauthenticated": 40,
-              "max_unauthenticated_per_address": 4, "max_connections_per_address": 8}})");
+              "max_unauthenticated_per_address": 4, "max_connections_per_address": 8,
+              "audit_max_rows": 5000}})");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->federation.listen_address, "0.0.0.0");
   EXPECT_EQ(c->federation.port, 7500);
@@ -59,6 +60,7 @@ TEST(ServerConfig, ReadsEveryKey) {
   EXPECT_EQ(c->api.max_unauthenticated, 40u);
   EXPECT_EQ(c->api.max_unauthenticated_per_address, 4u);
   EXPECT_EQ(c->api.max_connections_per_address, 8u);
+  EXPECT_EQ(c->api.audit_max_rows, 5000);
   EXPECT_EQ(c->federation.tls.crl_file, "crl.pem");
   EXPECT_EQ(c->api.port, 0);
   EXPECT_FALSE(c->api.enabled);

@@ -119,5 +119,21 @@ TEST(HistoryAccess, TheAuditTrailPagesNewestFirst) {
   EXPECT_EQ(store.append_audit(bad).error().code, errc::invalid_argument);
 }
 
+TEST(HistoryAccess, PruningTheAuditTrailKeepsItsNewestRows) {
+  auto store = std::move(HistoryStore::open(":memory:").value());
+  for (int i = 1; i <= 10; ++i) {
+    ASSERT_TRUE(store.append_audit({0, i, "", std::nullopt, "", "::1", "POST", "/", 401, "{}"}));
+  }
+  EXPECT_EQ(*store.prune_audit(4), 6);
+  auto rows = store.list_audit(std::nullopt, 100);
+  ASSERT_EQ(rows->size(), 4u);
+  EXPECT_EQ(rows->front().id, 10);
+  EXPECT_EQ(rows->back().id, 7);
+  EXPECT_EQ(*store.prune_audit(4), 0) << "nothing more to remove";
+  // Ids go on from the highest ever given, so pruning never makes an id reappear.
+  EXPECT_EQ(*store.append_audit({0, 11, "", std::nullopt, "", "::1", "POST", "/", 401, "{}"}), 11);
+  EXPECT_EQ(store.prune_audit(0).error().code, errc::invalid_argument);
+}
+
 }  // namespace
 }  // namespace fedcore::store

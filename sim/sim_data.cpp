@@ -96,15 +96,13 @@ result<SimData> prepare_data(const SimOptions& o) {
   return out;
 }
 
-data::TrainTest local_data(const SimData& d, std::size_t index) {
-  return data::TrainTest{d.all.train.subset(d.train_parts.at(index)),
-                         d.all.test.subset(d.test_parts.at(index))};
-}
-
 client::SiteData site_data(const SimData& d, std::size_t index) {
   client::SiteDataShape shape{d.train_parts.at(index).size(), d.test_parts.at(index).size(),
                               d.all.train.sample_shape, d.all.train.num_classes};
-  return client::SiteData(std::move(shape), [&d, index] { return local_data(d, index); });
+  return client::SiteData(std::move(shape), [&d, index] {
+    return data::TrainTest{d.all.train.subset(d.train_parts.at(index)),
+                           d.all.test.subset(d.test_parts.at(index))};
+  });
 }
 
 std::string client_id(std::size_t index, std::size_t clients) {

@@ -35,13 +35,11 @@ result<data::TrainTest> load_dataset(const SimOptions& options);
 // cannot give every client a sample (more clients than training samples, or than shards).
 result<SimData> prepare_data(const SimOptions& options);
 
-// Client `index`'s local training and test data. REQUIRES: index < number of clients.
-data::TrainTest local_data(const SimData& data, std::size_t index);
-
-// The same as a site's data loaded on demand (client/site_data.hpp): the site holds only its
-// shape, and each round's training gathers its samples from `data` and frees them after, so
-// a simulated site costs no memory for samples while it is not training (100,000 sites of
-// which a round samples 1,000). REQUIRES: `data` outlives the site.
+// Client `index`'s local training and test data, loaded on demand (client/site_data.hpp):
+// the site holds only its shape, and each round's training gathers its samples from `data`
+// and frees them after, so a simulated site costs no memory for samples while it is not
+// training (100,000 sites of which a round samples 1,000).
+// REQUIRES: index < number of clients; `data` outlives the site.
 client::SiteData site_data(const SimData& data, std::size_t index);
 
 // The id of simulated client `index` of `clients`: "site-0001"..., zero-padded so that

@@ -31,8 +31,7 @@ store::AuditRecord audit_row(const Request& req, const Response& response, std::
 // min(max_rows, kAuditPruneEvery)-th row prunes the older ones, so the table never holds
 // more than max_rows + min(max_rows, kAuditPruneEvery) - 1 rows. 0 keeps everything.
 inline constexpr std::int64_t kAuditPruneEvery = 1000;
-void record_audit(store::HistoryStore& store, const store::AuditRecord& row,
-                  std::int64_t max_rows);
+void record_audit(store::HistoryStore& store, const store::AuditRecord& row, std::int64_t max_rows);
 
 // The JSON of one row (docs/api.md, "Audit").
 nlohmann::json audit_json(const store::AuditRecord& row);

@@ -102,11 +102,11 @@ result<ApiConfig> parse_api_config(const json& j) {
 }
 
 result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
-  StrictObject o(j, at,
-                 {"enabled", "listen", "port", "web_root", "max_connections", "max_unauthenticated",
-                  "max_unauthenticated_per_address", "max_connections_per_address",
-                  "audit_max_rows", "tokens",
-                  "handshake_timeout_s", "request_timeout_s", "idle_timeout_s"});
+  StrictObject o(
+      j, at,
+      {"enabled", "listen", "port", "web_root", "max_connections", "max_unauthenticated",
+       "max_unauthenticated_per_address", "max_connections_per_address", "audit_max_rows", "tokens",
+       "handshake_timeout_s", "request_timeout_s", "idle_timeout_s"});
   ApiConfig c;
   o.boolean("enabled", c.enabled);
   o.string("listen", c.listen_address, {.min_size = 1, .max_size = 255});

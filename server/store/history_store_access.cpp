@@ -222,8 +222,7 @@ result<std::int64_t> HistoryStore::prune_audit(std::int64_t keep_newest) {
                 cat("cannot prune the audit trail to ", keep_newest, " rows: keep at least 1"));
   }
   // Ids increase, so the newest rows are the highest ids: one range delete on the key.
-  auto s = db_.prepare(
-      "DELETE FROM audit_log WHERE id <= (SELECT MAX(id) FROM audit_log) - ?1");
+  auto s = db_.prepare("DELETE FROM audit_log WHERE id <= (SELECT MAX(id) FROM audit_log) - ?1");
   if (!s) {
     return in("cannot prune the audit trail", s.error());
   }

@@ -14,7 +14,7 @@ namespace asio = boost::asio;
 asio::awaitable<bool> TimerSleeper::wait(asio::steady_timer& timer, Clock::steady_time wake,
                                          const void* owner) {
   auto& group = pending_[owner];  // a map node: stays put while other owners come and go
-  auto me = group.insert(group.end(), Pending{wake, &timer, owner});
+  auto me = group.insert(group.end(), Pending{wake, &timer});
   ++sleeping_;
   co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   const bool cancelled = me->cancelled;

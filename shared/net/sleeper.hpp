@@ -37,8 +37,8 @@ class Sleeper {
   virtual std::size_t sleeping() const noexcept = 0;
 };
 
-// What both sleepers share: each pending sleep is an asio timer plus its owner, kept in a
-// list while its coroutine waits.
+// What both sleepers share: each pending sleep is an asio timer, kept in its owner's list
+// while its coroutine waits.
 class TimerSleeper : public Sleeper {
  public:
   void cancel(const void* owner) override;
@@ -49,7 +49,6 @@ class TimerSleeper : public Sleeper {
   struct Pending {
     Clock::steady_time wake;  // ManualSleeper only
     boost::asio::steady_timer* timer;
-    const void* owner;
     bool cancelled = false;
   };
   // Waits on `timer` (set up by the caller) as one pending sleep; false when cancelled.

@@ -109,8 +109,11 @@ class ApiTokenStore : public ::testing::Test {
 // newest rows only, pruned every min(max_rows, kAuditPruneEvery) rows.
 TEST(ApiAuditRetention, TheTrailKeepsAboutItsNewestRowsWhateverComesIn) {
   auto history = std::move(store::HistoryStore::open(":memory:").value());
-  store::AuditRecord row{0, 1, "", std::nullopt, "", "203.0.113.9", "POST", "/api/v1/runs",
-                         401, R"({"reason":"unknown token"})"};
+  store::AuditRecord row{0,      1,
+                         "",     std::nullopt,
+                         "",     "203.0.113.9",
+                         "POST", "/api/v1/runs",
+                         401,    R"({"reason":"unknown token"})"};
   constexpr std::int64_t kKeep = 100;
   std::size_t most = 0;
   for (int i = 1; i <= 1'000; ++i) {

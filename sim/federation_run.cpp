@@ -87,6 +87,9 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
                    {"strategy", o.strategy},
                    {"rounds", o.rounds},
                    {"min_clients", 1},
+                   // Every round waits for all the sites (dropped ones reconnect), so the
+                   // seeded sample is drawn from the same set whatever the timing.
+                   {"min_available_clients", o.clients},
                    {"local_epochs", o.local_epochs},
                    {"batch_size", o.batch},
                    {"optimizer", optimizer_json(o)},

@@ -19,6 +19,7 @@ constexpr std::string_view kKeys[] = {"name",
                                       "clients_per_round",
                                       "fraction",
                                       "min_clients",
+                                      "min_available_clients",
                                       "over_selection",
                                       "local_epochs",
                                       "batch_size",
@@ -72,6 +73,7 @@ result<RunConfig> run_config_from_json(const json& j) {
   o.integer("clients_per_round", c.clients_per_round, {1, 1000000});
   o.number("fraction", c.fraction, {1e-6, 1});
   o.integer("min_clients", c.min_clients, {1, 1000000});
+  o.integer("min_available_clients", c.min_available_clients, {0, 1000000});
   o.integer("over_selection", c.over_selection, {0, 1000000});
   o.integer("local_epochs", c.local_epochs, {1, 1000});
   o.integer("batch_size", c.batch_size, {1, 65536});
@@ -121,6 +123,12 @@ result<RunConfig> run_config_from_json(const json& j) {
     return kRoot.bad("'min_clients' (" + std::to_string(c.min_clients) +
                      ") exceeds 'clients_per_round' (" + std::to_string(c.clients_per_round) + ")");
   }
+  if (c.min_available_clients > 0 && c.min_available_clients < c.min_clients) {
+    // A round starts once min_clients are online in any case: the value would be ignored.
+    return kRoot.bad("'min_available_clients' (" + std::to_string(c.min_available_clients) +
+                     ") is below 'min_clients' (" + std::to_string(c.min_clients) +
+                     "), which a round waits for anyway");
+  }
   if (c.over_selection > 0 && c.privacy.secure_aggregation) {
     return kRoot.bad(
         "'over_selection' does not apply with secure aggregation: its threshold and dropout "
@@ -157,6 +165,7 @@ std::string to_json_text(const RunConfig& c) {
          {"strategy", c.strategy},
          {"rounds", c.rounds},
          {"min_clients", c.min_clients},
+         {"min_available_clients", c.min_available_clients},
          {"over_selection", c.over_selection},
          {"local_epochs", c.local_epochs},
          {"batch_size", c.batch_size},

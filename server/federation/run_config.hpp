@@ -8,6 +8,7 @@
 //     "rounds": 5,
 //     "clients_per_round": 3,                   // or "fraction": 0.5 (of online clients)
 //     "min_clients": 2,                         // quorum
+//     "min_available_clients": 0,               // online before a round starts; 0 = min_clients
 //     "over_selection": 0,                      // extra clients selected; see below
 //     "local_epochs": 1, "batch_size": 32,
 //     "optimizer": {"kind": "sgd", "lr": 0.1},  // optimizer config (model/optimizer.hpp)
@@ -69,6 +70,10 @@ struct RunConfig {
   std::int64_t clients_per_round = 0;  // 0: use fraction
   double fraction = 1.0;
   std::int64_t min_clients = 1;
+  // How many eligible clients must be online before a round starts (Flower's
+  // min_available_clients); 0 means min_clients. A simulation that waits for all its sites
+  // selects from the same set every round, whatever the timing of reconnects.
+  std::int64_t min_available_clients = 0;
   std::int64_t over_selection = 0;  // extra clients a round selects beyond what it needs
   std::int32_t local_epochs = 1;
   std::int32_t batch_size = 32;

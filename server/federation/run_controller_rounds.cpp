@@ -100,7 +100,8 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
 bool RunController::step() {
   auto& run = *active_;
   const auto now = env_.clock.steady();
-  const auto needed = static_cast<std::size_t>(std::max<std::int64_t>(run.config.min_clients, 1));
+  const auto needed = static_cast<std::size_t>(
+      std::max({run.config.min_clients, run.config.min_available_clients, std::int64_t{1}}));
   switch (run.phase) {
     case RunPhase::idle:
       return false;
@@ -132,7 +133,7 @@ bool RunController::step() {
       if (now < run.wait_deadline) {
         return false;
       }
-      end_run(store::RunState::paused, "fewer than " + std::to_string(run.config.min_clients) +
+      end_run(store::RunState::paused, "fewer than " + std::to_string(needed) +
                                            " clients online after waiting " +
                                            std::to_string(run.config.wait_for_clients_s) + " s");
       return true;

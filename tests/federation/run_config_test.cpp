@@ -11,10 +11,12 @@ namespace {
 TEST(RunConfig, ParsesAFullConfigAndRoundTrips) {
   auto c =
       parse_run_config(R"({"name":"bc","model":{"type":"logreg"},"rounds":5,"clients_per_round":3,
-    "min_clients":2,"local_epochs":2,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.1},
+    "min_clients":2,"min_available_clients":3,"local_epochs":2,"batch_size":16,
+    "optimizer":{"kind":"sgd","lr":0.1},
     "round_timeout_s":30,"seed":7,"on_failed_round":"retry","max_retries":1})");
   ASSERT_TRUE(c) << c.error().to_string();
   EXPECT_EQ(c->rounds, 5);
+  EXPECT_EQ(c->min_available_clients, 3);
   EXPECT_EQ(c->clients_per_round, 3);
   EXPECT_FLOAT_EQ(c->optimizer.learning_rate, 0.1f);
   EXPECT_EQ(c->on_failed_round, FailedRoundPolicy::retry);
@@ -30,6 +32,9 @@ TEST(RunConfig, RejectsBadFieldsByName) {
       {R"({"model":{"type":"logreg"},"rounds":0})", "'rounds'"},
       {R"({"model":{"type":"logreg"},"rounds":2.5})", "'rounds'"},
       {R"({"model":{"type":"logreg"},"clients_per_round":2,"min_clients":3})", "'min_clients'"},
+      {R"({"model":{"type":"logreg"},"min_clients":3,"min_available_clients":2})",
+       "'min_available_clients' (2) is below 'min_clients' (3)"},
+      {R"({"model":{"type":"logreg"},"min_available_clients":-1})", "'min_available_clients'"},
       {R"({"model":{"type":"logreg"},"clients_per_round":2,"fraction":0.5})", "not both"},
       {R"({"model":{"type":"logreg"},"fraction":1.5})", "'fraction'"},
       {R"({"model":{"type":"logreg"},"strategy":"fedprox"})", "proximal_mu"},

@@ -638,6 +638,19 @@ TEST_F(RunControllerTest, AClientComingOnlineStartsTheWaitingRound) {
   EXPECT_EQ(sessions_.sent.size(), 2u);
 }
 
+TEST_F(RunControllerTest, ARoundWaitsForItsMinimumOfAvailableClientsNotJustTheQuorum) {
+  connect("a");
+  connect("b");
+  start(config(R"(,"min_available_clients":3)"));
+  controller_->poll();
+  EXPECT_EQ(controller_->phase(), RunPhase::waiting_for_clients) << "2 online meet the quorum only";
+  EXPECT_TRUE(sessions_.sent.empty());
+  connect("c");
+  controller_->poll();
+  EXPECT_EQ(controller_->round_stage(), RoundStage::collecting);
+  EXPECT_EQ(sessions_.sent.size(), 3u);
+}
+
 TEST_F(RunControllerTest, PauseDuringARoundStoresNothingOfItAndResumeRedoesIt) {
   for (auto id : {"a", "b", "c"}) {
     connect(id);

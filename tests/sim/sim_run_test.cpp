@@ -283,6 +283,15 @@ TEST(SimRun, InjectedDropsAreCountedAndRoundsStillCommit) {
   // client dropped fail and are retried; their drops are in the failed attempts).
   EXPECT_LE(dropped, injected);
   EXPECT_EQ(summary["federated"]["end_state"], "finished");
+  // Each round waits for every site to be back, so the seeded sample and the seeded drops
+  // are the same in a second run whatever the timing of the reconnects.
+  auto again = o;
+  again.out = dir.path("again");
+  ASSERT_TRUE(run(again));
+  const auto rounds = read_csv(o.out + "/rounds.csv");
+  const auto rounds_again = read_csv(again.out + "/rounds.csv");
+  EXPECT_EQ(column(rounds, "dropped"), column(rounds_again, "dropped"));
+  EXPECT_EQ(column(rounds, "accuracy"), column(rounds_again, "accuracy"));
 }
 
 TEST(SimRun, BaselineOnlyWritesNoFederatedOutputs) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <omp.h>
 
+#include "shared/model/conv_gemm.hpp"
 #include "shared/model/init.hpp"
 #include "shared/model/layers.hpp"
 #include "shared/util/assert.hpp"
@@ -201,7 +202,8 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
     // The cout x (positions*count) product, laid out column by column, is exactly the HWC
     // output of each sample of the chunk in turn.
     MatrixMap out(output.col(first).data(), cout, positions * count);
-    out.noalias() = weight_ * columns;
+    gemm::multiply({weight_.data(), cout, patch_size_},
+                   {columns.data(), patch_size_, positions * count}, out.data());
     out.colwise() += bias_;
   });
 }
@@ -221,7 +223,8 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
     im2col(input, first, count, columns);
     auto& partial = chunk_weight_grads_[static_cast<std::size_t>(c)];
     partial.resize(cout, patch_size_);
-    partial.noalias() = dy.middleCols(first * positions, count * positions) * columns.transpose();
+    gemm::multiply({dy.col(first * positions).data(), cout, positions * count},
+                   {columns.data(), patch_size_, positions * count, true}, partial.data());
   });
   if (chunks.count == 0) {
     weight_grad_.setZero();
@@ -249,8 +252,9 @@ void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_out
     const auto count = chunks.first(c + 1) - first;
     Matrix& grad_columns = scratch(thread);
     grad_columns.resize(patch_size_, positions * count);
-    grad_columns.noalias() =
-        weight_.transpose() * dy.middleCols(first * positions, count * positions);
+    gemm::multiply({weight_.data(), cout, patch_size_, true},
+                   {dy.col(first * positions).data(), cout, positions * count},
+                   grad_columns.data());
     col2im(grad_columns, first, count, grad_input);
   });
 }

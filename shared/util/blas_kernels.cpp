@@ -1,5 +1,10 @@
 #include "shared/util/blas_kernels.hpp"
 
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <string_view>
+
 // OpenBLAS's own entry point, declared weak: a build whose products go to another BLAS
 // links without it.
 #ifdef EIGEN_USE_BLAS
@@ -16,6 +21,15 @@ std::string blas_core_name() {
   }
 #endif
   return "";
+}
+
+bool blas_core_uses_avx512() {
+  std::string name = blas_core_name();
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  constexpr std::array<std::string_view, 3> kAvx512Cores = {"skylakex", "cooperlake",
+                                                            "sapphirerapids"};
+  return std::find(kAvx512Cores.begin(), kAvx512Cores.end(), name) != kAvx512Cores.end();
 }
 
 }  // namespace fedcore

@@ -15,4 +15,8 @@ namespace fedcore {
 // OpenBLAS.
 std::string blas_core_name();
 
+// Whether that core's kernels are OpenBLAS's AVX-512 ones (SkylakeX, Cooperlake,
+// SapphireRapids); false when products do not go to OpenBLAS.
+bool blas_core_uses_avx512();
+
 }  // namespace fedcore

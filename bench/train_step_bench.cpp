@@ -12,7 +12,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "shared/model/conv_gemm.hpp"
+#include "shared/model/gemm.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
 #include "shared/util/blas_kernels.hpp"
@@ -72,8 +72,8 @@ void arguments(benchmark::internal::Benchmark* b) {
 BENCHMARK(train_step)->Apply(arguments);
 
 // The OpenBLAS kernels the products ran on (shared/util/blas_kernels.hpp) and the
-// convolution's kernel (shared/model/conv_gemm.hpp) go into the output's context;
-// bench/compare_torch.sh gives PyTorch the same OpenBLAS core. `--conv_gemm=standard`
+// convolution's kernel (shared/model/gemm.hpp) go into the output's context;
+// bench/compare_torch.sh gives PyTorch the same OpenBLAS core. `--gemm=standard`
 // runs the convolutions on the build's products instead of the AVX-512 kernel (for the
 // side-by-side in docs/results.md).
 int main(int argc, char** argv) {
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg(argv[i]);
-    if (arg == "--conv_gemm=standard" || arg == "--conv_gemm=avx512") {
+    if (arg == "--gemm=standard" || arg == "--gemm=avx512") {
       const auto kernel = arg.ends_with("avx512") ? gemm::Kernel::avx512 : gemm::Kernel::standard;
       if (!gemm::use_kernel(kernel)) {
         std::fprintf(stderr, "%s: this CPU or build has no %s kernel\n", argv[0],
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   benchmark::AddCustomContext("blas_core", fedcore::blas_core_name());
-  benchmark::AddCustomContext("conv_gemm", gemm::kernel_name(gemm::active_kernel()));
+  benchmark::AddCustomContext("gemm_kernel", gemm::kernel_name(gemm::active_kernel()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

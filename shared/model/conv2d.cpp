@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <omp.h>
 
-#include "shared/model/conv_gemm.hpp"
+#include "shared/model/gemm.hpp"
 #include "shared/model/init.hpp"
 #include "shared/model/layers.hpp"
 #include "shared/util/assert.hpp"

@@ -1,3 +1,4 @@
+#include "shared/model/gemm.hpp"
 #include "shared/model/init.hpp"
 #include "shared/model/layers.hpp"
 #include "shared/util/assert.hpp"
@@ -43,17 +44,19 @@ void Dense::forward(const Matrix& input, Matrix& output, Phase) {
   FEDCORE_ASSERT(input.rows() == in_,
                  "Dense::forward: input rows differ from the layer's input size");
   output.resize(out_, input.cols());
-  output.noalias() = weight_ * input;
+  gemm::multiply({weight_.data(), out_, in_}, {input.data(), in_, input.cols()}, output.data());
   output.colwise() += bias_;
 }
 
 void Dense::backward(const Matrix&, const Matrix&, const Matrix& grad_output, Matrix& grad_input) {
   grad_input.resize(in_, grad_output.cols());
-  grad_input.noalias() = weight_.transpose() * grad_output;
+  gemm::multiply({weight_.data(), out_, in_, true}, {grad_output.data(), out_, grad_output.cols()},
+                 grad_input.data());
 }
 
 void Dense::gradient(const Matrix& input, const Matrix& grad_output) {
-  weight_grad_.noalias() = grad_output * input.transpose();
+  gemm::multiply({grad_output.data(), out_, grad_output.cols()},
+                 {input.data(), in_, input.cols(), true}, weight_grad_.data());
   bias_grad_ = grad_output.rowwise().sum();
 }
 

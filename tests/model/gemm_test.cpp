@@ -1,9 +1,9 @@
-#include "shared/model/conv_gemm.hpp"
-
-#include <gtest/gtest.h>
+#include "shared/model/gemm.hpp"
 
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "shared/util/blas_kernels.hpp"
 #include "shared/util/eigen.hpp"
@@ -42,13 +42,13 @@ Matrix product(const Matrix& a, bool ta, const Matrix& b, bool tb) {
 
 // Every kernel this CPU has computes the product of double-precision arithmetic to float
 // rounding, for the conv's shapes and for odd sizes that leave tails in every blocking.
-TEST(ConvGemm, EveryAvailableKernelComputesTheProductInEveryTransposition) {
+TEST(Gemm, EveryAvailableKernelComputesTheProductInEveryTransposition) {
   KernelGuard guard;
   Rng rng(11);
   const struct {
     Eigen::Index m, k, n;
-  } shapes[] = {{64, 800, 588}, {800, 64, 588}, {64, 588, 800}, {32, 25, 2352}, {7, 13, 5},
-                {1, 1, 1},      {33, 17, 97},   {49, 300, 3}};
+  } shapes[] = {{64, 800, 588}, {800, 64, 588}, {64, 588, 800}, {32, 25, 2352},
+                {7, 13, 5},     {1, 1, 1},      {33, 17, 97},   {49, 300, 3}};
   for (const auto kernel : {Kernel::standard, Kernel::avx512}) {
     if (!use_kernel(kernel)) {
       continue;
@@ -72,7 +72,7 @@ TEST(ConvGemm, EveryAvailableKernelComputesTheProductInEveryTransposition) {
   }
 }
 
-TEST(ConvGemm, TheAvx512KernelIsChosenWhenTheCpuHasItAndOpenBlasRunsNoAvx512Core) {
+TEST(Gemm, TheAvx512KernelIsChosenWhenTheCpuHasItAndOpenBlasRunsNoAvx512Core) {
   KernelGuard guard;
   const bool has = __builtin_cpu_supports("x86-64-v4");
 #if defined(__GNUC__) && defined(__x86_64__)

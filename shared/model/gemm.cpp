@@ -1,18 +1,17 @@
-#include "shared/model/conv_gemm.hpp"
+#include "shared/model/gemm.hpp"
 
 #include <atomic>
 
+#include "shared/model/gemm_product.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/blas_kernels.hpp"
 #include "shared/util/eigen.hpp"
-
-#include "shared/model/conv_gemm_product.hpp"
 
 namespace fedcore::model::gemm {
 namespace {
 
 bool cpu_has_avx512() noexcept {
-#if defined(FEDCORE_CONV_GEMM_AVX512)
+#if defined(FEDCORE_GEMM_AVX512)
   return __builtin_cpu_supports("x86-64-v4");
 #else
   return false;
@@ -36,7 +35,7 @@ std::atomic<Kernel>& chosen() noexcept {
 void multiply(const Operand& a, const Operand& b, float* out) {
   FEDCORE_ASSERT((a.transposed ? a.rows : a.cols) == (b.transposed ? b.cols : b.rows),
                  "gemm::multiply: inner dimensions differ");
-#if defined(FEDCORE_CONV_GEMM_AVX512)
+#if defined(FEDCORE_GEMM_AVX512)
   if (chosen().load(std::memory_order_relaxed) == Kernel::avx512) {
     detail::multiply_avx512(a, b, out);
     return;

@@ -25,5 +25,6 @@ core=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[
 if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then
   export OPENBLAS_CORETYPE=$core
 fi
-echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}"
+gemm=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("gemm_kernel",""))' "$out")
+echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}; Fedcore's layer products: $gemm kernel (shared/model/gemm.hpp)"
 LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$out"

@@ -668,7 +668,7 @@ double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field f
 }
 
 void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
-                  const std::vector<int>& client_counts, int rounds) {
+                  const std::vector<int>& client_counts, int rounds, int client_threads) {
   const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
   const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
@@ -677,7 +677,7 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
               "server peak RSS", "model size", "target RSS");
   for (long params : param_counts) {
     for (int clients : client_counts) {
-      const RunSpec spec{params, clients, rounds, Mode::plain, 1};
+      const RunSpec spec{params, clients, rounds, Mode::plain, client_threads};
       const RunResult r = run_federation(server_bin, pki, root, spec);
       const double model_mb = double(r.actual_params) * 4 / 1e6;
       std::printf("%-10ld %-8d %-18.1f %-18s %-14s %-14s%s\n", r.actual_params, clients,
@@ -1152,10 +1152,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "rounds") {
-    // rounds [PARAMS...] [--clients 2,8,32] [--rounds R]
+    // rounds [PARAMS...] [--clients 2,8,32] [--rounds R] [--client-threads T]
     std::vector<long> params;
     std::vector<int> clients;
     int rounds = 5;
+    int client_threads = 1;
     for (int i = 2; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "--clients" && i + 1 < argc) {
@@ -1165,6 +1166,8 @@ int main(int argc, char** argv) {
         }
       } else if (arg == "--rounds" && i + 1 < argc) {
         rounds = std::atoi(argv[++i]);
+      } else if (arg == "--client-threads" && i + 1 < argc) {
+        client_threads = std::atoi(argv[++i]);
       } else {
         params.push_back(std::atol(arg.c_str()));
       }
@@ -1175,12 +1178,13 @@ int main(int argc, char** argv) {
     if (clients.empty()) {
       clients = {2, 8, 32};
     }
-    if (rounds < 1 || std::any_of(clients.begin(), clients.end(), [](int n) { return n < 1; }) ||
+    if (rounds < 1 || client_threads < 1 ||
+        std::any_of(clients.begin(), clients.end(), [](int n) { return n < 1; }) ||
         std::any_of(params.begin(), params.end(), [](long n) { return n < 2; })) {
       std::fprintf(stderr, "rounds: need >= 1 round, >= 1 client, >= 2 parameters\n");
       return 2;
     }
-    rounds_bench(fedcore::testing::server_binary(), params, clients, rounds);
+    rounds_bench(fedcore::testing::server_binary(), params, clients, rounds, client_threads);
     return 0;
   }
   if (mode == "secure") {
@@ -1223,7 +1227,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::fprintf(stderr,
-               "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] | secure "
+               "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
+               "[--client-threads T] | secure "
                "[--params P] [--clients "
                "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
                "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");

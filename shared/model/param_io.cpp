@@ -15,6 +15,7 @@
 #include "shared/util/assert.hpp"
 #include "shared/util/byte_codec.hpp"
 #include "shared/util/checksum.hpp"
+#include "shared/util/file_contents.hpp"
 #include "shared/util/test_point.hpp"
 
 namespace fedcore::model {
@@ -28,21 +29,6 @@ constexpr std::size_t kFixedHeader = 8 + 4 + 4 + 8 + 8;
 
 std::string os_error(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
-}
-
-result<void> write_all(int fd, const std::byte* data, std::size_t size, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      return fail(errc::io_error, os_error("cannot write", path));
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return {};
 }
 
 }  // namespace
@@ -139,7 +125,10 @@ result<void> write_file_atomically(const std::string& path, std::span<const std:
     return fail(errno == ENOENT ? errc::not_found : errc::io_error,
                 os_error("cannot create", temp));
   }
-  auto written = write_all(fd, bytes.data(), bytes.size(), temp);
+  result<void> written;
+  if (auto contents = write_new_file_contents(fd, bytes, temp); !contents) {
+    written = contents.error();
+  }
   if (written && ::fsync(fd) != 0) {
     written = fail(errc::io_error, os_error("cannot fsync", temp));
   }

@@ -27,6 +27,13 @@ class FedAvg final : public Strategy {
   void add_update(std::span<const float> update, std::uint64_t samples) override {
     average_.add(update, samples);
   }
+  std::optional<double> add_update_measured(std::span<const float> update,
+                                            std::uint64_t samples) override {
+    return average_.add_measured(update, samples);
+  }
+  void remove_update(std::span<const float> update, std::uint64_t samples) override {
+    average_.remove(update, samples);
+  }
   std::size_t updates() const noexcept override { return average_.count(); }
   std::vector<float> finish_round() override {
     auto next = average_.mean();
@@ -38,7 +45,8 @@ class FedAvg final : public Strategy {
   FixedPointMean average_;
 };
 
-// Σ (x - g)^2 in double, in 8 independent partial sums: one running sum makes every
+// Σ (x - g)^2 in double, in 8 independent partial sums (FixedPointMean::add_measured
+// computes the same sums the same way): one running sum makes every
 // addition wait for the one before (IEEE order), 8 let the compiler keep 8 in flight and
 // vectorise. The order is fixed, so the result is the same on every run.
 double squared_distance(std::span<const float> x, std::span<const float> g) noexcept {
@@ -89,6 +97,15 @@ double update_distance(std::span<const float> update, std::span<const float> glo
   return std::sqrt(squared_distance(update, global));
 }
 
+bool distance_allowed(double squared, const UpdateChecks& checks) noexcept {
+  if (!std::isfinite(squared)) {
+    return false;
+  }
+  const double norm = std::sqrt(squared);
+  return !(checks.max_update_norm > 0 && norm > checks.max_update_norm) &&
+         norm <= FixedPointMean::kMaxDistance;
+}
+
 std::optional<RejectedUpdate> validate_update(std::span<const float> update,
                                               std::string_view claimed_fingerprint,
                                               std::uint64_t samples, std::span<const float> global,
@@ -124,6 +141,9 @@ std::optional<RejectedUpdate> validate_update(std::span<const float> update,
     return RejectedUpdate{Rejection::samples, "update claims " + std::to_string(samples) +
                                                   " samples; allowed 1 to " +
                                                   std::to_string(checks.max_samples)};
+  }
+  if (distance_allowed(squared, checks)) {
+    return std::nullopt;
   }
   const double norm = std::sqrt(squared);
   if (checks.max_update_norm > 0 && norm > checks.max_update_norm) {

@@ -56,6 +56,11 @@ struct RejectedUpdate {
 // REQUIRES: equal sizes.
 double update_distance(std::span<const float> update, std::span<const float> global);
 
+// Whether an update at squared L2 distance `squared` from the global model may be folded:
+// finite, within the run's bound and within FixedPointMean::kMaxDistance. The one rule
+// validate_update and the fused fold (Strategy::add_update_measured) both apply.
+bool distance_allowed(double squared, const UpdateChecks& checks) noexcept;
+
 // Checks, in the order of the Rejection enum (the first failing check is reported).
 // Returns nothing for an update that may be aggregated.
 [[nodiscard]] std::optional<RejectedUpdate> validate_update(
@@ -77,6 +82,16 @@ class Strategy {
   virtual void expect_clients(std::size_t /*selected*/) {}
   // Folds in one validated update; the weights of a round stay within begin_round's bound.
   virtual void add_update(std::span<const float> update, std::uint64_t samples) = 0;
+  // The fused path (Round, round.cpp): a strategy that can measure an update's squared
+  // distance from the global model while it folds it in (FedAvg) returns that distance
+  // (FixedPointMean::add_measured's contract) and takes the update back with remove_update
+  // when the distance is not allowed; the others return nothing and fold nothing, and the
+  // update is validated first and folded with add_update.
+  virtual std::optional<double> add_update_measured(std::span<const float> /*update*/,
+                                                    std::uint64_t /*samples*/) {
+    return std::nullopt;
+  }
+  virtual void remove_update(std::span<const float> /*update*/, std::uint64_t /*samples*/) {}
   virtual std::size_t updates() const noexcept = 0;
   // Returns the next global model, moved out of the strategy's state where possible.
   // REQUIRES: updates() > 0.

@@ -61,6 +61,72 @@ void FixedPointMean::add(std::span<const float> values, std::uint64_t weight) {
   }
 }
 
+namespace {
+
+// The largest term the sum takes from one update: |x - g| <= kMaxDistance and
+// w <= W_max give |term| <= W_max * 2^16 * 2^F <= 2^62 (the header's range argument).
+constexpr double kMaxTerm = 0x1p62;
+
+// The integer a term adds: in range it is the truncation add() uses; out of range (or NaN,
+// which fails both comparisons) 0. A select, not a branch, so the loop vectorises.
+inline std::uint64_t term_bits(double term) noexcept {
+  const double kept = (term >= -kMaxTerm && term <= kMaxTerm) ? term : 0.0;
+  return static_cast<std::uint64_t>(static_cast<std::int64_t>(kept));
+}
+
+}  // namespace
+
+double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t weight) {
+  FEDCORE_ASSERT(begun_, "FixedPointMean::add_measured before begin");
+  FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::add_measured: size mismatch");
+  FEDCORE_ASSERT(weight >= 1 && weight <= max_total_weight_ - total_weight_,
+                 "FixedPointMean::add_measured: the weight exceeds what begin() was promised");
+  total_weight_ += weight;
+  ++count_;
+  const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
+  const float* x = values.data();
+  const float* g = reference_.data();
+  // Unsigned: a bad update's terms may wrap the sum until remove() takes them back.
+  auto* sum = reinterpret_cast<std::uint64_t*>(sum_.data());
+  constexpr std::size_t kLanes = 8;  // squared_distance's lanes (aggregate.cpp)
+  double partial[kLanes] = {};
+  const std::size_t n = size_;
+  const std::size_t whole = n - n % kLanes;
+  for (std::size_t i = 0; i < whole; i += kLanes) {
+    for (std::size_t k = 0; k < kLanes; ++k) {
+      const double d = static_cast<double>(x[i + k]) - static_cast<double>(g[i + k]);
+      partial[k] += d * d;
+      sum[i + k] += term_bits(d * scale);
+    }
+  }
+  for (std::size_t i = whole; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - static_cast<double>(g[i]);
+    partial[i - whole] += d * d;
+    sum[i] += term_bits(d * scale);
+  }
+  double squared = 0;
+  for (double p : partial) {
+    squared += p;
+  }
+  return squared;
+}
+
+void FixedPointMean::remove(std::span<const float> values, std::uint64_t weight) {
+  FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::remove: size mismatch");
+  FEDCORE_ASSERT(count_ > 0 && weight <= total_weight_,
+                 "FixedPointMean::remove: more than was added");
+  total_weight_ -= weight;
+  --count_;
+  const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
+  const float* x = values.data();
+  const float* g = reference_.data();
+  auto* sum = reinterpret_cast<std::uint64_t*>(sum_.data());
+  const std::size_t n = size_;
+  for (std::size_t i = 0; i < n; ++i) {
+    sum[i] -= term_bits((static_cast<double>(x[i]) - static_cast<double>(g[i])) * scale);
+  }
+}
+
 std::vector<float> FixedPointMean::mean() const {
   FEDCORE_ASSERT(count_ > 0, "FixedPointMean::mean: nothing to average");
   // sum * 2^-F / W in double (the sum's conversion rounds, but the sum itself is exact and

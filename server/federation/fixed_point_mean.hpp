@@ -50,6 +50,19 @@ class FixedPointMean {
   // weight stays within begin()'s max_total_weight (violations are FEDCORE_ASSERT failures).
   void add(std::span<const float> values, std::uint64_t weight);
 
+  // add() fused with the validation's measure, for a server that would otherwise read every
+  // update twice (validate_update, then add): folds in `values` unchecked and returns
+  // Σ (x - g)^2 over them, computed exactly as squared_distance() computes it (8 lanes, the
+  // same order), so the caller can decide with distance_allowed() (aggregate.hpp). A term
+  // the sum was not planned for (a non-finite value, or one further than kMaxDistance from
+  // the reference) adds 0; such an update's result is non-finite or above kMaxDistance^2,
+  // and the caller must then take it back with remove(). The sum wraps modulo 2^64 while a
+  // bad update is in it, and remove() restores its exact bits. REQUIRES: as add(), without
+  // the finiteness and distance conditions.
+  double add_measured(std::span<const float> values, std::uint64_t weight);
+  // Takes back exactly what add_measured(values, weight) added (same values and weight).
+  void remove(std::span<const float> values, std::uint64_t weight);
+
   std::size_t size() const noexcept { return size_; }
   std::size_t count() const noexcept { return count_; }
   std::uint64_t total_weight() const noexcept { return total_weight_; }

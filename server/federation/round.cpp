@@ -126,6 +126,32 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   outcome->train_seconds = report.train_seconds;
   outcome->bytes_up = bytes_up;
   outcome->evaluation = report.evaluation;
+  const auto cap = settings_.max_samples_per_client;
+  const auto weight = cap > 0 ? std::min(report.samples, cap) : report.samples;
+  const auto declared = settings_.declared_samples.find(std::string(client_id));
+  const bool above_declared =
+      declared != settings_.declared_samples.end() && report.samples > declared->second;
+  // The common case, an update every cheap check passes, is read once: folded while its
+  // distance is measured, and taken back if that distance is not allowed (the fused path,
+  // aggregate.hpp). Anything else goes the long way, so every refusal names the first
+  // failing check in validate_update's order.
+  const bool cheap_checks_pass = !above_declared && params.size() == layout_.total() &&
+                                 report.samples >= 1 &&
+                                 report.samples <= settings_.checks.max_samples &&
+                                 report.layout_fingerprint == layout_.fingerprint_hex();
+  if (cheap_checks_pass) {
+    const auto folding = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
+    const auto squared = strategy_.add_update_measured(params, weight);
+    if (timer_ != nullptr) {
+      timer_->add(&store::RoundPhases::aggregate_ms, folding);
+    }
+    if (squared && distance_allowed(*squared, settings_.checks)) {
+      return accept(*outcome);
+    }
+    if (squared) {
+      strategy_.remove_update(params, weight);
+    }
+  }
   const auto checking = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
   auto refused = validate_update(params, report.layout_fingerprint, report.samples, global_,
                                  layout_, settings_.checks);
@@ -140,8 +166,7 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
     return UpdateVerdict::rejected;
   }
   // The weight is the client's word: bound it by its own declaration and the admin's cap.
-  const auto declared = settings_.declared_samples.find(std::string(client_id));
-  if (declared != settings_.declared_samples.end() && report.samples > declared->second) {
+  if (above_declared) {
     outcome->status = ClientStatus::rejected;
     outcome->reason = "update claims " + std::to_string(report.samples) +
                       " samples; the client declared " + std::to_string(declared->second) +
@@ -150,14 +175,17 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
     set_why(outcome->reason);
     return UpdateVerdict::rejected;
   }
-  const auto cap = settings_.max_samples_per_client;
   const auto folding = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
-  strategy_.add_update(params, cap > 0 ? std::min(report.samples, cap) : report.samples);
+  strategy_.add_update(params, weight);
   if (timer_ != nullptr) {
     timer_->add(&store::RoundPhases::aggregate_ms, folding);
   }
-  outcome->status = ClientStatus::ok;
-  outcome->reason.clear();
+  return accept(*outcome);
+}
+
+UpdateVerdict Round::accept(ClientOutcome& outcome) {
+  outcome.status = ClientStatus::ok;
+  outcome.reason.clear();
   ++accepted_;
   return UpdateVerdict::accepted;
 }

@@ -142,6 +142,8 @@ class Round {
 
  private:
   ClientOutcome* find(std::string_view client_id);
+  // Marks a folded update's client ok and counts it.
+  UpdateVerdict accept(ClientOutcome& outcome);
 
   RoundSettings settings_;
   std::map<std::string, std::string> nonces_;

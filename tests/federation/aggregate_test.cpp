@@ -148,6 +148,78 @@ TEST(FixedPointMean, StaysWithinItsStatedErrorAtTheCoarsestGridsItPlans) {
   }
 }
 
+// The fused path: add_measured folds exactly what add folds and measures exactly what
+// validation measures; remove takes a bad update back to the last bit.
+TEST(FixedPointMean, AddMeasuredFoldsLikeAddAndMeasuresLikeValidation) {
+  Rng rng(11);
+  const std::size_t n = 1003;  // a tail past the 8 lanes
+  std::vector<float> global(n);
+  for (auto& g : global) {
+    g = static_cast<float>(rng.normal());
+  }
+  std::vector<std::vector<float>> updates(3, global);
+  for (auto& u : updates) {
+    for (auto& v : u) {
+      v += static_cast<float>(rng.normal() * 0.01);
+    }
+  }
+  FixedPointMean plain(n), fused(n);
+  plain.begin(global, 100);
+  fused.begin(global, 100);
+  for (std::size_t c = 0; c < updates.size(); ++c) {
+    plain.add(updates[c], c + 1);
+    const double squared = fused.add_measured(updates[c], c + 1);
+    EXPECT_EQ(std::sqrt(squared), update_distance(updates[c], global)) << c;
+  }
+  EXPECT_EQ(fused.mean(), plain.mean());
+}
+
+TEST(FixedPointMean, RemoveTakesABadUpdateBackToTheLastBit) {
+  Rng rng(12);
+  const std::size_t n = 517;
+  std::vector<float> global(n);
+  for (auto& g : global) {
+    g = static_cast<float>(rng.normal());
+  }
+  auto good = global;
+  for (auto& v : good) {
+    v += 0.25f;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> bad(4, global);
+  bad[0][3] = nan;
+  bad[1][516] = -inf;
+  bad[2][0] = 3e38f;  // far beyond the sum's range: its term adds 0, the sum stays finite
+  // Each term within the sum's range, the distance past kMaxDistance: folded, then taken back.
+  bad[3][100] += 60000.0f;
+  bad[3][101] += 60000.0f;
+  for (const auto& b : bad) {
+    FixedPointMean expected(n), tried(n);
+    expected.begin(global, 1u << 20);
+    tried.begin(global, 1u << 20);
+    expected.add(good, 3);
+    tried.add(good, 3);
+    const double squared = tried.add_measured(b, (1u << 20) - 3);
+    EXPECT_FALSE(distance_allowed(squared, {})) << squared;
+    tried.remove(b, (1u << 20) - 3);
+    EXPECT_EQ(tried.count(), 1u);
+    EXPECT_EQ(tried.total_weight(), 3u);
+    EXPECT_EQ(tried.mean(), expected.mean());
+  }
+}
+
+TEST(ValidateUpdate, TheDistanceRuleIsTheOneBothPathsApply) {
+  UpdateChecks bounded;
+  bounded.max_update_norm = 2;
+  EXPECT_TRUE(distance_allowed(4.0, bounded));
+  EXPECT_FALSE(distance_allowed(4.000001, bounded));
+  EXPECT_TRUE(distance_allowed(65536.0 * 65536.0, {}));
+  EXPECT_FALSE(distance_allowed(65536.0 * 65536.0 * 1.0000001, {}));
+  EXPECT_FALSE(distance_allowed(std::numeric_limits<double>::quiet_NaN(), {}));
+  EXPECT_FALSE(distance_allowed(std::numeric_limits<double>::infinity(), {}));
+}
+
 TEST(FixedPointMean, ANewRoundStartsFromZero) {
   const std::vector<float> zero(2, 0.0f);
   FixedPointMean mean(2);

@@ -1,7 +1,5 @@
 #include "shared/util/file_contents.hpp"
 
-#include <gtest/gtest.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <fcntl.h>
@@ -11,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/temp_dir.hpp"
 

@@ -206,7 +206,9 @@ struct RoundPhases {
   std::optional<double> train_written_ms;
   std::optional<double> first_update_ms;
   std::optional<double> last_update_ms;
-  // Durations: checking updates (validate_update), folding them into the aggregate and
+  // Durations: checking updates (validate_update; plain FedAvg measures an update's
+  // distance while folding it, in aggregate_ms, and only a refused one gets here), folding
+  // them into the aggregate and
   // finishing it, the server's evaluation of the new model, the federated evaluation stage,
   // the checkpoint file, the SQLite transaction that commits the round.
   double validate_ms = 0;

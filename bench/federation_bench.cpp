@@ -8,6 +8,8 @@
 //                                         (round_phases), where each round's time went and
 //                                         the server's CPU per round against the floor of
 //                                         the bytes it moved (costs measured in the run).
+//                                         --client-threads T spreads the clients over T
+//                                         threads (default 1).
 //   federation_bench secure   [options] : the cost of secure aggregation (SecAgg+) next to
 //                                         plain FedAvg: per client count, a plain run and
 //                                         SecAgg+ runs (keys bound, and not) back to back;

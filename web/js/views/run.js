@@ -325,6 +325,7 @@ export function mount(root, ctx) {
       ['Rounds', c.rounds],
       ['Clients per round', c.clients_per_round ?? (c.fraction !== undefined ? `${percent(c.fraction, 0)} of online` : undefined)],
       ['Minimum clients', c.min_clients],
+      ['Clients online before a round', c.min_available_clients > 0 ? c.min_available_clients : undefined],
       ['Local epochs', c.local_epochs],
       ['Batch size', c.batch_size],
       ['Optimizer', c.optimizer ? compact(c.optimizer) : undefined],

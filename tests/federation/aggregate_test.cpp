@@ -148,8 +148,9 @@ TEST(FixedPointMean, StaysWithinItsStatedErrorAtTheCoarsestGridsItPlans) {
   }
 }
 
-// The fused path: add_measured folds exactly what add folds and measures exactly what
-// validation measures; remove takes a bad update back to the last bit.
+// The fused path: add_measured measures exactly what validation measures, and folds what
+// add folds (add is add_measured without its distance); remove takes a bad update back to
+// the last bit.
 TEST(FixedPointMean, AddMeasuredFoldsLikeAddAndMeasuresLikeValidation) {
   Rng rng(11);
   const std::size_t n = 1003;  // a tail past the 8 lanes

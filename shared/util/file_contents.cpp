@@ -42,6 +42,13 @@ result<void> write_buffered(int fd, const std::byte* data, std::size_t size,
   return {};
 }
 
+// The whole file the plain way: small files, and file systems without direct I/O.
+result<WritePath> write_all_buffered(int fd, std::span<const std::byte> bytes,
+                                     const std::string& path) {
+  auto done = write_buffered(fd, bytes.data(), bytes.size(), path);
+  return done ? result<WritePath>(WritePath::buffered) : done.error();
+}
+
 bool set_direct(int fd, bool on) {
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0) {
@@ -57,14 +64,12 @@ result<WritePath> write_new_file_contents(int fd, std::span<const std::byte> byt
   const std::size_t whole = bytes.size() / kAlign * kAlign;
   void* raw = nullptr;
   if (bytes.size() < kDirectWriteMinBytes || posix_memalign(&raw, kAlign, kChunk) != 0) {
-    auto done = write_buffered(fd, bytes.data(), bytes.size(), path);
-    return done ? result<WritePath>(WritePath::buffered) : done.error();
+    return write_all_buffered(fd, bytes, path);
   }
   const std::unique_ptr<void, FreeDeleter> bounce(raw);
   // F_SETFL refuses O_DIRECT on a file system without direct I/O.
   if (!set_direct(fd, true)) {
-    auto done = write_buffered(fd, bytes.data(), bytes.size(), path);
-    return done ? result<WritePath>(WritePath::buffered) : done.error();
+    return write_all_buffered(fd, bytes, path);
   }
   std::size_t offset = 0;
   while (offset < whole) {
@@ -79,8 +84,7 @@ result<WritePath> write_new_file_contents(int fd, std::span<const std::byte> byt
       if (!set_direct(fd, false)) {
         return write_error(path);
       }
-      auto done = write_buffered(fd, bytes.data(), bytes.size(), path);
-      return done ? result<WritePath>(WritePath::buffered) : done.error();
+      return write_all_buffered(fd, bytes, path);
     }
     if (n < 0) {
       const int saved = errno;

@@ -11,6 +11,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -27,6 +28,7 @@
 #include "shared/net/watchdog.hpp"
 #include "shared/util/clock.hpp"
 #include "shared/util/log_throttle.hpp"
+#include "shared/util/worker_thread.hpp"
 
 namespace fedcore::federation {
 namespace asio = boost::asio;
@@ -72,6 +74,19 @@ void log_session_exception(std::exception_ptr e) {
   }
 }
 
+// The controller's checkpoint writes, on a thread of their own so the next round can start
+// while one goes to disk (run_controller.hpp, "Overlap"). `wake` runs on that thread after
+// each write.
+class BackgroundWriter final : public BackgroundWork {
+ public:
+  explicit BackgroundWriter(std::function<void()> wake) : worker_(std::move(wake)) {}
+  void start(std::function<void()> job) override { worker_.submit(std::move(job)); }
+  void finish() override { worker_.drain(); }
+
+ private:
+  WorkerThread worker_;
+};
+
 }  // namespace
 
 struct FederationServer::Impl final : EventSink {
@@ -88,15 +103,38 @@ struct FederationServer::Impl final : EventSink {
         own_sleeper(options.sleeper == nullptr ? std::make_unique<net::SteadySleeper>(io_context)
                                                : nullptr),
         sleeper(options.sleeper != nullptr ? *options.sleeper : *own_sleeper),
-        controller(RunEnvironment{s, sessions, clock, entropy, *this, std::move(h),
-                                  options.checkpoint_dir, nullptr, options.storage_retry}),
+        controller(environment(s, std::move(h))),
         table(net::ConnectionLimits{options.max_connections, options.max_unauthenticated,
                                     options.max_unauthenticated_per_address}),
-        room(io_context) {
+        room(io_context),
+        // A finished write wakes the controller on the io_context's thread, unless the
+        // server is gone by then.
+        background([this, alive = std::weak_ptr<const char>(alive)] {
+          asio::post(io, [this, alive] {
+            if (!alive.expired()) {
+              drive();
+            }
+          });
+        }) {
     table.set_room_callback([this] { room.cancel(); });
     sessions.on_uploads_done = [this] { options.channel.payload_gate->drop_buffers(); };
   }
 
+  RunEnvironment environment(store::HistoryStore& s, ServerHooks h) {
+    RunEnvironment env{s,
+                       sessions,
+                       clock,
+                       entropy,
+                       *this,
+                       std::move(h),
+                       options.checkpoint_dir,
+                       nullptr,
+                       options.storage_retry};
+    env.background = &background;  // constructed after the controller, destroyed before it
+    return env;
+  }
+
+  std::shared_ptr<const char> alive = std::make_shared<const char>();
   asio::io_context& io;
   ServerOptions options;
   store::HistoryStore& store;
@@ -113,6 +151,9 @@ struct FederationServer::Impl final : EventSink {
   RunController controller;
   net::ConnectionTable table;  // sockets from the listener
   asio::steady_timer room;     // the accept loop's wait while `table` is full
+  // After the controller: its thread is joined (a write it runs reads the controller's
+  // model) before the controller goes.
+  BackgroundWriter background;
   LogThrottle throttle{std::chrono::seconds(10)};
   std::size_t connections = 0;
   std::uint64_t next_serial = 1;

@@ -37,6 +37,9 @@ constexpr std::array kTransitions{
     Transition{RoundStage::evaluating, RoundEvent::deadline_passed, RoundStage::committing},
     Transition{RoundStage::committing, RoundEvent::committed, RoundStage::done},
     Transition{RoundStage::committing, RoundEvent::commit_failed, RoundStage::failed},
+    Transition{RoundStage::committing, RoundEvent::handed_off, RoundStage::persisting},
+    Transition{RoundStage::persisting, RoundEvent::committed, RoundStage::done},
+    Transition{RoundStage::persisting, RoundEvent::commit_failed, RoundStage::failed},
 };
 
 }  // namespace
@@ -47,7 +50,10 @@ bool is_final(RoundStage stage) noexcept {
 
 std::optional<RoundStage> next_stage(RoundStage stage, RoundEvent event) noexcept {
   if (event == RoundEvent::abandoned) {
-    return is_final(stage) ? std::nullopt : std::optional(RoundStage::failed);
+    // A persisting round's model went out to the next round: it commits or fails, never
+    // quietly disappears.
+    return is_final(stage) || stage == RoundStage::persisting ? std::nullopt
+                                                              : std::optional(RoundStage::failed);
   }
   for (const auto& t : kTransitions) {
     if (t.from == stage && t.event == event) {
@@ -79,6 +85,8 @@ std::string_view round_stage_name(RoundStage stage) noexcept {
       return "evaluating";
     case RoundStage::committing:
       return "committing";
+    case RoundStage::persisting:
+      return "persisting";
     case RoundStage::done:
       return "done";
     case RoundStage::failed:
@@ -121,6 +129,8 @@ std::string_view round_event_name(RoundEvent event) noexcept {
       return "committed";
     case RoundEvent::commit_failed:
       return "commit_failed";
+    case RoundEvent::handed_off:
+      return "handed_off";
     case RoundEvent::evaluation_requested:
       return "evaluation_requested";
     case RoundEvent::evaluated:

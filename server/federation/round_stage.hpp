@@ -11,8 +11,14 @@
 //                                                       ▼     deadline_passed│  │
 //                                                   evaluating ──────────────┘  │
 //                                 failed ◀──commit_failed───────────────────────┤
-//                                                              done ◀─committed─┘
-//   any stage before done/failed ──abandoned──▶ failed (shutdown or stop: nothing kept)
+//                                                              done ◀─committed─┤
+//                                                                    handed_off │
+//                                 failed ◀──commit_failed── persisting ◀────────┘
+//                                                              │ committed
+//                                                              ▼
+//                                                             done
+//   any stage before done/failed but persisting ──abandoned──▶ failed (shutdown or stop:
+//   nothing kept)
 //
 // A secure-aggregated round (SecAgg+, server/federation/secure_round.hpp) goes from
 // collecting (keys, instead of updates) through four more stages:
@@ -36,7 +42,11 @@
 //             global model on their test splits until all answered or the deadline
 //             (federation/evaluation_round.hpp);
 // committing  the checkpoint is written and the round commits in one transaction, with
-//             its evaluations.
+//             its evaluations;
+// persisting  (a round that is not the run's last, with a background worker) the
+//             checkpoint is being written on the worker while the next round runs; the
+//             round commits once it is written, before anything of the next is recorded
+//             (run_controller.hpp, "Overlap").
 //
 // sharing_keys   each client's sealed Shamir shares are relayed to its neighbours;
 // masking        masked updates are summed as they arrive;
@@ -60,6 +70,7 @@ enum class RoundStage {
   aggregating,
   evaluating,
   committing,
+  persisting,
   done,
   failed,
 };
@@ -81,6 +92,7 @@ enum class RoundEvent {
   below_threshold,
   committed,
   commit_failed,
+  handed_off,  // the checkpoint write went to the background worker
   evaluation_requested,
   evaluated,
   abandoned,

@@ -40,6 +40,11 @@ void RoundTimer::add(double store::RoundPhases::*field, Clock::steady_time since
   phases_.*field += ms_between(since, clock_.steady());
 }
 
+void RoundTimer::add(double store::RoundPhases::*field, Clock::steady_time from,
+                     Clock::steady_time to) {
+  phases_.*field += ms_between(from, to);
+}
+
 void RoundTimer::federated_evaluation(Clock::steady_time since) {
   phases_.federated_evaluation_ms = ms_between(since, clock_.steady());
 }

@@ -33,6 +33,8 @@ class RoundTimer {
   void update_received();
   // Adds the time since `since` to a duration field (validate_ms, aggregate_ms, ...).
   void add(double store::RoundPhases::*field, Clock::steady_time since);
+  // Adds the span [from, to] (measured elsewhere: a checkpoint written by the worker).
+  void add(double store::RoundPhases::*field, Clock::steady_time from, Clock::steady_time to);
   // The federated evaluation stage ran from `since` until now.
   void federated_evaluation(Clock::steady_time since);
 

@@ -30,6 +30,20 @@
 // checkpoint reference; nothing of an abandoned round (stop, shutdown) is stored, and a
 // restarted server resumes every running run from its last committed round.
 //
+// Overlap (RunEnvironment::background): with a background worker, a round that is not the
+// run's last (and not of a manual run) hands its checkpoint write to the worker and the
+// next round starts at once, sending the new global model while the file goes to disk.
+// The handed-off round commits (on the controller's thread, in its one transaction) when
+// the write has finished; until then it is not committed, and the rules hold as before:
+//   - rounds commit in order: anything that records the next round (its commit, its
+//     failure) or ends the run (stop, pause, shutdown, a failure) first waits for the
+//     write and commits the round before it;
+//   - a round whose write or commit fails is not recorded, the round built on its model
+//     is abandoned with it, and the run is held for its storage as usual;
+//   - a server killed meanwhile resumes from the last committed round: both rounds are
+//     redone, as an abandoned round is.
+// Without a worker (tests, unless they pass one) every round commits before the next starts.
+//
 // Storage faults (storage_fault.hpp): when the disk refuses the checkpoint or the commit
 // (full, read-only, I/O error), nothing of the round is recorded, the run is paused with a
 // reason such as "disk full: ..." and held: the controller probes the storage with a
@@ -67,6 +81,8 @@
 #include "shared/util/error.hpp"
 
 namespace fedcore::federation {
+
+class RoundTimer;
 
 // An EVALUATION's metadata: a few numbers and at most kMaxEvaluationMessage bytes of words,
 // which JSON escaping can make six times longer.
@@ -128,6 +144,18 @@ class EventSink {
   }
 };
 
+// Where the controller's slow writes run when they may overlap the next round (the
+// server's WorkerThread; tests pass a fake they step by hand).
+class BackgroundWork {
+ public:
+  virtual ~BackgroundWork() = default;
+  // Runs `job` away from the controller's thread, after every job started before it.
+  // Once it has returned, the host calls poll() on the controller's thread.
+  virtual void start(std::function<void()> job) = 0;
+  // Blocks until every job started so far has returned.
+  virtual void finish() = 0;
+};
+
 struct RunEnvironment {
   store::HistoryStore& store;
   SessionDirectory& sessions;
@@ -139,6 +167,9 @@ struct RunEnvironment {
   Disks* disks = nullptr;  // checkpoint files and storage probes; null: the real disks
   StorageRetry storage_retry{};
   CpuTimeSource cpu_times{};  // the CPU time read per round; null: this process's
+  // Checkpoint writes overlap the next round there (class comment); null: never. Its jobs
+  // read `clock` and `disks` from its thread.
+  BackgroundWork* background = nullptr;
 };
 
 enum class RunPhase {
@@ -254,17 +285,29 @@ class RunController {
   bool spend_privacy_budget(const std::vector<Candidate>& selected);
   result<void> privatize_secure_mean(secagg::SecAggResult& result, std::size_t selected);
   void commit_round();
+  // A round handed off to the background worker (class comment, "Overlap").
+  struct PendingCommit;
+  // Commits the handed-off round once its checkpoint is written: waiting for the write when
+  // `wait`, else only if it has finished. False when the run did not survive it (the write
+  // or the commit failed, or a hook ended the run).
+  bool settle_pending_commit(bool wait);
+  // The end of every commit, inline or handed off: the transaction, then what follows it.
+  // False when the round was not committed (the run is then paused or held).
+  bool finish_commit(PendingCommit& round);
+  std::int64_t next_round_number() const;
   // Federated evaluation (run_controller_evaluation.cpp).
   bool evaluation_due() const;
   void begin_evaluation();
   bool step_evaluation();
   std::vector<store::ClientEvaluation> take_evaluations(store::RoundRecord& record);
-  void record_secure_evaluation();
+  void record_secure_evaluation(std::int64_t round,
+                                const std::optional<std::pair<double, double>>& evaluation);
   void finish_round_attempt(bool committed);
   void end_run(store::RunState state, const std::string& why);
   // Storage faults (run_controller_storage.cpp).
-  void pause_for_failed_write(const error& failure, FailedWrite what);
-  void hold_for_storage(const error& failure, FailedWrite what);
+  // `round`: the round whose write failed (0: the next round's number).
+  void pause_for_failed_write(const error& failure, FailedWrite what, std::int64_t round);
+  void hold_for_storage(const error& failure, FailedWrite what, std::int64_t round = 0);
   result<void> probe_storage(std::uint64_t bytes);
   void retry_held_run();
   result<void> resume_held_run(std::string_view by);
@@ -279,7 +322,7 @@ class RunController {
   void on_train_written(std::int64_t run_id, std::int64_t round, std::int32_t attempt);
   // Writes the phases of the round attempt just recorded (a failure is logged, no more:
   // timing is history, not part of the round).
-  void record_phases(std::int64_t attempt);
+  void record_phases(const RoundTimer& timer, std::int64_t round, std::int64_t attempt);
   std::vector<Candidate> eligible(bool check_schema) const;
 
   RunEnvironment env_;

@@ -185,18 +185,16 @@ std::vector<store::ClientEvaluation> RunController::take_evaluations(store::Roun
 // A secure round's masked sum evaluated the model it started from: the previous round's
 // aggregate, whose row gets the means now (round 1's evaluated the initial model, which no
 // round row stands for).
-void RunController::record_secure_evaluation() {
-  const auto& run = *active_;
-  const auto& round = *run.round;
-  if (!round.secure_evaluation || round.number <= 1) {
+void RunController::record_secure_evaluation(
+    std::int64_t round, const std::optional<std::pair<double, double>>& evaluation) {
+  const auto run_id = active_->record.id;
+  if (!evaluation || round <= 1) {
     return;
   }
-  const auto [loss, accuracy] = *round.secure_evaluation;
-  if (auto saved =
-          env_.store.set_federated_evaluation(run.record.id, round.number - 1, loss, accuracy);
-      !saved) {
-    spdlog::warn("run {} round {}: the secure federated evaluation cannot be recorded: {}",
-                 run.record.id, round.number - 1, saved.error().message);
+  const auto [loss, accuracy] = *evaluation;
+  if (auto saved = env_.store.set_federated_evaluation(run_id, round - 1, loss, accuracy); !saved) {
+    spdlog::warn("run {} round {}: the secure federated evaluation cannot be recorded: {}", run_id,
+                 round - 1, saved.error().message);
   }
 }
 

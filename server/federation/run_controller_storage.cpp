@@ -46,23 +46,26 @@ bool in_memory(const std::string& path) {
 
 }  // namespace
 
-void RunController::pause_for_failed_write(const error& failure, FailedWrite what) {
+void RunController::pause_for_failed_write(const error& failure, FailedWrite what,
+                                           std::int64_t round) {
   if (what == FailedWrite::round_commit && !is_storage_failure(failure)) {
-    end_run(
-        store::RunState::paused,
-        "cannot commit round " + std::to_string(active_->round->number) + ": " + failure.message);
+    end_run(store::RunState::paused,
+            "cannot commit round " + std::to_string(round) + ": " + failure.message);
     return;
   }
-  hold_for_storage(failure, what);
+  hold_for_storage(failure, what, round);
 }
 
 // Nothing of the round is stored (the file, if written, is referenced by no row); the run
 // is recorded as paused when the database still takes that small write, and held either
 // way.
-void RunController::hold_for_storage(const error& failure, FailedWrite what) {
+void RunController::hold_for_storage(const error& failure, FailedWrite what,
+                                     std::int64_t failed_round) {
   const auto& run = *active_;
   const auto run_id = run.record.id;
-  const auto round = run.round ? run.round->number : run.record.last_round + 1;
+  const auto round = failed_round > 0 ? failed_round
+                     : run.round      ? run.round->number
+                                      : run.record.last_round + 1;
   const auto& retry = env_.storage_retry;
   // A probe must find room for one more checkpoint file and the history's growth.
   std::uint64_t reserve = retry.margin_bytes;

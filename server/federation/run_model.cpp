@@ -136,10 +136,16 @@ std::optional<model::EvalReport> RunModel::evaluate_global() {
 
 result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std::int64_t round,
                                                         Disks* disks) const {
+  return write_checkpoint(run_id, round, *global, disks);
+}
+
+result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std::int64_t round,
+                                                        const std::vector<float>& params,
+                                                        Disks* disks) const {
   test_point("checkpoint.begin", std::to_string(round));
   const auto path = (run_dir / ("round-" + std::to_string(round) + ".fcp")).string();
   const auto bytes = model::encode_params(
-      layout, *global,
+      layout, params,
       nlohmann::json{{"run", run_id}, {"round", round}, {"spec", nlohmann::json(spec)}}.dump());
   RealDisks real;
   if (auto written = (disks != nullptr ? *disks : real).write_file(path, bytes); !written) {

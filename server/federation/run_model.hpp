@@ -55,6 +55,12 @@ struct RunModel {
   [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,
                                                               std::int64_t round,
                                                               Disks* disks = nullptr) const;
+  // The same for `params` (a global model not yet in `global`): callable from another
+  // thread while nothing changes `layout`, `spec` or `run_dir`.
+  [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,
+                                                              std::int64_t round,
+                                                              const std::vector<float>& params,
+                                                              Disks* disks) const;
 };
 
 // Completes the spec from one client's data schema when it lacks input shape or classes

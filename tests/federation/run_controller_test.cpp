@@ -208,6 +208,12 @@ TEST(RoundStage, TheTableAllowsOnlyTheProtocolsMoves) {
   EXPECT_EQ(next_stage(aggregating, quorum_missed), failed);
   EXPECT_EQ(next_stage(committing, committed), done);
   EXPECT_EQ(next_stage(committing, commit_failed), failed);
+  EXPECT_EQ(next_stage(committing, handed_off), persisting);
+  EXPECT_EQ(next_stage(persisting, committed), done);
+  EXPECT_EQ(next_stage(persisting, commit_failed), failed);
+  EXPECT_EQ(next_stage(persisting, handed_off), std::nullopt);
+  EXPECT_EQ(next_stage(persisting, abandoned), std::nullopt);
+  EXPECT_EQ(next_stage(aggregating, handed_off), std::nullopt);
   EXPECT_EQ(next_stage(collecting, abandoned), failed);
   // Secure aggregation's stages, the consistency check between masking and unmasking.
   EXPECT_EQ(next_stage(masking, inputs_collected), consistency);

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <optional>
 
 #include "server/federation/evaluation_round.hpp"
 #include "server/federation/feature_scaling.hpp"
 #include "server/federation/privacy_budget.hpp"
 #include "server/federation/round.hpp"
+#include "server/federation/round_report.hpp"
 #include "server/federation/round_stage.hpp"
 #include "server/federation/run_config.hpp"
 #include "server/federation/run_controller.hpp"
@@ -42,6 +44,30 @@ struct RoundInFlight {
   std::optional<EvaluationRound> evaluation;
 };
 
+// What a checkpoint write on the worker hands back: the file's reference (or why there
+// is none) and when the write ran.
+struct WrittenCheckpoint {
+  result<store::CheckpointRef> ref = fail(errc::internal, "the checkpoint was not written");
+  Clock::steady_time started;
+  Clock::steady_time finished;
+};
+
+// A round between its checkpoint write and its commit: everything the commit and what
+// follows it need, taken from the round before the next one replaced it. Inline commits
+// use it too, with the write already done.
+struct RunController::PendingCommit {
+  std::int64_t number = 0;
+  std::int32_t attempt = 0;
+  RoundStage stage = RoundStage::committing;  // persisting while handed off
+  RoundReport report;
+  std::vector<store::ClientEvaluation> evaluations;
+  store::EventRecord committed_event;
+  RoundClose closed;
+  std::optional<RoundTimer> timer;
+  std::optional<std::pair<double, double>> secure_evaluation;
+  std::future<WrittenCheckpoint> written;
+};
+
 struct RunController::ActiveRun {
   store::RunRecord record;
   RunConfig config;
@@ -51,6 +77,9 @@ struct RunController::ActiveRun {
   std::int32_t attempt = 0;      // failed attempts at the current round number
   bool round_requested = false;  // manual runs: from advance_round() to the round's close
   std::optional<RoundInFlight> round;
+  // The round before `round`, handed off and not yet committed (run_controller.hpp,
+  // "Overlap"); rounds are committed in order, so there is at most one.
+  std::optional<PendingCommit> pending;
   std::optional<PrivacyBudget> budget;  // DP runs, from their first round on
   // What TRAIN tells sites about feature scaling: settled once per activation, after the
   // model (feature_scaling.hpp); nullopt while a federated scale is still to be collected.

@@ -3,13 +3,16 @@
 //   federation_bench rounds   [PARAMS...] [--clients 2,8,32] [--rounds R] : the real
 //                                         fedcore-server process, N no-op clients (they
 //                                         echo the model back at once), R rounds; median
-//                                         wall time per round and the server's peak RSS
+//                                         wall time per round, the round period (first
+//                                         TRAIN to the next round's, as the clients see
+//                                         it) and the server's peak RSS
 //                                         (VmHWM); then, from the server's own record
 //                                         (round_phases), where each round's time went and
 //                                         the server's CPU per round against the floor of
 //                                         the bytes it moved (costs measured in the run).
 //                                         --client-threads T spreads the clients over T
-//                                         threads (default 1).
+//                                         threads (default 1); --overlap off|both runs the
+//                                         server without (and with) checkpoint overlap.
 //   federation_bench secure   [options] : the cost of secure aggregation (SecAgg+) next to
 //                                         plain FedAvg: per client count, a plain run and
 //                                         SecAgg+ runs (keys bound, and not) back to back;
@@ -404,12 +407,17 @@ struct RunSpec {
   int rounds = 5;
   Mode mode = Mode::plain;
   int client_threads = 1;  // io threads the simulated clients share
+  bool overlap = true;     // the server's overlap_checkpoints
 };
 
 struct RunResult {
   bool finished = false;
   long actual_params = 0;
   std::vector<double> round_ms;  // committed rounds, wall time from the round rows
+  // From one round's first TRAIN received to the next round's, as the clients see it: the
+  // federation's cadence, with everything the server does between rounds (aggregation,
+  // checkpoint, commit, or only the part of them the next round waits for).
+  std::vector<double> period_ms;
   int failed_rounds = 0;
   long peak_rss_kib = -1;
   double server_cpu_s = 0;          // from the first TRAIN to the end of the run
@@ -455,9 +463,10 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
   probe.close();
   std::ofstream(dir / "server.json")
       << R"({"port":)" << port << R"(,"database":")" << (dir / "db").string()
-      << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(","tls":{"ca":")" << pki.ca()
-      << R"(","cert":")" << pki.server().cert_file << R"(","key":")" << pki.server().key_file
-      << R"(","crl":")" << pki.server().crl_file << R"("}})";
+      << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(","overlap_checkpoints":)"
+      << (spec.overlap ? "true" : "false") << R"(,"tls":{"ca":")" << pki.ca() << R"(","cert":")"
+      << pki.server().cert_file << R"(","key":")" << pki.server().key_file << R"(","crl":")"
+      << pki.server().crl_file << R"("}})";
   std::string shape_json = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
     shape_json += std::to_string(shape[i]) + (i + 1 == shape.size() ? "]" : ",");
@@ -568,6 +577,17 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
   }
   out.traffic = {traffic.update,   traffic.keys,      traffic.shares,   traffic.masked,
                  traffic.revealed, traffic.completed, traffic.failures, {}};
+  for (auto it = traffic.marks.begin(); it != traffic.marks.end(); ++it) {
+    const auto next = std::next(it);
+    if (next != traffic.marks.end() && next->first == it->first + 1 &&
+        it->second[Traffic::first_train] != Clock::time_point{} &&
+        next->second[Traffic::first_train] != Clock::time_point{}) {
+      out.period_ms.push_back(
+          std::chrono::duration<double, std::milli>(next->second[Traffic::first_train] -
+                                                    it->second[Traffic::first_train])
+              .count());
+    }
+  }
   for (int span = 0; span < 4; ++span) {
     std::vector<double> ms;
     for (const auto& [round, at] : traffic.marks) {
@@ -669,26 +689,32 @@ double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field f
   return median(values);
 }
 
+// `overlaps`: the server's overlap_checkpoints settings to run each cell with, in order.
 void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
-                  const std::vector<int>& client_counts, int rounds, int client_threads) {
+                  const std::vector<int>& client_counts, int rounds, int client_threads,
+                  const std::vector<bool>& overlaps) {
   const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
   const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
   std::vector<std::pair<RunSpec, RunResult>> runs;
-  std::printf("%-10s %-8s %-18s %-18s %-14s %-14s\n", "params", "clients", "median round (ms)",
-              "server peak RSS", "model size", "target RSS");
+  std::printf("%-10s %-8s %-8s %-18s %-19s %-18s %-14s %-14s\n", "params", "clients", "overlap",
+              "median round (ms)", "round period (ms)", "server peak RSS", "model size",
+              "target RSS");
   for (long params : param_counts) {
     for (int clients : client_counts) {
-      const RunSpec spec{params, clients, rounds, Mode::plain, client_threads};
-      const RunResult r = run_federation(server_bin, pki, root, spec);
-      const double model_mb = double(r.actual_params) * 4 / 1e6;
-      std::printf("%-10ld %-8d %-18.1f %-18s %-14s %-14s%s\n", r.actual_params, clients,
-                  median(r.round_ms), (std::to_string(r.peak_rss_kib / 1024) + " MiB").c_str(),
-                  (std::to_string(int(model_mb)) + " MB").c_str(),
-                  (std::to_string(int(3 * model_mb + 100)) + " MB").c_str(),
-                  r.finished ? "" : "  (did not finish)");
-      std::fflush(stdout);
-      runs.emplace_back(spec, r);
+      for (bool overlap : overlaps) {
+        const RunSpec spec{params, clients, rounds, Mode::plain, client_threads, overlap};
+        const RunResult r = run_federation(server_bin, pki, root, spec);
+        const double model_mb = double(r.actual_params) * 4 / 1e6;
+        std::printf("%-10ld %-8d %-8s %-18.1f %-19.1f %-18s %-14s %-14s%s\n", r.actual_params,
+                    clients, overlap ? "on" : "off", median(r.round_ms), median(r.period_ms),
+                    (std::to_string(r.peak_rss_kib / 1024) + " MiB").c_str(),
+                    (std::to_string(int(model_mb)) + " MB").c_str(),
+                    (std::to_string(int(3 * model_mb + 100)) + " MB").c_str(),
+                    r.finished ? "" : "  (did not finish)");
+        std::fflush(stdout);
+        runs.emplace_back(spec, r);
+      }
     }
   }
   std::filesystem::remove_all(root);
@@ -704,10 +730,10 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
       "\nmedians over committed rounds, ms (offsets from the round's start: TRAIN written, "
       "first and last update; then durations)\n");
   std::printf(
-      "| params | clients | round, all in | TRAIN written | first update | last update | "
+      "| params | clients | overlap | round, all in | TRAIN written | first update | last update | "
       "validate | aggregate | checkpoint | commit | server CPU | CPU floor | CPU / floor "
       "| system floor | round / system floor |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [spec, r] : runs) {
     if (r.phases.empty()) {
       std::printf("| %ld | %d | no phases recorded |\n", r.actual_params, spec.clients);
@@ -721,9 +747,9 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
     const double server_floor = server_floor_ms(costs, mb_down, mb_up);
     const double system_floor = system_floor_ms(costs, mb_down, mb_up);
     std::printf(
-        "| %ld | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+        "| %ld | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
         "%.2f | %.1f | %.2f |\n",
-        r.actual_params, spec.clients, total,
+        r.actual_params, spec.clients, spec.overlap ? "on" : "off", total,
         median_of(r.phases, [](const P& p) { return p.train_written_ms.value_or(-1); }),
         median_of(r.phases, [](const P& p) { return p.first_update_ms.value_or(-1); }),
         median_of(r.phases, [](const P& p) { return p.last_update_ms.value_or(-1); }),
@@ -1155,10 +1181,12 @@ int main(int argc, char** argv) {
   }
   if (mode == "rounds") {
     // rounds [PARAMS...] [--clients 2,8,32] [--rounds R] [--client-threads T]
+    //        [--overlap on|off|both]
     std::vector<long> params;
     std::vector<int> clients;
     int rounds = 5;
     int client_threads = 1;
+    std::vector<bool> overlaps{true};
     for (int i = 2; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "--clients" && i + 1 < argc) {
@@ -1170,6 +1198,11 @@ int main(int argc, char** argv) {
         rounds = std::atoi(argv[++i]);
       } else if (arg == "--client-threads" && i + 1 < argc) {
         client_threads = std::atoi(argv[++i]);
+      } else if (arg == "--overlap" && i + 1 < argc) {
+        const std::string which = argv[++i];
+        overlaps = which == "off"    ? std::vector<bool>{false}
+                   : which == "both" ? std::vector<bool>{false, true}
+                                     : std::vector<bool>{true};
       } else {
         params.push_back(std::atol(arg.c_str()));
       }
@@ -1186,7 +1219,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rounds: need >= 1 round, >= 1 client, >= 2 parameters\n");
       return 2;
     }
-    rounds_bench(fedcore::testing::server_binary(), params, clients, rounds, client_threads);
+    rounds_bench(fedcore::testing::server_binary(), params, clients, rounds, client_threads,
+                 overlaps);
     return 0;
   }
   if (mode == "secure") {
@@ -1230,7 +1264,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
-               "[--client-threads T] | secure "
+               "[--client-threads T] [--overlap on|off|both] | secure "
                "[--params P] [--clients "
                "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
                "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");

@@ -130,7 +130,8 @@ struct FederationServer::Impl final : EventSink {
                        options.checkpoint_dir,
                        nullptr,
                        options.storage_retry};
-    env.background = &background;  // constructed after the controller, destroyed before it
+    // `background` is constructed after the controller and destroyed before it.
+    env.background = options.overlap_checkpoints ? &background : nullptr;
     return env;
   }
 

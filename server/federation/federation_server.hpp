@@ -79,6 +79,10 @@ struct ServerOptions {
   // How a run that a full or read-only disk paused waits for its storage: probes from
   // first_probe, doubling up to max_interval (storage_fault.hpp).
   StorageRetry storage_retry{};
+  // A round that is not its run's last writes its checkpoint on a worker thread while the
+  // next round starts, and commits once the file is written (run_controller.hpp, "Overlap").
+  // false: every round commits before the next starts.
+  bool overlap_checkpoints = true;
   // Large updates (>= large_payload_bytes) received at once: always up to
   // max_inflight_updates, and beyond that as many as fit in upload_memory_bytes together
   // (net/payload_gate.hpp). The server's memory for uploads is max(max_inflight_updates x

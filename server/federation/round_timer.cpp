@@ -49,15 +49,20 @@ void RoundTimer::federated_evaluation(Clock::steady_time since) {
   phases_.federated_evaluation_ms = ms_between(since, clock_.steady());
 }
 
+void RoundTimer::stop() {
+  stopped_ = clock_.steady();
+  cpu_stopped_ = cpu_();
+}
+
 store::RoundPhases RoundTimer::phases(std::int64_t run_id, std::int64_t round,
                                       std::int64_t attempt) const {
   store::RoundPhases out = phases_;
   out.run_id = run_id;
   out.round = round;
   out.attempt = attempt;
-  out.total_ms = offset_ms();
+  out.total_ms = stopped_ ? ms_between(start_, *stopped_) : offset_ms();
   // CPU time never runs backwards; the max guards a source that reads zeros on failure.
-  const CpuTimes cpu_now = cpu_();
+  const CpuTimes cpu_now = stopped_ ? cpu_stopped_ : cpu_();
   out.cpu_user_ms = std::max(0.0, cpu_now.user_s - cpu_start_.user_s) * 1000;
   out.cpu_system_ms = std::max(0.0, cpu_now.system_s - cpu_start_.system_s) * 1000;
   return out;

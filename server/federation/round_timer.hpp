@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "server/store/records.hpp"
 #include "shared/util/clock.hpp"
@@ -38,8 +39,14 @@ class RoundTimer {
   // The federated evaluation stage ran from `since` until now.
   void federated_evaluation(Clock::steady_time since);
 
-  // The phases so far with total_ms and the CPU time up to now, for attempt `attempt` of
-  // round `round` of run `run_id`.
+  // Ends the round's own time here: total_ms and the CPU time stop now, while durations
+  // measured later (a checkpoint written on the worker during the next round, the commit)
+  // are still added. So a round that overlaps the next one does not count the next one's
+  // time and CPU as its own.
+  void stop();
+
+  // The phases so far with total_ms and the CPU time up to now (or up to stop()), for
+  // attempt `attempt` of round `round` of run `run_id`.
   store::RoundPhases phases(std::int64_t run_id, std::int64_t round, std::int64_t attempt) const;
 
  private:
@@ -49,6 +56,8 @@ class RoundTimer {
   CpuTimeSource cpu_;
   Clock::steady_time start_;
   CpuTimes cpu_start_;
+  std::optional<Clock::steady_time> stopped_;
+  CpuTimes cpu_stopped_;
   store::RoundPhases phases_;
 };
 

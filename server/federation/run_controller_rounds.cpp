@@ -648,6 +648,7 @@ void RunController::commit_round() {
     finish_commit(commit);
     return;
   }
+  commit.timer->stop();  // the round's own time ends here; the next round's begins
   env_.background->start(std::move(write));
   run.move(RoundEvent::handed_off);
   commit.stage = round.stage;

@@ -59,8 +59,9 @@ bool is_storage_failure(const error& failure) noexcept {
          failure.code == errc::resource_exhausted;
 }
 
-result<void> RealDisks::write_file(const std::string& path, std::span<const std::byte> bytes) {
-  return model::write_file_atomically(path, bytes);
+result<void> RealDisks::write_file(const std::string& path,
+                                   std::span<const std::span<const std::byte>> parts) {
+  return model::write_file_atomically(path, parts);
 }
 
 result<void> RealDisks::probe(const std::string& dir, std::uint64_t bytes) {

@@ -70,9 +70,9 @@ struct StorageRetry {
 class Disks {
  public:
   virtual ~Disks() = default;
-  // Writes a file atomically: model::write_file_atomically's contract.
-  [[nodiscard]] virtual result<void> write_file(const std::string& path,
-                                                std::span<const std::byte> bytes) = 0;
+  // Writes a file, given in pieces, atomically: model::write_file_atomically's contract.
+  [[nodiscard]] virtual result<void> write_file(
+      const std::string& path, std::span<const std::span<const std::byte>> parts) = 0;
   // Can `dir` take `bytes` now: store::probe_directory's contract.
   [[nodiscard]] virtual result<void> probe(const std::string& dir, std::uint64_t bytes) = 0;
 };
@@ -80,7 +80,8 @@ class Disks {
 // The real file system (stateless).
 class RealDisks final : public Disks {
  public:
-  result<void> write_file(const std::string& path, std::span<const std::byte> bytes) override;
+  result<void> write_file(const std::string& path,
+                          std::span<const std::span<const std::byte>> parts) override;
   result<void> probe(const std::string& dir, std::uint64_t bytes) override;
 };
 

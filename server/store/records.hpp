@@ -199,7 +199,10 @@ struct RoundPhases {
   std::int64_t run_id = 0;
   std::int64_t round = 0;
   std::int64_t attempt = 0;  // of the round row it describes
-  double total_ms = 0;       // the round's start to its row (and these phases) written
+  // The round's start to its row (and these phases) written; for a round that handed its
+  // checkpoint to the worker (overlap_checkpoints), to the hand-off: its checkpoint_ms and
+  // commit_ms then ran alongside the next round, and its CPU time stops there too.
+  double total_ms = 0;
   // Offsets: every TRAIN queued (sampling, nonces, framing); the last TRAIN frame written
   // to its socket; the first and the last update received.
   double requests_queued_ms = 0;

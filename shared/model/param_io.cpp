@@ -1,5 +1,6 @@
 #include "shared/model/param_io.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -33,7 +34,7 @@ std::string os_error(const std::string& what, const std::string& path) {
 
 }  // namespace
 
-std::vector<std::byte> encode_params(const ParamLayout& layout, std::span<const float> params,
+EncodedParams encode_params_in_parts(const ParamLayout& layout, std::span<const float> params,
                                      std::string_view metadata_json) {
   FEDCORE_ASSERT(params.size() == layout.total(), "encode_params: params differ from the layout");
   nlohmann::json header = {{"layout", layout}};
@@ -44,19 +45,32 @@ std::vector<std::byte> encode_params(const ParamLayout& layout, std::span<const 
   const std::string text = header.dump();
   FEDCORE_ASSERT(text.size() <= kMaxParamHeaderBytes, "encode_params: header too large");
 
-  std::vector<std::byte> out;
-  out.reserve(kFixedHeader + text.size() + params.size_bytes() + 4);
+  EncodedParams out;
+  out.head.reserve(kFixedHeader + text.size());
   const auto* magic = reinterpret_cast<const std::byte*>(kMagic);
-  out.insert(out.end(), magic, magic + sizeof kMagic);
-  put(out, kParamFormatVersion);
-  put(out, static_cast<std::uint32_t>(text.size()));
-  put(out, static_cast<std::uint64_t>(params.size()));
-  put(out, layout.fingerprint());
+  out.head.insert(out.head.end(), magic, magic + sizeof kMagic);
+  put(out.head, kParamFormatVersion);
+  put(out.head, static_cast<std::uint32_t>(text.size()));
+  put(out.head, static_cast<std::uint64_t>(params.size()));
+  put(out.head, layout.fingerprint());
   const auto* t = reinterpret_cast<const std::byte*>(text.data());
-  out.insert(out.end(), t, t + text.size());
-  const auto* p = reinterpret_cast<const std::byte*>(params.data());
-  out.insert(out.end(), p, p + params.size_bytes());
-  put(out, crc32(out));
+  out.head.insert(out.head.end(), t, t + text.size());
+  out.body = std::as_bytes(params);
+  out.crc = crc32(out.body, crc32(out.head));
+  std::vector<std::byte> trailer;
+  put(trailer, out.crc);
+  std::copy(trailer.begin(), trailer.end(), out.trailer.begin());
+  return out;
+}
+
+std::vector<std::byte> encode_params(const ParamLayout& layout, std::span<const float> params,
+                                     std::string_view metadata_json) {
+  const auto encoded = encode_params_in_parts(layout, params, metadata_json);
+  std::vector<std::byte> out;
+  out.reserve(encoded.size());
+  for (const auto part : encoded.parts()) {
+    out.insert(out.end(), part.begin(), part.end());
+  }
   return out;
 }
 
@@ -119,6 +133,12 @@ result<ParamBundle> decode_params(std::span<const std::byte> bytes, std::string_
 }
 
 result<void> write_file_atomically(const std::string& path, std::span<const std::byte> bytes) {
+  const std::span<const std::byte> one[] = {bytes};
+  return write_file_atomically(path, std::span<const std::span<const std::byte>>(one));
+}
+
+result<void> write_file_atomically(const std::string& path,
+                                   std::span<const std::span<const std::byte>> parts) {
   const std::string temp = path + ".tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -126,7 +146,7 @@ result<void> write_file_atomically(const std::string& path, std::span<const std:
                 os_error("cannot create", temp));
   }
   result<void> written;
-  if (auto contents = write_new_file_contents(fd, bytes, temp); !contents) {
+  if (auto contents = write_new_file_contents(fd, parts, temp); !contents) {
     written = contents.error();
   }
   if (written && ::fsync(fd) != 0) {

@@ -42,10 +42,52 @@ result<void> write_buffered(int fd, const std::byte* data, std::size_t size,
   return {};
 }
 
+// Reads the parts in order, as one stream of bytes.
+class PartsCursor {
+ public:
+  explicit PartsCursor(ByteParts parts) : parts_(parts) {}
+  // Copies the next `n` bytes to `out`. REQUIRES: n <= remaining().
+  void copy(std::byte* out, std::size_t n) noexcept {
+    while (n > 0) {
+      const auto part = parts_[index_];
+      const std::size_t take = std::min(n, part.size() - offset_);
+      if (take > 0) {  // an empty part has no data pointer to copy from
+        std::memcpy(out, part.data() + offset_, take);
+      }
+      out += take;
+      n -= take;
+      advance(take);
+    }
+  }
+  // Writes everything left, as it lies.
+  result<void> write_rest(int fd, const std::string& path) {
+    for (; index_ < parts_.size(); ++index_, offset_ = 0) {
+      const auto part = parts_[index_];
+      if (auto done = write_buffered(fd, part.data() + offset_, part.size() - offset_, path);
+          !done) {
+        return done;
+      }
+    }
+    return {};
+  }
+
+ private:
+  void advance(std::size_t n) noexcept {
+    offset_ += n;
+    while (index_ < parts_.size() && offset_ == parts_[index_].size()) {
+      ++index_;
+      offset_ = 0;
+    }
+  }
+
+  ByteParts parts_;
+  std::size_t index_ = 0;
+  std::size_t offset_ = 0;
+};
+
 // The whole file the plain way: small files, and file systems without direct I/O.
-result<WritePath> write_all_buffered(int fd, std::span<const std::byte> bytes,
-                                     const std::string& path) {
-  auto done = write_buffered(fd, bytes.data(), bytes.size(), path);
+result<WritePath> write_all_buffered(int fd, ByteParts parts, const std::string& path) {
+  auto done = PartsCursor(parts).write_rest(fd, path);
   return done ? result<WritePath>(WritePath::buffered) : done.error();
 }
 
@@ -61,30 +103,44 @@ bool set_direct(int fd, bool on) {
 
 result<WritePath> write_new_file_contents(int fd, std::span<const std::byte> bytes,
                                           const std::string& path) {
-  const std::size_t whole = bytes.size() / kAlign * kAlign;
+  const std::span<const std::byte> one[] = {bytes};
+  return write_new_file_contents(fd, ByteParts(one), path);
+}
+
+result<WritePath> write_new_file_contents(int fd, ByteParts parts, const std::string& path) {
+  std::size_t size = 0;
+  for (const auto& part : parts) {
+    size += part.size();
+  }
+  const std::size_t whole = size / kAlign * kAlign;
   void* raw = nullptr;
-  if (bytes.size() < kDirectWriteMinBytes || posix_memalign(&raw, kAlign, kChunk) != 0) {
-    return write_all_buffered(fd, bytes, path);
+  if (size < kDirectWriteMinBytes || posix_memalign(&raw, kAlign, kChunk) != 0) {
+    return write_all_buffered(fd, parts, path);
   }
   const std::unique_ptr<void, FreeDeleter> bounce(raw);
   // F_SETFL refuses O_DIRECT on a file system without direct I/O.
   if (!set_direct(fd, true)) {
-    return write_all_buffered(fd, bytes, path);
+    return write_all_buffered(fd, parts, path);
   }
+  PartsCursor cursor(parts);
   std::size_t offset = 0;
+  // What a short write left unwritten in the bounce buffer: from `staged_from`, `staged`
+  // bytes.
+  std::size_t staged_from = 0;
+  std::size_t staged = 0;
   while (offset < whole) {
     const std::size_t chunk = std::min(kChunk, whole - offset);
-    std::memcpy(bounce.get(), bytes.data() + offset, chunk);
-    const ssize_t n = ::write(fd, bounce.get(), chunk);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
+    cursor.copy(static_cast<std::byte*>(bounce.get()), chunk);
+    ssize_t n = -1;
+    do {
+      n = ::write(fd, bounce.get(), chunk);
+    } while (n < 0 && errno == EINTR);
     if (n < 0 && errno == EINVAL && offset == 0) {
       // Some file systems accept the flag and refuse the request: write it all plainly.
       if (!set_direct(fd, false)) {
         return write_error(path);
       }
-      return write_all_buffered(fd, bytes, path);
+      return write_all_buffered(fd, parts, path);
     }
     if (n < 0) {
       const int saved = errno;
@@ -93,14 +149,22 @@ result<WritePath> write_new_file_contents(int fd, std::span<const std::byte> byt
       return write_error(path);
     }
     offset += static_cast<std::size_t>(n);
-    if (static_cast<std::size_t>(n) < chunk) {
+    staged_from = static_cast<std::size_t>(n);
+    staged = chunk - staged_from;
+    if (staged > 0) {
       break;  // a short write leaves an unaligned offset: the rest goes buffered
     }
   }
   if (!set_direct(fd, false)) {
     return write_error(path);
   }
-  auto done = write_buffered(fd, bytes.data() + offset, bytes.size() - offset, path);
+  // What a short write left of the staged chunk, then the parts not yet copied.
+  if (auto done = write_buffered(fd, static_cast<const std::byte*>(bounce.get()) + staged_from,
+                                 staged, path);
+      !done) {
+    return done.error();
+  }
+  auto done = cursor.write_rest(fd, path);
   return done ? result<WritePath>(WritePath::direct) : done.error();
 }
 

@@ -18,6 +18,10 @@ namespace fedcore {
 // Files at least this large go around the page cache where the file system allows it.
 inline constexpr std::size_t kDirectWriteMinBytes = std::size_t{1} << 20;
 
+// A file's contents as consecutive pieces, written one after the other (a header, a
+// model's parameters where they lie, a checksum): no copy of the whole is made.
+using ByteParts = std::span<const std::span<const std::byte>>;
+
 // How write_new_file_contents wrote the bulk of the file.
 enum class WritePath { buffered, direct };
 
@@ -27,6 +31,7 @@ enum class WritePath { buffered, direct };
 // a plain write instead. Does not fsync: the caller does, which also makes the tail
 // durable. Errors: io_error "cannot write '<path>': <the system's words>" (ENOSPC, EIO,
 // EROFS, ...), after which the file's contents are unspecified.
+result<WritePath> write_new_file_contents(int fd, ByteParts parts, const std::string& path);
 result<WritePath> write_new_file_contents(int fd, std::span<const std::byte> bytes,
                                           const std::string& path);
 

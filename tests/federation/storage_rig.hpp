@@ -209,12 +209,13 @@ class StorageRig {
 // emptied again; otherwise the real file system.
 class SwitchableDisks final : public Disks {
  public:
-  result<void> write_file(const std::string& path, std::span<const std::byte> bytes) override {
+  result<void> write_file(const std::string& path,
+                          std::span<const std::span<const std::byte>> parts) override {
     ++writes;
     if (refuse_writes) {
       return fail(errc::io_error, "cannot write '" + path + ".tmp': " + refuse_writes->message);
     }
-    return real_.write_file(path, bytes);
+    return real_.write_file(path, parts);
   }
   result<void> probe(const std::string& dir, std::uint64_t bytes) override {
     ++probes;

@@ -7,6 +7,7 @@
 
 #include "shared/model/model.hpp"
 #include "shared/model/spec.hpp"
+#include "shared/util/checksum.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fedcore::model {
@@ -27,6 +28,30 @@ TEST(ParamIo, EncodeDecodeRoundTrips) {
   EXPECT_EQ(bundle->layout, model.layout());
   EXPECT_TRUE(std::equal(bundle->params.begin(), bundle->params.end(), model.params().begin()));
   EXPECT_EQ(bundle->metadata_json, R"({"round":3})");
+}
+
+// The pieces a checkpoint is written from are the encoded file, cut: the head, the
+// parameters where they lie (no copy), the CRC of everything before it; and a file
+// written from the pieces reads back.
+TEST(ParamIo, ThePiecesAreTheFileAndItsCrcWithoutACopyOfTheParameters) {
+  Model model = small_model();
+  const auto whole = encode_params(model.layout(), model.params(), R"({"round":4})");
+  const auto pieces = encode_params_in_parts(model.layout(), model.params(), R"({"round":4})");
+  EXPECT_EQ(pieces.body.data(), reinterpret_cast<const std::byte*>(model.params().data()));
+  std::vector<std::byte> joined;
+  for (const auto part : pieces.parts()) {
+    joined.insert(joined.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(joined, whole);
+  EXPECT_EQ(pieces.size(), whole.size());
+  EXPECT_EQ(pieces.crc, crc32(std::span<const std::byte>(whole).first(whole.size() - 4)));
+  testing::TempDir dir;
+  const auto path = dir.path("pieces.fcp");
+  ASSERT_TRUE(write_file_atomically(path, pieces.parts()));
+  auto loaded = load_params(path);
+  ASSERT_TRUE(loaded) << loaded.error().to_string();
+  EXPECT_EQ(loaded->metadata_json, R"({"round":4})");
+  EXPECT_TRUE(std::equal(loaded->params.begin(), loaded->params.end(), model.params().begin()));
 }
 
 TEST(ParamIo, EveryTruncationIsRejected) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -110,6 +111,38 @@ TEST(FileContents, ALargeFileBypassesThePageCacheWhereTheFileSystemAllows) {
   // Only the buffered tail's page may be cached; a buffered write leaves all 2,049.
   EXPECT_LE(resident_pages(path, size), 1u);
   EXPECT_EQ(read_back(path), pattern(size));
+}
+
+// A file given in pieces (a header, the parameters where they lie, a checksum) is the
+// same file: cut at odd places, across the 4 MiB chunks and the block of the tail, with
+// empty pieces on the way.
+TEST(FileContents, PiecesWriteTheSameFileAsTheWhole) {
+  testing::TempDir dir;
+  const std::size_t size = (std::size_t{9} << 20) + 4099;
+  const auto bytes = pattern(size);
+  const std::vector<std::vector<std::size_t>> cuts = {
+      {},
+      {0, 0, 37},
+      {37, 4096, (std::size_t{4} << 20) - 1, (std::size_t{4} << 20) + 1},
+      {size - 4, size - 4, size},
+      {(std::size_t{9} << 20) + 1},
+  };
+  for (std::size_t c = 0; c < cuts.size(); ++c) {
+    std::vector<std::span<const std::byte>> parts;
+    std::size_t from = 0;
+    for (const auto at : cuts[c]) {
+      parts.emplace_back(bytes.data() + from, at - from);
+      from = at;
+    }
+    parts.emplace_back(bytes.data() + from, size - from);
+    const auto path = dir.path("pieces" + std::to_string(c));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    auto done = write_new_file_contents(fd, ByteParts(parts), path);
+    ASSERT_EQ(::close(fd), 0);
+    ASSERT_TRUE(done) << done.error().to_string();
+    EXPECT_EQ(read_back(path), bytes) << "cuts #" << c;
+  }
 }
 
 TEST(FileContents, AWriteTheFileRefusesIsAnIoErrorNamingTheFile) {

@@ -92,9 +92,10 @@ inline RunConfig storage_test_run(int rounds) {
 
 class StorageRig {
  public:
-  // Opens (or reopens) the history at `db_path`; checkpoints go to `checkpoint_dir`.
+  // Opens (or reopens) the history at `db_path`; checkpoints go to `checkpoint_dir`;
+  // `background`, if any, takes the checkpoint writes that may overlap the next round.
   StorageRig(std::string db_path, std::string checkpoint_dir, Disks* disks = nullptr,
-             StorageRetry retry = {})
+             StorageRetry retry = {}, BackgroundWork* background = nullptr)
       : db_path_(std::move(db_path)), checkpoint_dir_(std::move(checkpoint_dir)) {
     std::filesystem::create_directories(checkpoint_dir_);
     auto opened = store::HistoryStore::open(db_path_);
@@ -110,8 +111,10 @@ class StorageRig {
     hooks.round_committed = [this](std::int64_t, const store::RoundRecord& r) {
       committed.push_back(r.round);
     };
-    controller = std::make_unique<RunController>(RunEnvironment{
-        *store, clients, clock, entropy, events, hooks, checkpoint_dir_, disks, retry});
+    RunEnvironment env{*store, clients,         clock, entropy, events,
+                       hooks,  checkpoint_dir_, disks, retry};
+    env.background = background;
+    controller = std::make_unique<RunController>(std::move(env));
   }
 
   // Both clients answer their TRAIN (the global model shifted by `delta`); the controller

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "shared/util/assert.hpp"
+#include "shared/util/huge_pages.hpp"
 
 namespace fedcore::federation {
 namespace {
@@ -30,6 +31,10 @@ void FixedPointMean::begin(std::span<const float> reference, std::uint64_t max_t
   FEDCORE_ASSERT(max_total_weight >= 1 && max_total_weight <= kMaxTotalWeight,
                  "FixedPointMean::begin: max_total_weight out of range");
   reference_ = reference;
+  if (sum_.capacity() < size_) {
+    sum_.reserve(size_);  // once per run: clear() keeps the capacity
+    advise_huge_pages(sum_.data(), size_ * sizeof(sum_[0]));
+  }
   sum_.assign(size_, 0);
   max_total_weight_ = max_total_weight;
   total_weight_ = 0;
@@ -118,7 +123,10 @@ std::vector<float> FixedPointMean::mean() const {
   // sum * 2^-F / W in double (the sum's conversion rounds, but the sum itself is exact and
   // the same for every order, so this is too), added to the reference, rounded to float.
   const double unit = std::ldexp(1.0, -fraction_bits_) / static_cast<double>(total_weight_);
-  std::vector<float> out(size_);
+  std::vector<float> out;
+  out.reserve(size_);
+  advise_huge_pages(out.data(), size_ * sizeof(float));
+  out.resize(size_);
   for (std::size_t i = 0; i < size_; ++i) {
     out[i] = static_cast<float>(static_cast<double>(reference_[i]) +
                                 static_cast<double>(sum_[i]) * unit);

@@ -13,6 +13,7 @@
 
 #include "shared/net/payload_gate.hpp"
 #include "shared/util/assert.hpp"
+#include "shared/util/huge_pages.hpp"
 
 namespace fedcore::net {
 namespace asio = boost::asio;
@@ -289,6 +290,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     // Address space only: the pages are touched (and become resident) piece by piece below,
     // as the bytes arrive, and nothing is ever copied to a larger buffer.
     frame.payload.reserve(length);
+    advise_huge_pages(frame.payload.data(), frame.payload.capacity());
   }
   std::uint64_t received = 0;
   while (received < length) {

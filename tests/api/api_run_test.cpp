@@ -118,7 +118,8 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
     EXPECT_GE(r["duration_s"].get<double>(), 0.0);
     EXPECT_GT(r["bytes_up"].get<std::int64_t>(), 0);
     // Where the round's time went, in the order a round lives it: both TRAIN frames left
-    // before either update came back, and the commit is inside the whole.
+    // before either update came back, and the commit is inside the whole, except for round
+    // 1, whose checkpoint and commit ran alongside round 2 (overlap_checkpoints).
     const auto& p = r["phases"];
     ASSERT_TRUE(p.is_object()) << r;
     const double total = p["total_ms"], queued = p["requests_queued_ms"];
@@ -131,7 +132,9 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
     EXPECT_GT(p["validate_ms"].get<double>() + p["aggregate_ms"].get<double>(), 0.0) << p;
     EXPECT_GT(p["checkpoint_ms"].get<double>(), 0.0) << p;
     EXPECT_GT(p["commit_ms"].get<double>(), 0.0) << p;
-    EXPECT_LE(p["checkpoint_ms"].get<double>() + p["commit_ms"].get<double>(), total) << p;
+    if (i == 1) {
+      EXPECT_LE(p["checkpoint_ms"].get<double>() + p["commit_ms"].get<double>(), total) << p;
+    }
     EXPECT_TRUE(p["federated_evaluation_ms"].is_number()) << "the run evaluates: " << p;
     EXPECT_GT(p["cpu_user_ms"].get<double>() + p["cpu_system_ms"].get<double>(), 0.0) << p;
   }

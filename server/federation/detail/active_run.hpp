@@ -57,7 +57,6 @@ struct WrittenCheckpoint {
 // use it too, with the write already done.
 struct RunController::PendingCommit {
   std::int64_t number = 0;
-  std::int32_t attempt = 0;
   RoundStage stage = RoundStage::committing;  // persisting while handed off
   RoundReport report;
   std::vector<store::ClientEvaluation> evaluations;

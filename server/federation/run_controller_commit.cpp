@@ -1,0 +1,196 @@
+// RunController, committing a round: the new global model, its checkpoint file (inline, or
+// on the background worker while the next round runs), and the one transaction that
+// commits the round (run_controller.hpp, "Durability" and "Overlap").
+#include <chrono>
+#include <future>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/federation/detail/active_run.hpp"
+#include "server/federation/dp_fedavg.hpp"
+#include "server/federation/round_report.hpp"
+#include "server/federation/run_controller.hpp"
+#include "server/federation/run_model.hpp"
+
+namespace fedcore::federation {
+namespace {
+using json = nlohmann::json;
+}  // namespace
+
+// committing: the strategy's output becomes the global model, its checkpoint is durable
+// before the transaction that commits the round row and names it. A round that is not the
+// run's last hands the write to the background worker when there is one (persisting) and
+// the next round starts at once; the round commits in settle_pending_commit.
+void RunController::commit_round() {
+  // Rounds commit in order: the one handed off before this one first.
+  if (!settle_pending_commit(true)) {
+    return;  // its write or commit failed, and this round, built on its model, went with it
+  }
+  auto& run = *active_;
+  auto& round = *run.round;
+  auto& model = *run.model;
+  auto report =
+      make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
+  report.record.secure_aggregation = round.secure.has_value();
+  report.record.epsilon = round.epsilon;
+  auto evaluations = take_evaluations(report.record);
+  // The judge viewed the old global model; it is not used past this point.
+  round.judge.reset();
+  if (round.evaluation) {
+    round.timer->federated_evaluation(round.evaluation_started);
+  }
+  const auto finishing = round.timer->now();
+  model.global = round.next_global
+                     ? round.next_global
+                     : std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  if (!round.next_global) {
+    round.timer->add(&store::RoundPhases::aggregate_ms, finishing);
+  }
+  if (auto* dp = dynamic_cast<DpFedAvg*>(model.strategy.get()); dp && dp->noise_failed()) {
+    run.move(RoundEvent::commit_failed);
+    end_run(store::RunState::paused, "the DP noise source failed; the round was not committed");
+    return;
+  }
+  const auto evaluating = round.timer->now();
+  if (auto eval = model.evaluate_global()) {
+    report.record.eval_loss = eval->loss;
+    report.record.eval_accuracy = eval->accuracy;
+  }
+  round.timer->add(&store::RoundPhases::evaluate_ms, evaluating);
+
+  PendingCommit commit;
+  commit.number = round.number;
+  commit.report = std::move(report);
+  commit.evaluations = std::move(evaluations);
+  // The round's "committed" event is written in the round's transaction: every event of
+  // the round is durable when the round is (one fsync for the round, docs/schema.md).
+  commit.committed_event =
+      round_event("round_committed", json{{"accepted", round.closed.accepted},
+                                          {"rejected", round.closed.rejected},
+                                          {"timed_out", round.closed.timed_out},
+                                          {"late", round.closed.late}}
+                                         .dump());
+  commit.closed = round.closed;
+  commit.timer.emplace(*round.timer);
+  commit.secure_evaluation = round.secure_evaluation;
+  // The write reads only what nothing changes until this round commits: the new global
+  // model (its own shared copy), the model's layout and spec, the clock and the disks.
+  auto promise = std::make_shared<std::promise<WrittenCheckpoint>>();
+  commit.written = promise->get_future();
+  auto write = [promise, &model, &clock = env_.clock, disks = &disks(), global = model.global,
+                run_id = run.record.id, number = round.number] {
+    WrittenCheckpoint written;
+    written.started = clock.steady();
+    try {
+      written.ref = model.write_checkpoint(run_id, number, *global, disks);
+    } catch (const std::exception& e) {
+      written.ref = fail(errc::internal, std::string("writing the checkpoint: ") + e.what());
+    }
+    written.finished = clock.steady();
+    promise->set_value(std::move(written));
+  };
+  const bool overlap =
+      env_.background != nullptr && !run.config.manual && round.number < run.config.rounds;
+  if (!overlap) {
+    write();
+    finish_commit(commit);
+    return;
+  }
+  commit.timer->stop();  // the round's own time ends here; the next round's begins
+  env_.background->start(std::move(write));
+  run.move(RoundEvent::handed_off);
+  commit.stage = round.stage;
+  run.pending.emplace(std::move(commit));
+}
+
+bool RunController::settle_pending_commit(bool wait) {
+  if (!active_) {
+    return false;
+  }
+  if (!active_->pending) {
+    return true;
+  }
+  if (active_->pending->written.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    if (!wait) {
+      return true;
+    }
+    env_.background->finish();
+  }
+  PendingCommit commit(std::move(*active_->pending));
+  active_->pending.reset();
+  const auto generation = generation_;
+  const bool committed = finish_commit(commit);
+  return committed && active_ && generation_ == generation;
+}
+
+bool RunController::finish_commit(PendingCommit& commit) {
+  auto& run = *active_;
+  const bool handed_off = commit.stage == RoundStage::persisting;
+  // An inline commit moves the round in flight; a handed-off one only its own record.
+  const auto move = [&](RoundEvent event) {
+    if (!handed_off) {
+      run.move(event);
+      commit.stage = run.round->stage;
+      return;
+    }
+    const auto next = next_stage(commit.stage, event);
+    FEDCORE_ASSERT(next.has_value(), "a persisting round commits or fails");
+    commit.stage = *next;
+  };
+  const auto failed = [&](const error& failure, FailedWrite what) {
+    move(RoundEvent::commit_failed);
+    if (handed_off && run.round) {
+      spdlog::warn(
+          "run {} round {}: abandoned: it started from round {}'s model, which could not "
+          "be committed",
+          run.record.id, run.round->number, commit.number);
+    }
+    pause_for_failed_write(failure, what, commit.number);
+    return false;
+  };
+  auto written = commit.written.get();
+  commit.timer->add(&store::RoundPhases::checkpoint_ms, written.started, written.finished);
+  if (!written.ref) {
+    return failed(written.ref.error(), FailedWrite::checkpoint_file);
+  }
+  const auto committing = commit.timer->now();
+  auto committed =
+      env_.store.commit_round(commit.report.record, commit.report.results, *written.ref,
+                              commit.evaluations, &commit.committed_event);
+  commit.timer->add(&store::RoundPhases::commit_ms, committing);
+  if (!committed) {
+    return failed(committed.error(), FailedWrite::round_commit);
+  }
+  move(RoundEvent::committed);
+  run.record.last_round = commit.number;
+  record_phases(*commit.timer, commit.number, committed->attempt);
+  record_secure_evaluation(commit.number, commit.secure_evaluation);
+  const auto& record = commit.report.record;
+  spdlog::info(
+      "run {} round {} committed: {} of {} updates accepted, train loss {:.4f}{}", run.record.id,
+      commit.number, commit.closed.accepted, record.selected, record.train_loss,
+      record.eval_accuracy ? ", server accuracy " + std::to_string(*record.eval_accuracy) : "");
+  env_.events.announce(commit.committed_event);
+  if (env_.hooks.round_committed) {
+    env_.hooks.round_committed(run.record.id, *committed);  // last: it may end the run
+  }
+  return true;
+}
+
+std::int64_t RunController::next_round_number() const {
+  return active_->pending ? active_->pending->number + 1 : active_->record.last_round + 1;
+}
+
+void RunController::record_phases(const RoundTimer& timer, std::int64_t round,
+                                  std::int64_t attempt) {
+  const auto run_id = active_->record.id;
+  const auto phases = timer.phases(run_id, round, attempt);
+  if (auto saved = env_.store.record_round_phases(phases); !saved) {
+    spdlog::warn("run {} round {}: could not record where its time went: {}", run_id, round,
+                 saved.error().message);
+  }
+}
+
+}  // namespace fedcore::federation

@@ -128,21 +128,25 @@ Phase phase_after(std::string_view point) {
   return Phase::in_round;
 }
 
-// The name of the last point in a trace file ("paused " lines name the point too); empty
-// when the process passed none.
+// The point a kill landed at: the one the process is paused at, if any; else the last
+// point in the trace file; empty when the process passed none. A paused point wins over a
+// later line: with overlap_checkpoints the checkpoint is written on a worker thread, and
+// while the worker waits at checkpoint.begin the controller's thread has already passed
+// the next round's round.begin.
 std::string last_point(const std::string& trace) {
   std::ifstream in(trace);
   std::string line;
   std::string last;
+  std::string paused;
   while (std::getline(in, line)) {
-    if (!line.empty()) {
+    if (line.starts_with("paused ")) {
+      paused = line.substr(7);
+    } else if (!line.empty()) {
       last = line;
     }
   }
-  if (last.starts_with("paused ")) {
-    last.erase(0, 7);
-  }
-  return last.substr(0, last.find(' '));
+  const auto& point = paused.empty() ? last : paused;
+  return point.substr(0, point.find(' '));
 }
 
 bool trace_paused(const std::string& trace) {

@@ -46,7 +46,7 @@ result<void> write_buffered(int fd, const std::byte* data, std::size_t size,
 class PartsCursor {
  public:
   explicit PartsCursor(ByteParts parts) : parts_(parts) {}
-  // Copies the next `n` bytes to `out`. REQUIRES: n <= remaining().
+  // Copies the next `n` bytes to `out`. REQUIRES: at least `n` bytes are left.
   void copy(std::byte* out, std::size_t n) noexcept {
     while (n > 0) {
       const auto part = parts_[index_];

@@ -64,6 +64,9 @@ TEST(FaultProxy, WithoutToxicsForwardsBothWaysAndCountsBytes) {
   EXPECT_EQ(stats.bytes_downstream, data.size());
   EXPECT_EQ(stats.resets, 0u);
   EXPECT_EQ(stats.blackholed_connections, 0u);
+  // The server closes its socket before it records its session's end: wait for the record
+  // (the client's EOF and the proxy's count can both come first).
+  ASSERT_TRUE(server.wait_for([](const auto& s) { return s.size() == 1 && s[0].ended; }, 5s));
   const auto sessions = server.sessions();
   ASSERT_EQ(sessions.size(), 1u);
   EXPECT_EQ(sessions[0].received, data.size());

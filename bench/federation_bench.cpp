@@ -12,7 +12,9 @@
 //                                         the bytes it moved (costs measured in the run).
 //                                         --client-threads T spreads the clients over T
 //                                         threads (default 1); --overlap off|both runs the
-//                                         server without (and with) checkpoint overlap.
+//                                         server without (and with) checkpoint overlap;
+//                                         --max-inflight N admits N uploads at a time and
+//                                         no more (the server's max_inflight_updates).
 //   federation_bench secure   [options] : the cost of secure aggregation (SecAgg+) next to
 //                                         plain FedAvg: per client count, a plain run and
 //                                         SecAgg+ runs (keys bound, and not) back to back;
@@ -408,6 +410,7 @@ struct RunSpec {
   Mode mode = Mode::plain;
   int client_threads = 1;  // io threads the simulated clients share
   bool overlap = true;     // the server's overlap_checkpoints
+  int max_inflight = 0;    // > 0: the server's max_inflight_updates, with no extra memory budget
 };
 
 struct RunResult {
@@ -463,10 +466,13 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
   probe.close();
   std::ofstream(dir / "server.json")
       << R"({"port":)" << port << R"(,"database":")" << (dir / "db").string()
-      << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(","overlap_checkpoints":)"
-      << (spec.overlap ? "true" : "false") << R"(,"tls":{"ca":")" << pki.ca() << R"(","cert":")"
-      << pki.server().cert_file << R"(","key":")" << pki.server().key_file << R"(","crl":")"
-      << pki.server().crl_file << R"("}})";
+      << R"(","checkpoint_dir":")" << (dir / "ckpt").string() << R"(",)"
+      << (spec.max_inflight > 0 ? R"("upload_memory_mb":0,"max_inflight_updates":)" +
+                                      std::to_string(spec.max_inflight) + ","
+                                : std::string())
+      << R"("overlap_checkpoints":)" << (spec.overlap ? "true" : "false") << R"(,"tls":{"ca":")"
+      << pki.ca() << R"(","cert":")" << pki.server().cert_file << R"(","key":")"
+      << pki.server().key_file << R"(","crl":")" << pki.server().crl_file << R"("}})";
   std::string shape_json = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
     shape_json += std::to_string(shape[i]) + (i + 1 == shape.size() ? "]" : ",");
@@ -692,7 +698,7 @@ double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field f
 // `overlaps`: the server's overlap_checkpoints settings to run each cell with, in order.
 void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
                   const std::vector<int>& client_counts, int rounds, int client_threads,
-                  const std::vector<bool>& overlaps) {
+                  const std::vector<bool>& overlaps, int max_inflight) {
   const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
   const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
@@ -703,7 +709,8 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
   for (long params : param_counts) {
     for (int clients : client_counts) {
       for (bool overlap : overlaps) {
-        const RunSpec spec{params, clients, rounds, Mode::plain, client_threads, overlap};
+        const RunSpec spec{params,         clients, rounds,      Mode::plain,
+                           client_threads, overlap, max_inflight};
         const RunResult r = run_federation(server_bin, pki, root, spec);
         const double model_mb = double(r.actual_params) * 4 / 1e6;
         // Both in MB (10^6 bytes), the target's unit: a peak in MiB beside a target in MB
@@ -1192,6 +1199,7 @@ int main(int argc, char** argv) {
     int rounds = 5;
     int client_threads = 1;
     std::vector<bool> overlaps{true};
+    int max_inflight = 0;
     for (int i = 2; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "--clients" && i + 1 < argc) {
@@ -1203,6 +1211,8 @@ int main(int argc, char** argv) {
         rounds = std::atoi(argv[++i]);
       } else if (arg == "--client-threads" && i + 1 < argc) {
         client_threads = std::atoi(argv[++i]);
+      } else if (arg == "--max-inflight" && i + 1 < argc) {
+        max_inflight = std::atoi(argv[++i]);
       } else if (arg == "--overlap" && i + 1 < argc) {
         const std::string which = argv[++i];
         overlaps = which == "off"    ? std::vector<bool>{false}
@@ -1225,7 +1235,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     rounds_bench(fedcore::testing::server_binary(), params, clients, rounds, client_threads,
-                 overlaps);
+                 overlaps, max_inflight);
     return 0;
   }
   if (mode == "secure") {
@@ -1269,7 +1279,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
-               "[--client-threads T] [--overlap on|off|both] | secure "
+               "[--client-threads T] [--overlap on|off|both] [--max-inflight N] | secure "
                "[--params P] [--clients "
                "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
                "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");

@@ -72,7 +72,6 @@ void RunController::commit_round() {
                                           {"timed_out", round.closed.timed_out},
                                           {"late", round.closed.late}}
                                          .dump());
-  commit.closed = round.closed;
   commit.timer.emplace(*round.timer);
   commit.secure_evaluation = round.secure_evaluation;
   // The write reads only what nothing changes until this round commits: the new global
@@ -170,7 +169,7 @@ bool RunController::finish_commit(PendingCommit& commit) {
   const auto& record = commit.report.record;
   spdlog::info(
       "run {} round {} committed: {} of {} updates accepted, train loss {:.4f}{}", run.record.id,
-      commit.number, commit.closed.accepted, record.selected, record.train_loss,
+      commit.number, record.accepted, record.selected, record.train_loss,
       record.eval_accuracy ? ", server accuracy " + std::to_string(*record.eval_accuracy) : "");
   env_.events.announce(commit.committed_event);
   if (env_.hooks.round_committed) {

@@ -61,7 +61,6 @@ struct RunController::PendingCommit {
   RoundReport report;
   std::vector<store::ClientEvaluation> evaluations;
   store::EventRecord committed_event;
-  RoundClose closed;
   std::optional<RoundTimer> timer;
   std::optional<std::pair<double, double>> secure_evaluation;
   std::future<WrittenCheckpoint> written;

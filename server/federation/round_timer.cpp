@@ -37,7 +37,7 @@ void RoundTimer::update_received() {
 }
 
 void RoundTimer::add(double store::RoundPhases::*field, Clock::steady_time since) {
-  phases_.*field += ms_between(since, clock_.steady());
+  add(field, since, clock_.steady());
 }
 
 void RoundTimer::add(double store::RoundPhases::*field, Clock::steady_time from,

@@ -14,7 +14,10 @@
 //                                         threads (default 1); --overlap off|both runs the
 //                                         server without (and with) checkpoint overlap;
 //                                         --max-inflight N admits N uploads at a time and
-//                                         no more (the server's max_inflight_updates).
+//                                         no more (the server's max_inflight_updates);
+//                                         --workers 0,1 runs each cell with each of these
+//                                         server worker_threads (TLS record work off the
+//                                         io thread; default: the server's own default).
 //   federation_bench secure   [options] : the cost of secure aggregation (SecAgg+) next to
 //                                         plain FedAvg: per client count, a plain run and
 //                                         SecAgg+ runs (keys bound, and not) back to back;
@@ -411,6 +414,7 @@ struct RunSpec {
   int client_threads = 1;  // io threads the simulated clients share
   bool overlap = true;     // the server's overlap_checkpoints
   int max_inflight = 0;    // > 0: the server's max_inflight_updates, with no extra memory budget
+  int workers = -1;        // >= 0: the server's worker_threads; -1: its default
 };
 
 struct RunResult {
@@ -470,6 +474,8 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
       << (spec.max_inflight > 0 ? R"("upload_memory_mb":0,"max_inflight_updates":)" +
                                       std::to_string(spec.max_inflight) + ","
                                 : std::string())
+      << (spec.workers >= 0 ? R"("worker_threads":)" + std::to_string(spec.workers) + ","
+                            : std::string())
       << R"("overlap_checkpoints":)" << (spec.overlap ? "true" : "false") << R"(,"tls":{"ca":")"
       << pki.ca() << R"(","cert":")" << pki.server().cert_file << R"(","key":")"
       << pki.server().key_file << R"(","crl":")" << pki.server().crl_file << R"("}})";
@@ -698,34 +704,39 @@ double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field f
 // `overlaps`: the server's overlap_checkpoints settings to run each cell with, in order.
 void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
                   const std::vector<int>& client_counts, int rounds, int client_threads,
-                  const std::vector<bool>& overlaps, int max_inflight) {
+                  const std::vector<bool>& overlaps, int max_inflight,
+                  const std::vector<int>& workers) {
   const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
   const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
   std::vector<std::pair<RunSpec, RunResult>> runs;
-  std::printf("%-10s %-8s %-8s %-18s %-19s %-18s %-14s %-14s\n", "params", "clients", "overlap",
-              "median round (ms)", "round period (ms)", "server peak RSS", "model size",
-              "target RSS");
+  std::printf("%-10s %-8s %-8s %-8s %-18s %-19s %-18s %-14s %-14s\n", "params", "clients",
+              "overlap", "workers", "median round (ms)", "round period (ms)", "server peak RSS",
+              "model size", "target RSS");
   for (long params : param_counts) {
     for (int clients : client_counts) {
       for (bool overlap : overlaps) {
-        const RunSpec spec{params,         clients, rounds,      Mode::plain,
-                           client_threads, overlap, max_inflight};
-        const RunResult r = run_federation(server_bin, pki, root, spec);
-        const double model_mb = double(r.actual_params) * 4 / 1e6;
-        // Both in MB (10^6 bytes), the target's unit: a peak in MiB beside a target in MB
-        // read 5% low.
-        const double peak_mb = double(r.peak_rss_kib) * 1024 / 1e6;
-        const double target_mb = 3 * model_mb + 100;
-        std::printf("%-10ld %-8d %-8s %-18.1f %-19.1f %-18s %-14s %-14s%s%s\n", r.actual_params,
-                    clients, overlap ? "on" : "off", median(r.round_ms), median(r.period_ms),
-                    (std::to_string(int(peak_mb + 0.5)) + " MB").c_str(),
-                    (std::to_string(int(model_mb)) + " MB").c_str(),
-                    (std::to_string(int(target_mb)) + " MB").c_str(),
-                    peak_mb > target_mb ? "  (over the RSS target)" : "",
-                    r.finished ? "" : "  (did not finish)");
-        std::fflush(stdout);
-        runs.emplace_back(spec, r);
+        for (int worker_threads : workers) {
+          const RunSpec spec{params,         clients, rounds,       Mode::plain,
+                             client_threads, overlap, max_inflight, worker_threads};
+          const RunResult r = run_federation(server_bin, pki, root, spec);
+          const double model_mb = double(r.actual_params) * 4 / 1e6;
+          // Both in MB (10^6 bytes), the target's unit: a peak in MiB beside a target in MB
+          // read 5% low.
+          const double peak_mb = double(r.peak_rss_kib) * 1024 / 1e6;
+          const double target_mb = 3 * model_mb + 100;
+          std::printf("%-10ld %-8d %-8s %-8s %-18.1f %-19.1f %-18s %-14s %-14s%s%s\n",
+                      r.actual_params, clients, overlap ? "on" : "off",
+                      worker_threads < 0 ? "default" : std::to_string(worker_threads).c_str(),
+                      median(r.round_ms), median(r.period_ms),
+                      (std::to_string(int(peak_mb + 0.5)) + " MB").c_str(),
+                      (std::to_string(int(model_mb)) + " MB").c_str(),
+                      (std::to_string(int(target_mb)) + " MB").c_str(),
+                      peak_mb > target_mb ? "  (over the RSS target)" : "",
+                      r.finished ? "" : "  (did not finish)");
+          std::fflush(stdout);
+          runs.emplace_back(spec, r);
+        }
       }
     }
   }
@@ -742,10 +753,11 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
       "\nmedians over committed rounds, ms (offsets from the round's start: TRAIN written, "
       "first and last update; then durations)\n");
   std::printf(
-      "| params | clients | overlap | round, all in | TRAIN written | first update | last update | "
+      "| params | clients | overlap | workers | round, all in | TRAIN written | first update | "
+      "last update | "
       "validate | aggregate | checkpoint | commit | server CPU | CPU floor | CPU / floor "
       "| system floor | round / system floor |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [spec, r] : runs) {
     if (r.phases.empty()) {
       std::printf("| %ld | %d | no phases recorded |\n", r.actual_params, spec.clients);
@@ -759,9 +771,10 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
     const double server_floor = server_floor_ms(costs, mb_down, mb_up);
     const double system_floor = system_floor_ms(costs, mb_down, mb_up);
     std::printf(
-        "| %ld | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
-        "%.2f | %.1f | %.2f |\n",
-        r.actual_params, spec.clients, spec.overlap ? "on" : "off", total,
+        "| %ld | %d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+        "%.1f | %.2f | %.1f | %.2f |\n",
+        r.actual_params, spec.clients, spec.overlap ? "on" : "off",
+        spec.workers < 0 ? "default" : std::to_string(spec.workers).c_str(), total,
         median_of(r.phases, [](const P& p) { return p.train_written_ms.value_or(-1); }),
         median_of(r.phases, [](const P& p) { return p.first_update_ms.value_or(-1); }),
         median_of(r.phases, [](const P& p) { return p.last_update_ms.value_or(-1); }),
@@ -1193,13 +1206,14 @@ int main(int argc, char** argv) {
   }
   if (mode == "rounds") {
     // rounds [PARAMS...] [--clients 2,8,32] [--rounds R] [--client-threads T]
-    //        [--overlap on|off|both]
+    //        [--overlap on|off|both] [--max-inflight N] [--workers N,...]
     std::vector<long> params;
     std::vector<int> clients;
     int rounds = 5;
     int client_threads = 1;
     std::vector<bool> overlaps{true};
     int max_inflight = 0;
+    std::vector<int> workers{-1};
     for (int i = 2; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg == "--clients" && i + 1 < argc) {
@@ -1213,6 +1227,12 @@ int main(int argc, char** argv) {
         client_threads = std::atoi(argv[++i]);
       } else if (arg == "--max-inflight" && i + 1 < argc) {
         max_inflight = std::atoi(argv[++i]);
+      } else if (arg == "--workers" && i + 1 < argc) {
+        workers.clear();
+        std::istringstream list(argv[++i]);
+        for (std::string item; std::getline(list, item, ',');) {
+          workers.push_back(std::atoi(item.c_str()));
+        }
       } else if (arg == "--overlap" && i + 1 < argc) {
         const std::string which = argv[++i];
         overlaps = which == "off"    ? std::vector<bool>{false}
@@ -1235,7 +1255,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     rounds_bench(fedcore::testing::server_binary(), params, clients, rounds, client_threads,
-                 overlaps, max_inflight);
+                 overlaps, max_inflight, workers);
     return 0;
   }
   if (mode == "secure") {
@@ -1277,11 +1297,12 @@ int main(int argc, char** argv) {
     secure_bench(fedcore::testing::server_binary(), options);
     return 0;
   }
-  std::fprintf(stderr,
-               "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
-               "[--client-threads T] [--overlap on|off|both] [--max-inflight N] | secure "
-               "[--params P] [--clients "
-               "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
-               "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
+  std::fprintf(
+      stderr,
+      "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
+      "[--client-threads T] [--overlap on|off|both] [--max-inflight N] [--workers N,...] | secure "
+      "[--params P] [--clients "
+      "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
+      "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
   return 2;
 }

@@ -133,12 +133,27 @@ result<ApiConfig> parse_api_config(const json& j, const JsonPath& at) {
 }
 
 result<ServerConfig> parse_server_config(const json& j) {
-  StrictObject o(
-      j, kRoot,
-      {"listen", "port", "database", "checkpoint_dir", "max_connections", "max_unauthenticated",
-       "max_unauthenticated_per_address", "max_inflight_updates", "upload_memory_mb", "crl_poll_s",
-       "heartbeat_seconds", "idle_timeout_s", "handshake_timeout_s", "hello_timeout_s",
-       "storage_probe_first_s", "storage_probe_max_s", "overlap_checkpoints", "tls", "api"});
+  StrictObject o(j, kRoot,
+                 {"listen",
+                  "port",
+                  "database",
+                  "checkpoint_dir",
+                  "max_connections",
+                  "max_unauthenticated",
+                  "max_unauthenticated_per_address",
+                  "max_inflight_updates",
+                  "upload_memory_mb",
+                  "crl_poll_s",
+                  "heartbeat_seconds",
+                  "idle_timeout_s",
+                  "handshake_timeout_s",
+                  "hello_timeout_s",
+                  "storage_probe_first_s",
+                  "storage_probe_max_s",
+                  "overlap_checkpoints",
+                  "worker_threads",
+                  "tls",
+                  "api"});
   ServerConfig c;
   auto& f = c.federation;
   o.string("listen", f.listen_address, {.min_size = 1, .max_size = 255});
@@ -150,6 +165,7 @@ result<ServerConfig> parse_server_config(const json& j) {
   o.integer("max_unauthenticated_per_address", f.max_unauthenticated_per_address, {1, 1000000});
   o.integer("max_inflight_updates", f.max_inflight_updates, {1, 1024});
   o.boolean("overlap_checkpoints", f.overlap_checkpoints);
+  o.integer("worker_threads", f.worker_threads, {0, 64});  // absent: automatic
   auto upload_memory_mb = static_cast<std::int64_t>(f.upload_memory_bytes >> 20);
   o.integer("upload_memory_mb", upload_memory_mb, {0, 1 << 20});
   f.upload_memory_bytes = static_cast<std::uint64_t>(upload_memory_mb) << 20;

@@ -34,6 +34,7 @@ class FedAvg final : public Strategy {
   void remove_update(std::span<const float> update, std::uint64_t samples) override {
     average_.remove(update, samples);
   }
+  void use_workers(WorkerPool* workers) noexcept override { average_.use_workers(workers); }
   std::size_t updates() const noexcept override { return average_.count(); }
   std::vector<float> finish_round() override {
     auto next = average_.mean();
@@ -45,31 +46,11 @@ class FedAvg final : public Strategy {
   FixedPointMean average_;
 };
 
-// Σ (x - g)^2 in double, in 8 independent partial sums (FixedPointMean::add_measured
-// computes the same sums the same way): one running sum makes every
-// addition wait for the one before (IEEE order), 8 let the compiler keep 8 in flight and
-// vectorise. The order is fixed, so the result is the same on every run.
+// Σ (x - g)^2 exactly as the fused fold measures it (FixedPointMean::squared_distance: fixed
+// chunks, 8 lane sums each, a fixed order), so validating first and folding after
+// (validate_update) and the fused path (add_update_measured) take the same decisions.
 double squared_distance(std::span<const float> x, std::span<const float> g) noexcept {
-  constexpr std::size_t kLanes = 8;
-  double partial[kLanes] = {};
-  const std::size_t n = x.size();
-  const std::size_t whole = n - n % kLanes;
-  const float* a = x.data();
-  const float* b = g.data();
-  for (std::size_t i = 0; i < whole; i += kLanes) {
-    for (std::size_t k = 0; k < kLanes; ++k) {
-      const double d = double(a[i + k]) - double(b[i + k]);
-      partial[k] += d * d;
-    }
-  }
-  for (std::size_t i = whole; i < n; ++i) {
-    const double d = double(a[i]) - double(b[i]);
-    partial[i - whole] += d * d;
-  }
-  double sum = 0;
-  for (double p : partial)
-    sum += p;
-  return sum;
+  return FixedPointMean::squared_distance(x, g);
 }
 
 }  // namespace

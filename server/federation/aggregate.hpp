@@ -22,6 +22,10 @@
 #include "shared/model/layout.hpp"
 #include "shared/util/error.hpp"
 
+namespace fedcore {
+class WorkerPool;
+}
+
 namespace fedcore::federation {
 
 struct UpdateChecks {
@@ -92,6 +96,9 @@ class Strategy {
     return std::nullopt;
   }
   virtual void remove_update(std::span<const float> /*update*/, std::uint64_t /*samples*/) {}
+  // Threads the strategy may fold on besides the caller's (WorkerPool::parallel_for), with
+  // results that do not depend on them; null: none. Most ignore it.
+  virtual void use_workers(WorkerPool* /*workers*/) noexcept {}
   virtual std::size_t updates() const noexcept = 0;
   // Returns the next global model, moved out of the strategy's state where possible.
   // REQUIRES: updates() > 0.

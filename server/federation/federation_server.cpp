@@ -28,6 +28,8 @@
 #include "shared/net/watchdog.hpp"
 #include "shared/util/clock.hpp"
 #include "shared/util/log_throttle.hpp"
+#include "shared/util/threads.hpp"
+#include "shared/util/worker_pool.hpp"
 #include "shared/util/worker_thread.hpp"
 
 namespace fedcore::federation {
@@ -132,12 +134,17 @@ struct FederationServer::Impl final : EventSink {
                        options.storage_retry};
     // `background` is constructed after the controller and destroyed before it.
     env.background = options.overlap_checkpoints ? &background : nullptr;
+    env.workers = workers.get();
     return env;
   }
 
   std::shared_ptr<const char> alive = std::make_shared<const char>();
   asio::io_context& io;
   ServerOptions options;
+  // The sessions' bulk TLS record work and the parallel chunks of the fold
+  // (ServerOptions::worker_threads); null: none. Before the controller, which folds on it. A
+  // TLS job holds its stream's state and work on `io`, which outlives the server.
+  std::unique_ptr<WorkerPool> workers = make_workers(options.worker_threads);
   store::HistoryStore& store;
   ServerHooks hooks;
   asio::ssl::context tls_context;
@@ -163,6 +170,12 @@ struct FederationServer::Impl final : EventSink {
   std::uint64_t next_listener = 1;
   TrafficCounters ended_sessions_traffic;
   std::uint64_t heartbeats_sent = 0;
+  static std::unique_ptr<WorkerPool> make_workers(int requested) {
+    const int threads = requested == ServerOptions::kAutoWorkerThreads
+                            ? std::clamp(hardware_threads() - 1, 0, 8)
+                            : requested;
+    return threads > 0 ? std::make_unique<WorkerPool>(static_cast<std::size_t>(threads)) : nullptr;
+  }
 
   // EventSink: the store's events table, then every subscriber.
   void record(std::string_view kind, std::optional<std::int64_t> run,
@@ -285,8 +298,10 @@ result<std::uint16_t> FederationServer::listen() {
   if (s.options.crl_poll_interval.count() > 0 && !s.options.tls.crl_file.empty()) {
     asio::co_spawn(s.io, s.watch_crl(), asio::detached);
   }
-  spdlog::info("federation listener on {}:{} (TLS 1.3, client certificates required)",
-               s.options.listen_address, *port);
+  spdlog::info(
+      "federation listener on {}:{} (TLS 1.3, client certificates required; TLS record work on "
+      "{} worker thread(s) beside the io thread)",
+      s.options.listen_address, *port, s.workers ? s.workers->size() : 0);
   return *port;
 }
 
@@ -354,6 +369,7 @@ asio::awaitable<void> FederationServer::Impl::serve(tcp::socket socket,
   const std::string peer = remote.address().to_string() + ":" + std::to_string(remote.port());
 
   TlsStream stream(std::move(socket), tls_context);
+  stream.offload_to(workers.get());
   // The handshake gets its own deadline: a peer that opens a socket and says nothing
   // must not hold a connection slot. (A Watchdog, not a bare timer: an expiry queued in
   // the pass where a handshake fails must not touch this frame, which then ends at once.)

@@ -90,6 +90,13 @@ struct ServerOptions {
   // the server within 3 x model + 100 MB at 1M parameters (docs/results.md) and admits a
   // dozen 1M-parameter uploads at once, two 10M-parameter ones.
   std::size_t max_inflight_updates = 2;
+  // Threads beside the io_context's that do the bulk AES-GCM work of the sessions (every
+  // large read decrypted, every large write encrypted: net/tls_stream.hpp, offload_to), so
+  // uploads from several clients are decrypted on several cores at once while the
+  // io_context thread validates and accumulates. 0: all of it on the io_context thread.
+  // kAutoWorkerThreads: one per hardware thread beyond the first, at most 8.
+  static constexpr int kAutoWorkerThreads = -1;
+  int worker_threads = kAutoWorkerThreads;
   std::uint64_t upload_memory_bytes = std::uint64_t{48} << 20;
   std::uint64_t large_payload_bytes = std::uint64_t{1} << 20;
   // Data the server evaluates each new global model on, when a run names one; loaded

@@ -6,6 +6,7 @@
 
 #include "shared/util/assert.hpp"
 #include "shared/util/huge_pages.hpp"
+#include "shared/util/worker_pool.hpp"
 
 namespace fedcore::federation {
 namespace {
@@ -64,6 +65,67 @@ inline std::uint64_t term_bits(double term) noexcept {
 
 }  // namespace
 
+namespace {
+
+constexpr std::size_t kLanes = 8;
+
+// Σ (x - g)^2 over one chunk in kLanes lane sums, added in lane order; with `sum`, each term
+// w (x - g) 2^F (`scale` = w 2^F) is also truncated into it.
+template <bool kFold>
+double chunk_pass(const float* x, const float* g, std::size_t n, std::uint64_t* sum,
+                  double scale) noexcept {
+  double partial[kLanes] = {};
+  const std::size_t whole = n - n % kLanes;
+  for (std::size_t i = 0; i < whole; i += kLanes) {
+    for (std::size_t k = 0; k < kLanes; ++k) {
+      const double d = static_cast<double>(x[i + k]) - static_cast<double>(g[i + k]);
+      partial[k] += d * d;
+      if constexpr (kFold) {
+        sum[i + k] += term_bits(d * scale);
+      }
+    }
+  }
+  for (std::size_t i = whole; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - static_cast<double>(g[i]);
+    partial[i - whole] += d * d;
+    if constexpr (kFold) {
+      sum[i] += term_bits(d * scale);
+    }
+  }
+  double squared = 0;
+  for (double p : partial) {
+    squared += p;
+  }
+  return squared;
+}
+
+std::size_t chunk_count(std::size_t n) noexcept {
+  return (n + FixedPointMean::kChunkValues - 1) / FixedPointMean::kChunkValues;
+}
+
+}  // namespace
+
+template <class Body>
+void FixedPointMean::for_chunks(Body&& body) const {
+  const std::size_t chunks = chunk_count(size_);
+  if (workers_ != nullptr && chunks > 1) {
+    workers_->parallel_for(chunks, 1, body);
+  } else {
+    body(0, chunks);
+  }
+}
+
+double FixedPointMean::squared_distance(std::span<const float> x,
+                                        std::span<const float> g) noexcept {
+  const std::size_t n = x.size();
+  double squared = 0;
+  for (std::size_t begin = 0; begin < n; begin += kChunkValues) {
+    squared += chunk_pass<false>(x.data() + begin, g.data() + begin,
+                                 std::min(kChunkValues, n - begin), nullptr, 0);
+  }
+  return squared;
+}
+
 double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t weight) {
   FEDCORE_ASSERT(begun_, "FixedPointMean::add_measured before begin");
   FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::add_measured: size mismatch");
@@ -79,25 +141,20 @@ double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t
   const float* g = reference_.data();
   // Unsigned: a bad update's terms may wrap the sum until remove() takes them back.
   auto* sum = reinterpret_cast<std::uint64_t*>(sum_.data());
-  constexpr std::size_t kLanes = 8;  // squared_distance's lanes (aggregate.cpp)
-  double partial[kLanes] = {};
   const std::size_t n = size_;
-  const std::size_t whole = n - n % kLanes;
-  for (std::size_t i = 0; i < whole; i += kLanes) {
-    for (std::size_t k = 0; k < kLanes; ++k) {
-      const double d = static_cast<double>(x[i + k]) - static_cast<double>(g[i + k]);
-      partial[k] += d * d;
-      sum[i + k] += term_bits(d * scale);
+  // One slot per chunk, summed in chunk order afterwards: the same order as
+  // squared_distance, whichever thread measured which chunk.
+  std::vector<double> squares(chunk_count(n));
+  for_chunks([&](std::size_t first, std::size_t end) {
+    for (std::size_t c = first; c < end; ++c) {
+      const std::size_t begin = c * kChunkValues;
+      squares[c] = chunk_pass<true>(x + begin, g + begin, std::min(kChunkValues, n - begin),
+                                    sum + begin, scale);
     }
-  }
-  for (std::size_t i = whole; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - static_cast<double>(g[i]);
-    partial[i - whole] += d * d;
-    sum[i] += term_bits(d * scale);
-  }
+  });
   double squared = 0;
-  for (double p : partial) {
-    squared += p;
+  for (double s : squares) {
+    squared += s;
   }
   return squared;
 }
@@ -113,9 +170,11 @@ void FixedPointMean::remove(std::span<const float> values, std::uint64_t weight)
   const float* g = reference_.data();
   auto* sum = reinterpret_cast<std::uint64_t*>(sum_.data());
   const std::size_t n = size_;
-  for (std::size_t i = 0; i < n; ++i) {
-    sum[i] -= term_bits((static_cast<double>(x[i]) - static_cast<double>(g[i])) * scale);
-  }
+  for_chunks([&](std::size_t first, std::size_t end) {
+    for (std::size_t i = first * kChunkValues; i < std::min(n, end * kChunkValues); ++i) {
+      sum[i] -= term_bits((static_cast<double>(x[i]) - static_cast<double>(g[i])) * scale);
+    }
+  });
 }
 
 std::vector<float> FixedPointMean::mean() const {
@@ -127,10 +186,13 @@ std::vector<float> FixedPointMean::mean() const {
   out.reserve(size_);
   advise_huge_pages(out.data(), size_ * sizeof(float));
   out.resize(size_);
-  for (std::size_t i = 0; i < size_; ++i) {
-    out[i] = static_cast<float>(static_cast<double>(reference_[i]) +
-                                static_cast<double>(sum_[i]) * unit);
-  }
+  float* result = out.data();
+  for_chunks([&](std::size_t first, std::size_t end) {
+    for (std::size_t i = first * kChunkValues; i < std::min(size_, end * kChunkValues); ++i) {
+      result[i] = static_cast<float>(static_cast<double>(reference_[i]) +
+                                     static_cast<double>(sum_[i]) * unit);
+    }
+  });
   return out;
 }
 

@@ -19,13 +19,24 @@
 //
 // Memory: one int64 per parameter (twice a float mean), kept from round to round; the
 // reference is read, not copied.
-// Thread safety: none.
+//
+// Parallel chunks (use_workers): the parameters fall into fixed chunks of kChunkValues; with a
+// worker pool, add_measured, remove and mean work on several chunks at once. Integer sums
+// do not care which thread adds which chunk, and the squared distance is summed per chunk
+// and then over chunks in chunk order (squared_distance below), so the results are the same
+// bits with any number of threads, or none.
+//
+// Thread safety: none (one caller at a time; the pool only ever runs its chunks).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+namespace fedcore {
+class WorkerPool;
+}
 
 namespace fedcore::federation {
 
@@ -38,7 +49,19 @@ class FixedPointMean {
   // kMaxDistance, 2^46 * 2^16 = 2^62 keeps the int64 sum clear of overflow at F = 0.
   static constexpr std::uint64_t kMaxTotalWeight = std::uint64_t{1} << 46;
 
+  // The fixed chunks of the parallel fold: 1 MiB of floats.
+  static constexpr std::size_t kChunkValues = std::size_t{1} << 18;
+
   explicit FixedPointMean(std::size_t size) : size_(size) {}
+
+  // Where chunks run from now on besides the calling thread; null: only there. The pool
+  // must outlive this object's calls. REQUIRES: not called from one of the pool's threads.
+  void use_workers(WorkerPool* workers) noexcept { workers_ = workers; }
+
+  // Σ (x - g)^2 in double, exactly as add_measured measures it: per chunk of kChunkValues in
+  // 8 lane sums (added in lane order), then the chunks' sums in chunk order. A fixed order,
+  // so the result is the same on every run. REQUIRES: equal sizes.
+  static double squared_distance(std::span<const float> x, std::span<const float> g) noexcept;
 
   // Starts a round around `reference` (the round's global model), for at most
   // `max_total_weight` weight in all (1 to kMaxTotalWeight). REQUIRES: reference.size() == size();
@@ -52,12 +75,12 @@ class FixedPointMean {
 
   // add() fused with the validation's measure, for a server that would otherwise read every
   // update twice (validate_update, then add): folds in `values` unchecked and returns
-  // Σ (x - g)^2 over them, computed exactly as squared_distance() computes it (8 lanes, the
-  // same order), so the caller can decide with distance_allowed() (aggregate.hpp). A term
-  // the sum was not planned for (a non-finite value, or one further than kMaxDistance from
-  // the reference) adds 0; such an update's result is non-finite or above kMaxDistance^2,
-  // and the caller must then take it back with remove(). The sum wraps modulo 2^64 while a
-  // bad update is in it, and remove() restores its exact bits. REQUIRES: as add(), without
+  // Σ (x - g)^2 over them, computed exactly as squared_distance() computes it (the same
+  // chunks and lanes, the same order), so the caller can decide with distance_allowed()
+  // (aggregate.hpp). A term the sum was not planned for (a non-finite value, or one further than
+  // kMaxDistance from the reference) adds 0; such an update's result is non-finite or above
+  // kMaxDistance^2, and the caller must then take it back with remove(). The sum wraps modulo 2^64
+  // while a bad update is in it, and remove() restores its exact bits. REQUIRES: as add(), without
   // the finiteness and distance conditions.
   double add_measured(std::span<const float> values, std::uint64_t weight);
   // Takes back exactly what add_measured(values, weight) added (same values and weight).
@@ -80,6 +103,12 @@ class FixedPointMean {
   static int fraction_bits_for(std::uint64_t max_total_weight) noexcept;
 
  private:
+  // Runs body(first_chunk, end_chunk) over every chunk, on the pool when there is one and
+  // there is more than one chunk.
+  template <class Body>
+  void for_chunks(Body&& body) const;
+
+  WorkerPool* workers_ = nullptr;
   std::size_t size_;
   std::span<const float> reference_;
   std::vector<std::int64_t> sum_;  // Σ trunc(w * (x - g) * 2^F), allocated by begin()

@@ -80,6 +80,10 @@
 #include "shared/util/cpu_time.hpp"
 #include "shared/util/error.hpp"
 
+namespace fedcore {
+class WorkerPool;
+}
+
 namespace fedcore::federation {
 
 class RoundTimer;
@@ -170,6 +174,8 @@ struct RunEnvironment {
   // Checkpoint writes overlap the next round there (class comment); null: never. Its jobs
   // read `clock` and `disks` from its thread.
   BackgroundWork* background = nullptr;
+  // Threads the strategy may fold on (Strategy::use_workers); null: the controller's only.
+  WorkerPool* workers = nullptr;
 };
 
 enum class RunPhase {

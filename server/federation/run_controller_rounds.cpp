@@ -166,6 +166,7 @@ bool RunController::prepare() {
     return true;
   }
   run.model = std::move(*model);
+  run.model->strategy->use_workers(env_.workers);
   settle_feature_scaling();
   if (active_) {
     begin_waiting_for_clients();

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <new>
+#include <type_traits>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -11,6 +14,8 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+
+#include "shared/util/worker_pool.hpp"
 
 namespace fedcore::net {
 namespace asio = boost::asio;
@@ -49,9 +54,16 @@ void wait_forever(asio::steady_timer& timer) {
 // ciphertext going out through one writer at a time: a read that needs to send (rare in
 // TLS 1.3 after the handshake) leaves it to a write in flight, and a write that starts
 // while a read is sending waits for `flush_done`.
-struct TlsStream::Core {
+//
+// With a pool, `offloaded` is true while a job of this stream runs on a pool thread; every
+// coroutine of the stream calls settle() before touching `ssl` or either BIO, and the job's
+// end cancels `offload_done`.
+struct TlsStream::Core : std::enable_shared_from_this<TlsStream::Core> {
   Core(tcp::socket s, asio::ssl::context& context)
-      : socket(std::move(s)), flush_done(socket.get_executor()), write_done(socket.get_executor()) {
+      : socket(std::move(s)),
+        flush_done(socket.get_executor()),
+        write_done(socket.get_executor()),
+        offload_done(socket.get_executor()) {
     ssl = SSL_new(context.native_handle());
     BIO* internal = nullptr;
     if (ssl == nullptr || BIO_new_bio_pair(&internal, kBioBytes, &network, kBioBytes) != 1) {
@@ -77,12 +89,57 @@ struct TlsStream::Core {
   bool writing = false;
   asio::steady_timer flush_done;  // cancelled when a flush ends
   asio::steady_timer write_done;  // cancelled when a write ends
+  WorkerPool* pool = nullptr;
+  bool offloaded = false;
+  std::uint64_t jobs = 0;
+  asio::steady_timer offload_done;  // cancelled when a job is back
 };
 
+// Waits until no job of this stream is running on a pool thread. Only then may the caller
+// touch the SSL object or the BIO pair, up to its next co_await.
+asio::awaitable<void> TlsStream::settle(Core& c) {
+  while (c.offloaded) {
+    wait_forever(c.offload_done);
+    co_await c.offload_done.async_wait(kNoThrow);
+  }
+}
+
+// Runs `job` on the stream's pool and resumes the caller on the stream's executor with its
+// result. The Core and the executor's work stay held until then, so a stream closed
+// meanwhile is still there when the job comes back; `offloaded` is cleared on the
+// stream's executor just before the caller resumes.
+//
+// Not a coroutine itself: GCC 12 destroys a temporary with a destructor inside a co_await
+// expression twice, and the initiation below holds a shared_ptr.
+template <class Result, class Job>
+asio::awaitable<Result> TlsStream::on_pool(Core& c, Job job) {
+  c.offloaded = true;
+  ++c.jobs;
+  auto initiation = [keep = c.shared_from_this(), job = std::move(job)](auto handler) mutable {
+    auto work = asio::make_work_guard(keep->socket.get_executor());
+    // std::function wants a copyable job; the handler is move-only.
+    auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+    WorkerPool* pool = keep->pool;
+    pool->post([job = std::move(job), shared, keep = std::move(keep), work]() mutable {
+      const Result r = job();
+      // The handler and the Core move on: whatever is left of them is released on the
+      // stream's executor, never on a pool thread.
+      asio::post(work.get_executor(),
+                 [shared = std::move(shared), keep = std::move(keep), r]() mutable {
+                   keep->offloaded = false;
+                   keep->offload_done.cancel();
+                   std::move (*shared)(r);
+                 });
+    });
+  };
+  return asio::async_initiate<decltype(asio::use_awaitable), void(Result)>(std::move(initiation),
+                                                                           asio::use_awaitable);
+}
+
 TlsStream::TlsStream(tcp::socket socket, asio::ssl::context& context)
-    : core_(std::make_unique<Core>(std::move(socket), context)) {}
+    : core_(std::make_shared<Core>(std::move(socket), context)) {}
 TlsStream::TlsStream(const executor_type& executor, asio::ssl::context& context)
-    : core_(std::make_unique<Core>(tcp::socket(executor), context)) {}
+    : core_(std::make_shared<Core>(tcp::socket(executor), context)) {}
 TlsStream::~TlsStream() = default;
 TlsStream::TlsStream(TlsStream&&) noexcept = default;
 TlsStream& TlsStream::operator=(TlsStream&&) noexcept = default;
@@ -96,6 +153,12 @@ TlsStream::next_layer_type& TlsStream::next_layer() noexcept {
 SSL* TlsStream::native_handle() noexcept {
   return core_->ssl;
 }
+void TlsStream::offload_to(WorkerPool* pool) noexcept {
+  core_->pool = pool;
+}
+std::uint64_t TlsStream::offloaded_jobs() const noexcept {
+  return core_->jobs;
+}
 
 TlsStream::IoResult TlsStream::failed_by_exception() noexcept {
   return {asio::error::no_memory, 0};
@@ -106,16 +169,23 @@ TlsStream::IoResult TlsStream::failed_by_exception() noexcept {
 asio::awaitable<error_code> TlsStream::flush(Core& c) {
   c.flushing = true;
   error_code ec;
-  while (!ec && BIO_ctrl_pending(c.network) > 0) {
+  while (!ec) {
+    co_await settle(c);
+    if (BIO_ctrl_pending(c.network) == 0) {
+      break;
+    }
     char* data = nullptr;
     const int available = BIO_nread0(c.network, &data);
     if (available <= 0) {
       break;
     }
+    // A job of the read side may run meanwhile: it appends to the BIO's free space at most
+    // (an alert), never to the bytes being sent, and we settle before consuming them.
     auto [e, sent] = co_await asio::async_write(
         c.socket, asio::buffer(data, static_cast<std::size_t>(available)), kNoThrow);
     ec = e;
     if (sent > 0) {
+      co_await settle(c);
       BIO_nread(c.network, &data, static_cast<int>(sent));
     }
   }
@@ -126,6 +196,7 @@ asio::awaitable<error_code> TlsStream::flush(Core& c) {
 
 // Moves what the kernel has (up to the BIO's free space) into the BIO pair.
 asio::awaitable<error_code> TlsStream::receive(Core& c) {
+  co_await settle(c);
   char* space = nullptr;
   const int room = BIO_nwrite0(c.network, &space);
   if (room <= 0) {
@@ -133,22 +204,26 @@ asio::awaitable<error_code> TlsStream::receive(Core& c) {
     // the BIO, which TLS does not allow.
     co_return asio::error::no_buffer_space;
   }
+  // A job of the write side may run meanwhile; it writes the other half of the pair.
   auto [ec, got] = co_await c.socket.async_read_some(
       asio::buffer(space, static_cast<std::size_t>(room)), kNoThrow);
   if (ec) {
     co_return ec == asio::error::eof ? error_code(asio::ssl::error::stream_truncated) : ec;
   }
+  co_await settle(c);
   BIO_nwrite(c.network, &space, static_cast<int>(got));
   co_return error_code{};
 }
 
 asio::awaitable<TlsStream::IoResult> TlsStream::handshake(Core& c, handshake_type type) {
+  co_await settle(c);
   if (type == client) {
     SSL_set_connect_state(c.ssl);
   } else {
     SSL_set_accept_state(c.ssl);
   }
   while (true) {
+    co_await settle(c);
     ERR_clear_error();
     const int r = SSL_do_handshake(c.ssl);
     const int reason = r == 1 ? SSL_ERROR_NONE : SSL_get_error(c.ssl, r);
@@ -175,49 +250,133 @@ asio::awaitable<TlsStream::IoResult> TlsStream::handshake(Core& c, handshake_typ
   }
 }
 
+namespace {
+
+// What one pass of SSL_read_ex over the records received so far gave. `failure` is read
+// from the OpenSSL error queue of the thread that ran the pass (the queue is per thread).
+struct Decrypted {
+  std::size_t total = 0;
+  int reason = SSL_ERROR_NONE;
+  error_code failure;
+};
+
+// Decrypts whole records already in the BIO pair into out[total, size), until the buffer
+// is full or OpenSSL stops.
+Decrypted decrypt_received(SSL* ssl, unsigned char* out, std::size_t size, std::size_t total) {
+  while (total < size) {
+    ERR_clear_error();
+    std::size_t n = 0;
+    const int r = SSL_read_ex(ssl, out + total, size - total, &n);
+    if (r == 1) {
+      total += n;
+      continue;
+    }
+    const int reason = SSL_get_error(ssl, r);
+    const bool expected = reason == SSL_ERROR_ZERO_RETURN || reason == SSL_ERROR_WANT_READ ||
+                          reason == SSL_ERROR_WANT_WRITE;
+    return {total, reason, expected ? error_code{} : ssl_failure(reason)};
+  }
+  return {total, SSL_ERROR_NONE, {}};
+}
+
+// Where a write stands in its gather list, and how much plaintext OpenSSL has taken.
+struct WriteProgress {
+  std::size_t index = 0;
+  std::size_t offset = 0;
+  std::size_t total = 0;
+};
+
+struct Encrypted {
+  bool bio_full = false;  // OpenSSL wants the BIO flushed before it takes more
+  error_code failure;
+};
+
+// Encrypts into the BIO pair from where `p` stands until the plaintext or the budget is
+// used up, or the BIO is full. After WANT_WRITE OpenSSL wants the same bytes again:
+// `p` is then unchanged, so the next call passes them.
+template <class Gather>
+Encrypted encrypt_some(SSL* ssl, const Gather& buffers, std::size_t count, WriteProgress& p,
+                       std::size_t budget) {
+  while (p.index < count && p.total < budget) {
+    const auto* data = static_cast<const unsigned char*>(buffers[p.index].data()) + p.offset;
+    const std::size_t left = buffers[p.index].size() - p.offset;
+    if (left == 0) {
+      ++p.index;
+      p.offset = 0;
+      continue;
+    }
+    ERR_clear_error();
+    const std::size_t want = std::min(left, budget - p.total);
+    std::size_t n = 0;
+    const int r = SSL_write_ex(ssl, data, want, &n);
+    if (r == 1) {
+      p.offset += n;
+      p.total += n;
+      continue;
+    }
+    const int reason = SSL_get_error(ssl, r);
+    if (reason != SSL_ERROR_WANT_WRITE) {
+      return {false, ssl_failure(reason)};
+    }
+    return {true, {}};
+  }
+  return {};
+}
+
+}  // namespace
+
 asio::awaitable<TlsStream::IoResult> TlsStream::read_some(Core& c, asio::mutable_buffer buffer) {
   if (buffer.size() == 0) {
     co_return IoResult{};
   }
   auto* out = static_cast<unsigned char*>(buffer.data());
+  const std::size_t size = buffer.size();
   std::size_t total = 0;
   // Decrypt every whole record already received, straight into the caller's buffer;
   // go to the socket only when there is nothing to hand over yet.
-  while (total < buffer.size()) {
-    ERR_clear_error();
-    std::size_t n = 0;
-    const int r = SSL_read_ex(c.ssl, out + total, buffer.size() - total, &n);
-    if (r == 1) {
-      total += n;
-      continue;
+  while (true) {
+    co_await settle(c);
+    const bool bulk = c.pool != nullptr && size - total >= kOffloadBytes &&
+                      BIO_ctrl_pending(SSL_get_rbio(c.ssl)) >= kOffloadBytes;
+    // Not `bulk ? co_await ... : ...`: GCC 12 miscompiles a co_await inside a conditional
+    // expression.
+    Decrypted d;
+    if (bulk) {
+      d = co_await on_pool<Decrypted>(
+          c, [ssl = c.ssl, out, size, total] { return decrypt_received(ssl, out, size, total); });
+    } else {
+      d = decrypt_received(c.ssl, out, size, total);
     }
-    const int reason = SSL_get_error(c.ssl, r);
+    total = d.total;
+    if (total == size) {
+      break;
+    }
     if (total > 0) {
       break;  // deliver what we have; an error, if any, repeats on the next call
     }
-    if (reason == SSL_ERROR_ZERO_RETURN) {
+    if (d.reason == SSL_ERROR_ZERO_RETURN) {
       co_return IoResult{asio::error::eof, 0};  // the peer sent close_notify
     }
-    if (reason == SSL_ERROR_WANT_READ || reason == SSL_ERROR_WANT_WRITE) {
+    if (d.reason == SSL_ERROR_WANT_READ || d.reason == SSL_ERROR_WANT_WRITE) {
       // Output the read produced (an alert, a key update) goes now unless a write in
       // flight will take it along.
       if (BIO_ctrl_pending(c.network) > 0 && !c.writing && !c.flushing) {
         if (auto ec = co_await flush(c)) {
           co_return IoResult{ec, 0};
         }
-      } else if (reason == SSL_ERROR_WANT_WRITE && c.writing) {
+      } else if (d.reason == SSL_ERROR_WANT_WRITE && c.writing) {
         wait_forever(c.write_done);
         co_await c.write_done.async_wait(kNoThrow);
         continue;
       }
-      if (reason == SSL_ERROR_WANT_READ) {
+      if (d.reason == SSL_ERROR_WANT_READ) {
         if (auto ec = co_await receive(c)) {
           co_return IoResult{ec, 0};
         }
       }
       continue;
     }
-    co_return IoResult{ssl_failure(reason), 0};
+    co_return IoResult{d.failure, 0};
   }
   co_return IoResult{{}, total};
 }
@@ -239,45 +398,47 @@ asio::awaitable<TlsStream::IoResult> TlsStream::write_some(Core& c, Gather buffe
     wait_forever(c.flush_done);
     co_await c.flush_done.async_wait(kNoThrow);
   }
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < count && total < kWriteBudget; ++i) {
-    const auto* data = static_cast<const unsigned char*>(buffers[i].data());
-    std::size_t left = buffers[i].size();
-    while (left > 0 && total < kWriteBudget) {
-      // A flush that finished just before the socket was closed resumes us without an
-      // error; the caller may already have given up on the operation and freed the
-      // buffer, so nothing more is read from it once the socket is gone.
-      if (!c.socket.is_open()) {
-        co_return IoResult{asio::error::operation_aborted, 0};
-      }
-      ERR_clear_error();
-      // After WANT_WRITE, OpenSSL wants the same bytes again: `data`, `left` and `total`
-      // are unchanged, so `want` is too.
-      const std::size_t want = std::min(left, kWriteBudget - total);
-      std::size_t n = 0;
-      const int r = SSL_write_ex(c.ssl, data, want, &n);
-      if (r == 1) {
-        data += n;
-        left -= n;
-        total += n;
-        continue;
-      }
-      const int reason = SSL_get_error(c.ssl, r);
-      if (reason != SSL_ERROR_WANT_WRITE) {
-        co_return IoResult{ssl_failure(reason), 0};
-      }
-      if (auto ec = co_await flush(c)) {  // the BIO is full: send, then go on
-        co_return IoResult{ec, 0};
-      }
+  std::size_t plaintext = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    plaintext += buffers[i].size();
+  }
+  const std::size_t budget = std::min(plaintext, kWriteBudget);
+  WriteProgress progress;
+  while (progress.total < budget) {
+    // A flush that finished just before the socket was closed resumes us without an
+    // error; the caller may already have given up on the operation and freed the
+    // buffer, so nothing more is read from it once the socket is gone.
+    if (!c.socket.is_open()) {
+      co_return IoResult{asio::error::operation_aborted, 0};
+    }
+    co_await settle(c);
+    const bool bulk = c.pool != nullptr && budget - progress.total >= kOffloadBytes;
+    Encrypted e;
+    if (bulk) {  // (see read_some: no co_await in a conditional expression)
+      e = co_await on_pool<Encrypted>(c, [ssl = c.ssl, &buffers, count, &progress, budget] {
+        return encrypt_some(ssl, buffers, count, progress, budget);
+      });
+    } else {
+      e = encrypt_some(c.ssl, buffers, count, progress, budget);
+    }
+    if (e.failure) {
+      co_return IoResult{e.failure, 0};
+    }
+    if (!e.bio_full) {
+      break;
+    }
+    if (auto ec = co_await flush(c)) {  // the BIO is full: send, then go on
+      co_return IoResult{ec, 0};
     }
   }
   if (auto ec = co_await flush(c)) {
     co_return IoResult{ec, 0};
   }
-  co_return IoResult{{}, total};
+  co_return IoResult{{}, progress.total};
 }
 
 asio::awaitable<TlsStream::IoResult> TlsStream::shutdown(Core& c) {
+  co_await settle(c);
   ERR_clear_error();
   const int r = SSL_shutdown(c.ssl);
   const error_code failure = r < 0 ? ssl_failure(SSL_get_error(c.ssl, r)) : error_code{};

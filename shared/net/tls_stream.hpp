@@ -19,10 +19,19 @@
 // from one thread (or strand). Both may be in flight together; the ciphertext they
 // produce goes to the socket through one writer at a time. The stream must outlive its
 // operations; moving it while an operation is in flight is not allowed.
+//
+// Offload (offload_to). A stream given a WorkerPool hands bulk record work to it: a read
+// that finds at least kOffloadBytes of ciphertext received decrypts it on a pool thread, and
+// a write of at least that much plaintext encrypts it there, while the stream's own thread
+// serves other streams. So a server's sessions decrypt on several cores at once. The SSL
+// object and its BIO pair are touched by one thread at a time: while a job of this stream
+// runs, its other operation waits before its next OpenSSL call (and the socket I/O of both
+// goes on). Results and errors are the same as without a pool.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -35,6 +44,10 @@
 #include <boost/asio/ssl/stream_base.hpp>
 
 using SSL = struct ssl_st;
+
+namespace fedcore {
+class WorkerPool;
+}
 
 namespace fedcore::net {
 
@@ -62,6 +75,15 @@ class TlsStream : public boost::asio::ssl::stream_base {
   next_layer_type& next_layer() noexcept;
   lowest_layer_type& lowest_layer() noexcept { return next_layer(); }
   SSL* native_handle() noexcept;
+
+  // Bulk record work of at least this many bytes goes to the pool, when there is one.
+  static constexpr std::size_t kOffloadBytes = std::size_t{64} << 10;
+  // From the next operation on. `pool` (null: none) must outlive every operation of this
+  // stream, and the stream's executor must stay alive while a job runs (a job holds work on
+  // it until its completion has been posted back).
+  void offload_to(WorkerPool* pool) noexcept;
+  // How many jobs this stream has handed to its pool (tests).
+  std::uint64_t offloaded_jobs() const noexcept;
 
   struct IoResult {
     boost::system::error_code ec;
@@ -149,6 +171,9 @@ class TlsStream : public boost::asio::ssl::stream_base {
   static boost::asio::awaitable<boost::system::error_code> flush(Core& core);
   static boost::asio::awaitable<boost::system::error_code> receive(Core& core);
   static IoResult failed_by_exception() noexcept;
+  static boost::asio::awaitable<void> settle(Core& core);
+  template <class Result, class Job>
+  static boost::asio::awaitable<Result> on_pool(Core& core, Job job);
 
   // Runs `operation` on the socket's executor and passes its result to `complete`.
   template <class Complete>
@@ -159,7 +184,7 @@ class TlsStream : public boost::asio::ssl::stream_base {
                           });
   }
 
-  std::unique_ptr<Core> core_;
+  std::shared_ptr<Core> core_;  // shared: a pool job keeps it alive until it is back
 };
 
 }  // namespace fedcore::net

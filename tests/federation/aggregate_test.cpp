@@ -8,6 +8,7 @@
 
 #include "server/federation/fixed_point_mean.hpp"
 #include "shared/util/rng.hpp"
+#include "shared/util/worker_pool.hpp"
 
 namespace fedcore::federation {
 namespace {
@@ -173,6 +174,42 @@ TEST(FixedPointMean, AddMeasuredFoldsLikeAddAndMeasuresLikeValidation) {
     EXPECT_EQ(std::sqrt(squared), update_distance(updates[c], global)) << c;
   }
   EXPECT_EQ(fused.mean(), plain.mean());
+}
+
+// Folded on a pool, chunk by chunk on several threads: the same sum bits, the same mean and
+// the same measured distances as on one thread, and the distance is the one validation
+// measures (a model of several chunks and a short last one).
+TEST(FixedPointMean, ParallelChunksGiveTheSameBitsAsOneThread) {
+  Rng rng(13);
+  const std::size_t n = 3 * FixedPointMean::kChunkValues + 1001;
+  std::vector<float> global(n);
+  for (auto& g : global) {
+    g = static_cast<float>(rng.normal());
+  }
+  std::vector<std::vector<float>> updates(4, global);
+  for (auto& u : updates) {
+    for (auto& v : u) {
+      v += static_cast<float>(rng.normal() * 0.01);
+    }
+  }
+  auto bad = updates[0];
+  bad[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  WorkerPool pool(3);
+  FixedPointMean alone(n), parallel(n);
+  parallel.use_workers(&pool);
+  alone.begin(global, 1000);
+  parallel.begin(global, 1000);
+  for (std::size_t c = 0; c < updates.size(); ++c) {
+    const double one = alone.add_measured(updates[c], 10 * c + 1);
+    const double many = parallel.add_measured(updates[c], 10 * c + 1);
+    EXPECT_EQ(one, many) << c;
+    EXPECT_EQ(many, FixedPointMean::squared_distance(updates[c], global)) << c;
+    EXPECT_EQ(std::sqrt(many), update_distance(updates[c], global)) << c;
+  }
+  EXPECT_TRUE(std::isnan(parallel.add_measured(bad, 7)));
+  parallel.remove(bad, 7);
+  EXPECT_EQ(parallel.count(), alone.count());
+  EXPECT_EQ(parallel.mean(), alone.mean());
 }
 
 TEST(FixedPointMean, RemoveTakesABadUpdateBackToTheLastBit) {

@@ -17,6 +17,7 @@
 
 #include "shared/tls/context.hpp"
 #include "shared/util/rng.hpp"
+#include "shared/util/worker_pool.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/tls/tls_support.hpp"
 
@@ -49,8 +50,10 @@ class TlsPair {
   }
 
   // Runs `server_side(stream)` and `client_side(stream)` after a handshake, to the end.
+  // With pools, each stream hands its bulk record work to its pool from the handshake on.
   template <class ServerSide, class ClientSide>
-  void run(ServerSide server_side, ClientSide client_side) {
+  void run(ServerSide server_side, ClientSide client_side, WorkerPool* server_pool = nullptr,
+           WorkerPool* client_pool = nullptr) {
     asio::io_context server_io, client_io;
     tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
     const auto port = acceptor.local_endpoint().port();
@@ -60,6 +63,7 @@ class TlsPair {
           auto [accept_error, socket] = co_await acceptor.async_accept(kNoThrow);
           EXPECT_FALSE(accept_error);
           TlsStream stream(std::move(socket), *server_ctx_);
+          stream.offload_to(server_pool);
           auto [ec] = co_await stream.async_handshake(TlsStream::server, kNoThrow);
           EXPECT_FALSE(ec) << ec.message();
           co_await server_side(stream);
@@ -69,6 +73,7 @@ class TlsPair {
         client_io,
         [&]() -> asio::awaitable<void> {
           TlsStream stream(client_io, *client_ctx_);
+          stream.offload_to(client_pool);
           EXPECT_TRUE(tls::prepare_client_stream(stream, "localhost"));
           auto [connect_error] = co_await stream.next_layer().async_connect(
               {asio::ip::make_address("127.0.0.1"), port}, kNoThrow);
@@ -129,6 +134,65 @@ TEST(TlsStream, FullDuplexTransfersOfManyRecordsArriveIntact) {
            [&](TlsStream& s) { return exchange(s, to_server, at_client); });
   EXPECT_TRUE(at_client == to_client);
   EXPECT_TRUE(at_server == to_server);
+}
+
+// The same with the record work on pool threads at both ends: the bytes are the same, and
+// both directions really went through the pools (while a job of one direction runs, the
+// other direction's socket I/O goes on, and its OpenSSL calls wait).
+TEST(TlsStream, OffloadedToPoolsFullDuplexTransfersArriveIntact) {
+  testing::TempDir dir;
+  TlsPair pair(dir);
+  WorkerPool server_pool(2), client_pool(1);
+  const auto to_client = random_bytes(9'000'001, 3);
+  const auto to_server = random_bytes(7'654'321, 4);
+  std::vector<unsigned char> at_client(to_client.size()), at_server(to_server.size());
+  std::uint64_t server_jobs = 0, client_jobs = 0;
+  pair.run(
+      [&](TlsStream& s) -> asio::awaitable<void> {
+        co_await exchange(s, to_client, at_server);
+        server_jobs = s.offloaded_jobs();
+      },
+      [&](TlsStream& s) -> asio::awaitable<void> {
+        co_await exchange(s, to_server, at_client);
+        client_jobs = s.offloaded_jobs();
+      },
+      &server_pool, &client_pool);
+  EXPECT_TRUE(at_client == to_client);
+  EXPECT_TRUE(at_server == to_server);
+  // At least one job per 4 MiB written and one per BIO-full of ciphertext decrypted, at most
+  // one per kOffloadBytes of plaintext either way.
+  const auto bytes = to_client.size() + to_server.size();
+  EXPECT_GE(server_jobs, 4u);
+  EXPECT_GE(client_jobs, 4u);
+  EXPECT_LE(server_jobs + client_jobs, 2 * bytes / TlsStream::kOffloadBytes + 8);
+}
+
+// A stream that ends while its pool job may still run: the close is seen as usual.
+TEST(TlsStream, OffloadedReadSeesTheCloseNotifyAfterTheData) {
+  testing::TempDir dir;
+  TlsPair pair(dir);
+  WorkerPool pool(1);
+  const auto data = random_bytes(3'000'000, 5);
+  std::vector<unsigned char> got(data.size());
+  error_code after;
+  pair.run(
+      [&](TlsStream& s) -> asio::awaitable<void> {
+        auto [ec, n] = co_await asio::async_read(s, asio::buffer(got), kNoThrow);
+        EXPECT_FALSE(ec) << ec.message();
+        EXPECT_EQ(n, got.size());
+        std::array<unsigned char, 16> more{};
+        std::tie(after, n) = co_await s.async_read_some(asio::buffer(more), kNoThrow);
+        EXPECT_GT(s.offloaded_jobs(), 0u);
+      },
+      [&](TlsStream& s) -> asio::awaitable<void> {
+        auto [ec, n] = co_await asio::async_write(s, asio::buffer(data), kNoThrow);
+        EXPECT_FALSE(ec) << ec.message();
+        auto [closed] = co_await s.async_shutdown(kNoThrow);
+        EXPECT_FALSE(closed) << closed.message();
+      },
+      &pool, nullptr);
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(after, asio::error::eof) << after.message();
 }
 
 TEST(TlsStream, CloseNotifyReadsAsEofAndAnAbruptCloseAsTruncated) {

@@ -1,6 +1,7 @@
 #include "shared/net/tls_stream.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <type_traits>
 
@@ -92,6 +93,7 @@ struct TlsStream::Core : std::enable_shared_from_this<TlsStream::Core> {
   WorkerPool* pool = nullptr;
   bool offloaded = false;
   std::uint64_t jobs = 0;
+  std::atomic<std::uint64_t> pool_jobs{0};  // of `jobs`, those a pool thread ran
   asio::steady_timer offload_done;  // cancelled when a job is back
 };
 
@@ -104,32 +106,63 @@ asio::awaitable<void> TlsStream::settle(Core& c) {
   }
 }
 
-// Runs `job` on the stream's pool and resumes the caller on the stream's executor with its
-// result. The Core and the executor's work stay held until then, so a stream closed
-// meanwhile is still there when the job comes back; `offloaded` is cleared on the
-// stream's executor just before the caller resumes.
+// Runs `job` away from the caller's coroutine and resumes the caller on the stream's
+// executor with its result; `offloaded` is cleared there just before.
 //
-// Not a coroutine itself: GCC 12 destroys a temporary with a destructor inside a co_await
-// expression twice, and the initiation below holds a shared_ptr.
+// Who runs it is a race, settled by `claimed`: the pool (a thread that is free picks it up
+// at once), or the stream's own thread, which finds the job at the back of its queue after
+// the events that were ready before it. On a machine whose other cores are busy, a woken
+// pool thread may wait a scheduler slice for a core, longer than the job takes (256 KiB of
+// AES-GCM is about 50 us); then the io thread, which would otherwise sit idle, does the
+// job itself, and nothing waits for the pool. Whichever side loses finds the job taken.
+//
+// The Core and the executor's work stay held until the caller resumes, so a stream closed
+// meanwhile is still there; the handler and the Core are only ever released on the stream's
+// executor. Not a coroutine itself: GCC 12 destroys a temporary with a destructor inside a
+// co_await expression twice, and the initiation holds a shared_ptr.
 template <class Result, class Job>
 asio::awaitable<Result> TlsStream::on_pool(Core& c, Job job) {
   c.offloaded = true;
   ++c.jobs;
   auto initiation = [keep = c.shared_from_this(), job = std::move(job)](auto handler) mutable {
-    auto work = asio::make_work_guard(keep->socket.get_executor());
-    // std::function wants a copyable job; the handler is move-only.
-    auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-    WorkerPool* pool = keep->pool;
-    pool->post([job = std::move(job), shared, keep = std::move(keep), work]() mutable {
-      const Result r = job();
-      // The handler and the Core move on: whatever is left of them is released on the
-      // stream's executor, never on a pool thread.
-      asio::post(work.get_executor(),
-                 [shared = std::move(shared), keep = std::move(keep), r]() mutable {
-                   keep->offloaded = false;
-                   keep->offload_done.cancel();
-                   std::move (*shared)(r);
-                 });
+    using Handler = decltype(handler);
+    struct Race {
+      Race(Job j, Handler h, std::shared_ptr<Core> k)
+          : job(std::move(j)),
+            handler(std::move(h)),
+            keep(std::move(k)),
+            work(asio::make_work_guard(keep->socket.get_executor())) {}
+      Job job;
+      Handler handler;             // touched on the stream's executor only
+      std::shared_ptr<Core> keep;  // likewise
+      asio::executor_work_guard<asio::any_io_executor> work;
+      std::atomic<bool> claimed{false};
+
+      // On the stream's executor: the caller goes on.
+      void resume(const Result& r) {
+        auto core = std::move(keep);
+        auto h = std::move(handler);
+        core->offloaded = false;
+        core->offload_done.cancel();
+        std::move(h)(r);
+      }
+    };
+    auto race = std::make_shared<Race>(std::move(job), std::move(handler), std::move(keep));
+    const auto executor = race->work.get_executor();
+    race->keep->pool->post([race] {
+      if (race->claimed.exchange(true)) {
+        return;
+      }
+      const Result r = race->job();
+      ++race->keep->pool_jobs;  // atomic: read by tests on the stream's thread afterwards
+      const auto executor = race->work.get_executor();
+      asio::post(executor, [race = std::move(race), r]() mutable { race->resume(r); });
+    });
+    asio::post(executor, [race = std::move(race)] {
+      if (race->claimed.exchange(true)) {
+        return;
+      }
+      race->resume(race->job());
     });
   };
   return asio::async_initiate<decltype(asio::use_awaitable), void(Result)>(std::move(initiation),
@@ -158,6 +191,9 @@ void TlsStream::offload_to(WorkerPool* pool) noexcept {
 }
 std::uint64_t TlsStream::offloaded_jobs() const noexcept {
   return core_->jobs;
+}
+std::uint64_t TlsStream::jobs_run_by_pool() const noexcept {
+  return core_->pool_jobs.load();
 }
 
 TlsStream::IoResult TlsStream::failed_by_exception() noexcept {

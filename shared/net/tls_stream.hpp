@@ -23,7 +23,9 @@
 // Offload (offload_to). A stream given a WorkerPool hands bulk record work to it: a read
 // that finds at least kOffloadBytes of ciphertext received decrypts it on a pool thread, and
 // a write of at least that much plaintext encrypts it there, while the stream's own thread
-// serves other streams. So a server's sessions decrypt on several cores at once. The SSL
+// serves other streams. So a server's sessions decrypt on several cores at once. (When no
+// pool thread gets to a job before the stream's own thread has nothing else to do, that
+// thread runs it itself: a busy machine loses nothing waiting for the pool.) The SSL
 // object and its BIO pair are touched by one thread at a time: while a job of this stream
 // runs, its other operation waits before its next OpenSSL call (and the socket I/O of both
 // goes on). Results and errors are the same as without a pool.
@@ -82,8 +84,11 @@ class TlsStream : public boost::asio::ssl::stream_base {
   // stream, and the stream's executor must stay alive while a job runs (a job holds work on
   // it until its completion has been posted back).
   void offload_to(WorkerPool* pool) noexcept;
-  // How many jobs this stream has handed to its pool (tests).
+  // How many jobs this stream has handed off, and how many of them a pool thread ran (the
+  // stream's own thread runs a job the pool has not started by the time the job's turn in
+  // the executor's queue comes: tls_stream.cpp, on_pool). For tests and benchmarks.
   std::uint64_t offloaded_jobs() const noexcept;
+  std::uint64_t jobs_run_by_pool() const noexcept;
 
   struct IoResult {
     boost::system::error_code ec;

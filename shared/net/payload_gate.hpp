@@ -7,11 +7,11 @@
 // read (read_frame returns). Peers waiting for room are held back by TCP flow control.
 //
 // How much is admitted at once: always up to `min_holders` payloads, whatever their size
-// (so a model larger than the budget still moves, two at a time by default), and beyond
+// (so a model larger than the budget still moves, one at a time by default), and beyond
 // that as many as fit in `budget_bytes` together. A server's memory for incoming updates
 // is therefore max(min_holders x model, budget), whatever the number of clients: a 1M-
 // parameter model (4 MB) gets a dozen concurrent uploads from a 48 MiB budget, a
-// 10M-parameter one (40 MB) two. Waiters are served in arrival order: a small payload
+// 10M-parameter one (40 MB) one at a time. Waiters are served in arrival order: a small payload
 // never overtakes a large one that waits for room.
 //
 // The gate also keeps the payload buffers of finished frames for the next holder: a

@@ -2,6 +2,7 @@
 // breast-cancer logistic regression, split three ways, 5 FedAvg rounds.
 #include <gtest/gtest.h>
 
+#include "server/federation/fixed_point_mean.hpp"
 #include "shared/data/csv.hpp"
 #include "shared/data/feature_stats.hpp"
 #include "shared/data/normalize.hpp"
@@ -133,6 +134,64 @@ TEST(Federation, ThreeHospitalsTrainBreastCancerLogregToHeldOutAccuracyOf93Perce
   auto integrity = history.integrity_check();
   ASSERT_TRUE(integrity);
   EXPECT_TRUE(*integrity);
+}
+
+// The server's worker threads (TLS record work off the io thread, the fold in parallel
+// chunks) change no bit of what a federation computes: the same run with none and with
+// three gives the same final checkpoint. The model is large enough for both to happen: an
+// MLP of 660k parameters, 2.6 MB per TRAIN and UPDATE (TLS jobs from 64 KiB) and three
+// chunks of the fold (FixedPointMean::kChunkValues).
+std::vector<float> final_model_of_a_run(int worker_threads) {
+  TempDir dir;
+  auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
+                              {.label_column = "benign"});
+  EXPECT_TRUE(table);
+  auto split = data::stratified_split(*table, 0.25, 7);
+  const auto shards = data::partition_iid(split.train.labels, 3, 11);
+  for (std::size_t i = 0; i < 3; ++i) {
+    testing::write_csv(split.train.subset(shards[i]),
+                       dir.path("hospital-" + std::to_string(i + 1) + ".csv"), "benign");
+  }
+  Federation federation(dir);
+  for (int i = 1; i <= 3; ++i) {
+    federation.add_client_certificate("hospital-" + std::to_string(i));
+  }
+  federation::ServerOptions options;
+  options.worker_threads = worker_threads;
+  federation.start_server(options);
+  for (int i = 1; i <= 3; ++i) {
+    client::DataSource source;
+    source.format = "csv";
+    source.path = dir.path("hospital-" + std::to_string(i) + ".csv");
+    source.label_column = "benign";
+    federation.start_client("hospital-" + std::to_string(i), source);
+  }
+  auto run = federation.start_run(
+      R"({"name":"threads","model":{"type":"mlp","hidden":[20000]},"rounds":3,
+      "clients_per_round":3,"min_clients":3,"local_epochs":1,"batch_size":32,
+      "optimizer":{"kind":"sgd","lr":0.01},"round_timeout_s":120,"seed":5,
+      "wait_for_clients_s":60})");
+  EXPECT_TRUE(run) << run.error().to_string();
+  EXPECT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); }));
+  EXPECT_EQ(federation.ended(), store::RunState::finished);
+  federation.stop();
+  auto history = federation.open_store();
+  auto checkpoints = history.list_checkpoints(*run);
+  EXPECT_TRUE(checkpoints && checkpoints->size() == 3u);
+  if (!checkpoints || checkpoints->empty()) {
+    return {};
+  }
+  auto bundle = model::load_params(checkpoints->back().ref.path);
+  EXPECT_TRUE(bundle) << bundle.error().to_string();
+  return bundle ? bundle->params : std::vector<float>{};
+}
+
+TEST(Federation, WorkerThreadsChangeNoBitOfTheResult) {
+  const auto alone = final_model_of_a_run(0);
+  const auto with_workers = final_model_of_a_run(3);
+  ASSERT_GT(alone.size(), 2 * federation::FixedPointMean::kChunkValues);
+  ASSERT_EQ(alone.size(), with_workers.size());
+  EXPECT_TRUE(alone == with_workers);
 }
 
 }  // namespace

@@ -21,10 +21,7 @@
 
 #include "shared/model/layout.hpp"
 #include "shared/util/error.hpp"
-
-namespace fedcore {
-class WorkerPool;
-}
+#include "shared/util/worker_pool.hpp"
 
 namespace fedcore::federation {
 

@@ -34,9 +34,7 @@
 #include <span>
 #include <vector>
 
-namespace fedcore {
-class WorkerPool;
-}
+#include "shared/util/worker_pool.hpp"
 
 namespace fedcore::federation {
 

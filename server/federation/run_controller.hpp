@@ -79,10 +79,7 @@
 #include "shared/util/clock.hpp"
 #include "shared/util/cpu_time.hpp"
 #include "shared/util/error.hpp"
-
-namespace fedcore {
-class WorkerPool;
-}
+#include "shared/util/worker_pool.hpp"
 
 namespace fedcore::federation {
 

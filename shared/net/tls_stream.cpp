@@ -94,7 +94,7 @@ struct TlsStream::Core : std::enable_shared_from_this<TlsStream::Core> {
   bool offloaded = false;
   std::uint64_t jobs = 0;
   std::atomic<std::uint64_t> pool_jobs{0};  // of `jobs`, those a pool thread ran
-  asio::steady_timer offload_done;  // cancelled when a job is back
+  asio::steady_timer offload_done;          // cancelled when a job is back
 };
 
 // Waits until no job of this stream is running on a pool thread. Only then may the caller

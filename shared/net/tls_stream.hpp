@@ -45,11 +45,9 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
 
-using SSL = struct ssl_st;
+#include "shared/util/worker_pool.hpp"
 
-namespace fedcore {
-class WorkerPool;
-}
+using SSL = struct ssl_st;
 
 namespace fedcore::net {
 

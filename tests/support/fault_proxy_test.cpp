@@ -6,6 +6,8 @@
 #include <optional>
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <gtest/gtest.h>
 
 #include "shared/util/error.hpp"
@@ -359,11 +361,14 @@ TEST(FaultProxy, StatsCountRefusalsUpstreamFailuresAndRequestedResets) {
 }
 
 TEST(FaultProxy, AnUnreachableUpstreamClosesTheClientAndIsCounted) {
-  std::uint16_t dead_port = 0;
-  {
-    EchoServer gone;
-    dead_port = gone.port();
-  }
+  // A port bound and never listened on: a connection to it is refused, and nobody else can
+  // take it meanwhile (a port merely closed again was taken by another test's listener
+  // under ctest -j2 once, and the proxy reached that instead).
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket reserved(io);
+  reserved.open(boost::asio::ip::tcp::v4());
+  reserved.bind({boost::asio::ip::make_address("127.0.0.1"), 0});
+  const std::uint16_t dead_port = reserved.local_endpoint().port();
   FaultProxyOptions options;
   options.upstream_port = dead_port;
   FaultProxy proxy(options);

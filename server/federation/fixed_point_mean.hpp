@@ -94,7 +94,8 @@ class FixedPointMean {
   std::vector<float> mean() const;
   // Forgets the round. The sum's memory is kept for the next begin(): a server runs round
   // after round of the same model, and handing 8 bytes per parameter back to the allocator
-  // only to fault the same pages in again next round cost more than the zeroing itself.
+  // only to fault the same pages in again next round cost more than the zeroing itself. Nor
+  // is it zeroed: the next round's first update writes it.
   void clear() noexcept;
 
   // The grid F for a round of at most `max_total_weight` weight (begin() uses it).
@@ -109,7 +110,9 @@ class FixedPointMean {
   WorkerPool* workers_ = nullptr;
   std::size_t size_;
   std::span<const float> reference_;
-  std::vector<std::int64_t> sum_;  // Σ trunc(w * (x - g) * 2^F), allocated by begin()
+  // Σ trunc(w * (x - g) * 2^F), allocated by the run's first begin(); holds the last round's
+  // values until this round's first update overwrites them.
+  std::vector<std::int64_t> sum_;
   std::uint64_t max_total_weight_ = 0;
   std::uint64_t total_weight_ = 0;
   std::size_t count_ = 0;

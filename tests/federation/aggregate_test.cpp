@@ -270,6 +270,15 @@ TEST(FixedPointMean, ANewRoundStartsFromZero) {
   EXPECT_EQ(mean.total_weight(), 2u);
   mean.clear();
   EXPECT_EQ(mean.count(), 0u);
+  // The sum is not zeroed between rounds: the first update writes it. A first update taken
+  // back leaves zeros, and the next one starts from them.
+  mean.begin(zero, 10);
+  const std::vector<float> bad{std::numeric_limits<float>::quiet_NaN(), 3};
+  EXPECT_TRUE(std::isnan(mean.add_measured(bad, 5)));
+  mean.remove(bad, 5);
+  mean.add(std::vector<float>{-2, 8}, 1);
+  mean.add(std::vector<float>{4, 2}, 1);
+  EXPECT_EQ(mean.mean(), (std::vector<float>{1, 5}));
 }
 
 // The run's own bound is optional; the aggregation's range is not.

@@ -85,6 +85,7 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
   nlohmann::json j{{"name", "fedcore-sim"},
                    {"model", std::move(*spec)},
                    {"strategy", o.strategy},
+                   {"client_sampling", o.client_sampling},
                    {"rounds", o.rounds},
                    {"min_clients", 1},
                    // Every round waits for all the sites (dropped ones reconnect), so the

@@ -57,6 +57,10 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay)->capture_default_str();
   app.add_option("--strategy", o.strategy, "fedavg | fedprox")->capture_default_str();
+  app.add_option("--client-sampling", o.client_sampling,
+                 "uniform | weighted (by sample count, drawn with replacement; each update "
+                 "weighs its draws)")
+      ->capture_default_str();
   app.add_option("--mu", o.mu, "FedProx proximal strength (needs --strategy fedprox)");
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads per client (1 = reproducible)")
@@ -190,6 +194,10 @@ result<void> validate(const SimOptions& o) {
   if (o.strategy != "fedavg" && o.strategy != "fedprox") {
     return invalid("--strategy must be fedavg or fedprox, got '" + o.strategy + "'");
   }
+  if (o.client_sampling != "uniform" && o.client_sampling != "weighted") {
+    return invalid("--client-sampling must be uniform or weighted, got '" + o.client_sampling +
+                   "'");
+  }
   if (o.strategy == "fedprox" && !(o.mu > 0.0f)) {
     return invalid("--strategy fedprox needs --mu > 0");
   }
@@ -278,6 +286,7 @@ nlohmann::json to_json(const SimOptions& o) {
           {"batch", o.batch},
           {"optimizer", optimizer_json(o)},
           {"strategy", o.strategy},
+          {"client_sampling", o.client_sampling},
           {"mu", o.mu},
           {"seed", o.seed},
           {"threads", o.threads},

@@ -44,8 +44,9 @@ struct SimOptions {
   float lr = 0.05f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
-  std::string strategy = "fedavg";  // fedavg | fedprox
-  float mu = 0.0f;                  // fedprox proximal strength
+  std::string strategy = "fedavg";          // fedavg | fedprox
+  std::string client_sampling = "uniform";  // uniform | weighted (run_config.hpp)
+  float mu = 0.0f;                          // fedprox proximal strength
   std::uint64_t seed = 1;
   int threads = 1;  // compute threads per simulated client
   double round_timeout_s = 600;

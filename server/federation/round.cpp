@@ -127,7 +127,10 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   outcome->bytes_up = bytes_up;
   outcome->evaluation = report.evaluation;
   const auto cap = settings_.max_samples_per_client;
-  const auto weight = cap > 0 ? std::min(report.samples, cap) : report.samples;
+  const auto drawn = settings_.weights.find(std::string(client_id));
+  const auto weight = drawn != settings_.weights.end() ? drawn->second
+                      : cap > 0                        ? std::min(report.samples, cap)
+                                                       : report.samples;
   const auto declared = settings_.declared_samples.find(std::string(client_id));
   const bool above_declared =
       declared != settings_.declared_samples.end() && report.samples > declared->second;

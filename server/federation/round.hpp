@@ -66,6 +66,9 @@ struct RoundSettings {
   std::map<std::string, std::uint64_t> declared_samples;
   // An accepted update weighs min(its samples, this) in the aggregate; 0 = no cap.
   std::uint64_t max_samples_per_client = 0;
+  // Weighted client sampling (run_config.hpp): when not empty, each selected client's update
+  // weighs this (how many times the round drew it) instead of its samples.
+  std::map<std::string, std::uint64_t> weights;
   // Over-selection: the round may close as soon as this many updates are accepted (more
   // clients were selected than it needs); 0 = it waits for every selected client.
   std::size_t target_updates = 0;

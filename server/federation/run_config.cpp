@@ -21,6 +21,7 @@ constexpr std::string_view kKeys[] = {"name",
                                       "min_clients",
                                       "min_available_clients",
                                       "over_selection",
+                                      "client_sampling",
                                       "local_epochs",
                                       "batch_size",
                                       "optimizer",
@@ -75,6 +76,9 @@ result<RunConfig> run_config_from_json(const json& j) {
   o.integer("min_clients", c.min_clients, {1, 1000000});
   o.integer("min_available_clients", c.min_available_clients, {0, 1000000});
   o.integer("over_selection", c.over_selection, {0, 1000000});
+  std::string sampling = "uniform";
+  o.choice("client_sampling", sampling, {"uniform", "weighted"});
+  c.client_sampling = sampling == "weighted" ? ClientSampling::weighted : ClientSampling::uniform;
   o.integer("local_epochs", c.local_epochs, {1, 1000});
   o.integer("batch_size", c.batch_size, {1, 65536});
   o.number("proximal_mu", c.proximal_mu, {0, 100});
@@ -139,6 +143,17 @@ result<RunConfig> run_config_from_json(const json& j) {
         "'over_selection' does not apply with differential privacy: which sites count would "
         "depend on their speed, not on the random sample the privacy accountant assumes");
   }
+  if (c.client_sampling == ClientSampling::weighted) {
+    const char* with = c.over_selection > 0                          ? "'over_selection'"
+                       : c.privacy.secure_aggregation                ? "secure aggregation"
+                       : c.privacy.dp.mode != protocol::DpMode::none ? "differential privacy"
+                                                                     : nullptr;
+    if (with != nullptr) {
+      return kRoot.bad(std::string("'client_sampling' \"weighted\" does not apply with ") + with +
+                       ": its thresholds and accountants assume a uniform sample of distinct "
+                       "clients");
+    }
+  }
   if (c.strategy == "fedprox" && !(c.proximal_mu > 0)) {
     return kRoot.bad("strategy \"fedprox\" needs 'proximal_mu' > 0");
   }
@@ -160,33 +175,35 @@ result<RunConfig> run_config_from_json(const json& j) {
 }
 
 std::string to_json_text(const RunConfig& c) {
-  json j{{"name", c.name},
-         {"model", c.model_json},
-         {"strategy", c.strategy},
-         {"rounds", c.rounds},
-         {"min_clients", c.min_clients},
-         {"min_available_clients", c.min_available_clients},
-         {"over_selection", c.over_selection},
-         {"local_epochs", c.local_epochs},
-         {"batch_size", c.batch_size},
-         {"optimizer", c.optimizer_json},
-         {"proximal_mu", c.proximal_mu},
-         {"round_timeout_s", c.round_timeout_s},
-         {"seed", c.seed},
-         {"max_update_norm", c.max_update_norm},
-         {"max_samples_per_client", c.max_samples_per_client},
-         {"federated_evaluation", c.federated_evaluation},
-         {"evaluate_every", c.evaluate_every},
-         {"evaluation_clients", c.evaluation_clients},
-         {"evaluation_timeout_s", c.evaluation_timeout_s},
-         {"server_test_set", c.server_test_set},
-         {"label_column", c.label_column},
-         {"wait_for_clients_s", c.wait_for_clients_s},
-         {"on_failed_round", c.on_failed_round == FailedRoundPolicy::pause ? "pause" : "retry"},
-         {"max_retries", c.max_retries},
-         {"manual", c.manual},
-         {"privacy", to_json(c.privacy)},
-         {"feature_scaling", protocol::scaling_mode_name(c.feature_scaling)}};
+  json j{
+      {"name", c.name},
+      {"model", c.model_json},
+      {"strategy", c.strategy},
+      {"rounds", c.rounds},
+      {"min_clients", c.min_clients},
+      {"min_available_clients", c.min_available_clients},
+      {"over_selection", c.over_selection},
+      {"client_sampling", c.client_sampling == ClientSampling::weighted ? "weighted" : "uniform"},
+      {"local_epochs", c.local_epochs},
+      {"batch_size", c.batch_size},
+      {"optimizer", c.optimizer_json},
+      {"proximal_mu", c.proximal_mu},
+      {"round_timeout_s", c.round_timeout_s},
+      {"seed", c.seed},
+      {"max_update_norm", c.max_update_norm},
+      {"max_samples_per_client", c.max_samples_per_client},
+      {"federated_evaluation", c.federated_evaluation},
+      {"evaluate_every", c.evaluate_every},
+      {"evaluation_clients", c.evaluation_clients},
+      {"evaluation_timeout_s", c.evaluation_timeout_s},
+      {"server_test_set", c.server_test_set},
+      {"label_column", c.label_column},
+      {"wait_for_clients_s", c.wait_for_clients_s},
+      {"on_failed_round", c.on_failed_round == FailedRoundPolicy::pause ? "pause" : "retry"},
+      {"max_retries", c.max_retries},
+      {"manual", c.manual},
+      {"privacy", to_json(c.privacy)},
+      {"feature_scaling", protocol::scaling_mode_name(c.feature_scaling)}};
   if (c.clients_per_round > 0) {
     j["clients_per_round"] = c.clients_per_round;
   } else {

@@ -10,6 +10,7 @@
 //     "min_clients": 2,                         // quorum
 //     "min_available_clients": 0,               // online before a round starts; 0 = min_clients
 //     "over_selection": 0,                      // extra clients selected; see below
+//     "client_sampling": "uniform",             // or "weighted" by samples; see below
 //     "local_epochs": 1, "batch_size": 32,
 //     "optimizer": {"kind": "sgd", "lr": 0.1},  // optimizer config (model/optimizer.hpp)
 //     "proximal_mu": 0.0,
@@ -40,6 +41,16 @@
 // secure aggregation (its threshold decides who counts) nor differential privacy (who
 // counts would depend on speed, not on the random sample the accountant assumes).
 //
+// Client sampling. "uniform": a seeded uniform sample of the eligible clients, each update
+// weighted by its samples (FedAvg). "weighted": the round draws its clients_per_round
+// (or fraction) picks with replacement, each with probability proportional to the samples the
+// client declared in its HELLO, and weighs each selected client's update by how many times it
+// was drawn, not by its samples (Li et al. 2020, "On the Convergence of FedAvg on Non-IID
+// Data", scheme I): the expected aggregate is FedAvg's sample-weighted mean over all clients,
+// and large sites take part more often instead of weighing more. A client drawn twice
+// trains once. Not with over_selection, secure aggregation or differential privacy (their
+// thresholds and accountants assume a uniform sample of distinct clients).
+//
 // A round that fails (no quorum) is recorded as failed. With "retry" it is run again
 // (fresh sample, fresh nonces) up to max_retries times, then the run pauses; with "pause"
 // the run pauses at once. A paused run never spins: it waits for an admin.
@@ -60,6 +71,7 @@
 namespace fedcore::federation {
 
 enum class FailedRoundPolicy { pause, retry };
+enum class ClientSampling { uniform, weighted };
 
 struct RunConfig {
   std::string name;
@@ -75,6 +87,7 @@ struct RunConfig {
   // selects from the same set every round, whatever the timing of reconnects.
   std::int64_t min_available_clients = 0;
   std::int64_t over_selection = 0;  // extra clients a round selects beyond what it needs
+  ClientSampling client_sampling = ClientSampling::uniform;  // see the header comment
   std::int32_t local_epochs = 1;
   std::int32_t batch_size = 32;
   model::OptimizerConfig optimizer;

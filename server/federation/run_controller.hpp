@@ -61,6 +61,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -274,7 +275,10 @@ class RunController {
   bool step_round();
   bool prepare();
   void begin_waiting_for_clients();
-  std::vector<Candidate> select_clients(std::int64_t round) const;
+  // The round's sample (run_config.hpp, "Client sampling"), in client-id order; with weighted
+  // sampling `draws` (optional) gets how many times each selected client was drawn.
+  std::vector<Candidate> select_clients(
+      std::int64_t round, std::map<std::string, std::uint64_t>* draws = nullptr) const;
   void settle_feature_scaling();
   void begin_feature_stats();
   void finish_feature_stats();

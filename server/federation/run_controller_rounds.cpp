@@ -200,15 +200,37 @@ void RunController::begin_waiting_for_clients() {
 
 // Seeded sampling: sort the eligible ids, shuffle with (seed, round, attempt), keep the
 // configured number.
-std::vector<Candidate> RunController::select_clients(std::int64_t round) const {
+std::vector<Candidate> RunController::select_clients(
+    std::int64_t round, std::map<std::string, std::uint64_t>* draws) const {
   const auto& run = *active_;
   auto candidates = eligible(true);
   std::sort(candidates.begin(), candidates.end(),
             [](const auto& a, const auto& b) { return a.client_id < b.client_id; });
   Rng rng(run.config.seed * 1000003ULL + static_cast<std::uint64_t>(round) * 7919ULL +
           static_cast<std::uint64_t>(run.attempt));
+  const std::size_t picks = clients_to_select(run.config, candidates.size());
+  if (run.config.client_sampling == ClientSampling::weighted && !candidates.empty()) {
+    // `picks` draws with replacement, each client with probability samples / Σ samples (a
+    // client that declared none counts as one sample, so every site can be drawn).
+    std::vector<std::uint64_t> cumulative;
+    std::uint64_t total = 0;
+    for (const auto& c : candidates) {
+      total += std::max<std::uint64_t>(c.samples, 1);
+      cumulative.push_back(total);
+    }
+    std::map<std::string, std::uint64_t> drawn;
+    for (std::size_t i = 0; i < picks; ++i) {
+      const auto at = std::upper_bound(cumulative.begin(), cumulative.end(), rng.below(total));
+      ++drawn[candidates[static_cast<std::size_t>(at - cumulative.begin())].client_id];
+    }
+    std::erase_if(candidates, [&](const Candidate& c) { return !drawn.contains(c.client_id); });
+    if (draws != nullptr) {
+      *draws = std::move(drawn);
+    }
+    return candidates;
+  }
   rng.shuffle(std::span(candidates));
-  candidates.resize(clients_to_select(run.config, candidates.size()));
+  candidates.resize(picks);
   return candidates;
 }
 
@@ -227,7 +249,8 @@ void RunController::begin_round() {
   test_point("round.begin", std::to_string(round.number));
 
   const auto needed = clients_to_sample(run.config, eligible(true).size());
-  auto candidates = select_clients(round.number);
+  std::map<std::string, std::uint64_t> draws;  // weighted sampling only
+  auto candidates = select_clients(round.number, &draws);
   if (!spend_privacy_budget(candidates)) {
     return;  // the run ended: the budget (or its accounting) does not allow this round
   }
@@ -251,6 +274,12 @@ void RunController::begin_round() {
   settings.run_id = run.record.id;
   settings.round = round.number;
   settings.min_clients = static_cast<std::size_t>(run.config.min_clients);
+  if (!draws.empty()) {
+    // A weighted draw may pick one site several times: the quorum cannot exceed the distinct
+    // sites drawn, and each update weighs its draws (run_config.hpp, "Client sampling").
+    settings.min_clients = std::min(settings.min_clients, candidates.size());
+    settings.weights = draws;
+  }
   settings.checks.max_update_norm = run.config.max_update_norm;
   settings.max_samples_per_client = admin_cap > 0 ? std::min(admin_cap, share) : share;
   if (run.config.over_selection > 0) {
@@ -260,7 +289,9 @@ void RunController::begin_round() {
   for (const auto& c : candidates) {
     settings.declared_samples[c.client_id] = c.samples;  // from its HELLO
     max_total_weight +=
-        std::min({c.samples, settings.checks.max_samples, settings.max_samples_per_client});
+        draws.empty()
+            ? std::min({c.samples, settings.checks.max_samples, settings.max_samples_per_client})
+            : draws.at(c.client_id);
   }
   model.strategy->begin_round(*model.global, max_total_weight);
   model.strategy->expect_clients(candidates.size());

@@ -236,5 +236,33 @@ TEST(Round, WithoutBoundsTheClaimIsTheWeight) {
   }
 }
 
+// Weighted client sampling: an update weighs how many times the round drew its client, not
+// its samples.
+TEST(Round, DrawnWeightsReplaceTheSampleCounts) {
+  Fixture f;
+  RoundSettings settings;
+  settings.run_id = 1;
+  settings.round = 2;
+  settings.min_clients = 2;
+  settings.weights = {{"h0", 3}, {"h1", 1}};
+  f.nonces.erase("h2");
+  f.nonces.erase("h3");
+  Round round(settings, f.nonces, f.global, f.layout, *f.strategy);
+  auto r0 = f.report(0);
+  r0.samples = 1;
+  auto r1 = f.report(1);
+  r1.samples = 1000;
+  EXPECT_EQ(round.on_update("h0", r0, std::vector<float>(3, 4.0f), 12, nullptr),
+            UpdateVerdict::accepted);
+  EXPECT_EQ(round.on_update("h1", r1, std::vector<float>(3, 0.0f), 12, nullptr),
+            UpdateVerdict::accepted);
+  ASSERT_TRUE(round.close().succeeded);
+  EXPECT_EQ(round.outcomes()[1].samples, 1000u);  // on record, but not its weight
+  // (3 x 4 + 1 x 0) / 4; weighted by samples it would be 4 / 1001.
+  for (float v : f.strategy->finish_round()) {
+    EXPECT_FLOAT_EQ(v, 3.0f);
+  }
+}
+
 }  // namespace
 }  // namespace fedcore::federation

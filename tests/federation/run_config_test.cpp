@@ -80,6 +80,35 @@ TEST(RunConfig, OverSelectionIsParsedKeptAndRefusedWherePrivacyDecidesWhoCounts)
   }
 }
 
+TEST(RunConfig, ClientSamplingIsParsedKeptAndRefusedWhereAUniformSampleIsAssumed) {
+  auto absent = parse_run_config(R"({"model":{"type":"logreg"}})");
+  ASSERT_TRUE(absent);
+  EXPECT_EQ(absent->client_sampling, ClientSampling::uniform);
+  auto weighted = parse_run_config(R"({"model":{"type":"logreg"},"client_sampling":"weighted"})");
+  ASSERT_TRUE(weighted) << weighted.error().to_string();
+  EXPECT_EQ(weighted->client_sampling, ClientSampling::weighted);
+  auto again = parse_run_config(to_json_text(*weighted));
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->client_sampling, ClientSampling::weighted);
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"model":{"type":"logreg"},"client_sampling":"by_size"})", "'client_sampling'"},
+      {R"({"model":{"type":"logreg"},"client_sampling":"weighted","over_selection":1})",
+       "\"weighted\" does not apply with 'over_selection'"},
+      {R"({"model":{"type":"logreg"},"client_sampling":"weighted",)"
+       R"("privacy":{"secure_aggregation":{}}})",
+       "\"weighted\" does not apply with secure aggregation"},
+      {R"({"model":{"type":"logreg"},"client_sampling":"weighted","privacy":{"dp":{)"
+       R"("mode":"client_central","epsilon":4,"delta":1e-5,"clip_norm":0.5}}})",
+       "\"weighted\" does not apply with differential privacy"},
+  };
+  for (const auto& [text, fragment] : refused) {
+    auto bad = parse_run_config(text);
+    ASSERT_FALSE(bad) << text;
+    EXPECT_EQ(bad.error().code, errc::invalid_argument);
+    EXPECT_NE(bad.error().message.find(fragment), std::string::npos) << bad.error().message;
+  }
+}
+
 TEST(RunConfig, MaxSamplesPerClientIsParsedValidatedAndKept) {
   auto absent = parse_run_config(R"({"model":{"type":"logreg"}})");
   ASSERT_TRUE(absent);

@@ -386,6 +386,36 @@ TEST_F(RunControllerTest, OverSelectionClosesWithTheUpdatesItNeedsAndTheRestAreL
 }
 
 // Sample counts weigh updates: each is bounded by the client's HELLO and by the run's cap.
+// Weighted client sampling (run_config.hpp): draws with replacement in proportion to the
+// declared samples. With 1, 1 and 98 samples and 3 draws a round, the large site takes part
+// in every round and each small one in about 3% of them; a round that drew only the large
+// site still reaches its quorum (at most the distinct sites drawn).
+TEST_F(RunControllerTest, WeightedSamplingDrawsSitesInProportionToTheirSamples) {
+  connect("a", 1);
+  connect("b", 1);
+  connect("c", 98);
+  auto many = config(R"(,"client_sampling":"weighted")");
+  many.rounds = 100;
+  const auto id = start(many);
+  std::map<std::string, int> rounds_in;
+  std::size_t answered = 0;
+  for (int r = 0; r < 100 && answered < sessions_.sent.size(); ++r) {
+    const auto requests =
+        std::vector(sessions_.sent.begin() + static_cast<long>(answered), sessions_.sent.end());
+    answered = sessions_.sent.size();
+    for (const auto& request : requests) {
+      ++rounds_in[request.client_id];
+      answer_to(request, 0.0f, request.client_id == "c" ? 98 : 1);
+    }
+  }
+  EXPECT_EQ(run(id).state, store::RunState::finished);
+  EXPECT_EQ(committed_.size(), 100u);
+  EXPECT_TRUE(failed_.empty());
+  EXPECT_EQ(rounds_in["c"], 100);
+  EXPECT_GE(rounds_in["a"] + rounds_in["b"], 1);
+  EXPECT_LE(rounds_in["a"] + rounds_in["b"], 15);  // about 6 expected
+}
+
 TEST_F(RunControllerTest, SampleCountsAreBoundedByTheHelloAndTheRunsCap) {
   connect("a", 100);
   connect("b", 100);

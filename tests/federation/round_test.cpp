@@ -25,12 +25,17 @@ struct Fixture {
     }
   }
 
+  // Run 1's round `round`, closing with at least min_clients accepted updates.
+  static RoundSettings settings(std::size_t min_clients, std::int64_t round = 2) {
+    RoundSettings s;
+    s.run_id = 1;
+    s.round = round;
+    s.min_clients = min_clients;
+    return s;
+  }
+
   Round make(std::size_t min_clients, std::int64_t round = 2) {
-    RoundSettings settings;
-    settings.run_id = 1;
-    settings.round = round;
-    settings.min_clients = min_clients;
-    return Round(settings, nonces, global, layout, *strategy);
+    return Round(settings(min_clients, round), nonces, global, layout, *strategy);
   }
 
   protocol::UpdateReport report(std::size_t c, std::int64_t round = 2) {
@@ -151,10 +156,7 @@ TEST(Round, DroppedClientsAnswerWithTheirReason) {
 // declaring 100 at HELLO gets its update rejected; the average is the honest clients'.
 TEST(Round, ARogueClaimAboveItsDeclarationIsRejectedAndCannotDominate) {
   Fixture f;
-  RoundSettings settings;
-  settings.run_id = 1;
-  settings.round = 2;
-  settings.min_clients = 2;
+  auto settings = Fixture::settings(2);
   settings.declared_samples = {{"h0", 50}, {"h1", 150}, {"h2", 100}, {"h3", 40}};
   Round round(settings, f.nonces, f.global, f.layout, *f.strategy);
   auto claim = [&](std::size_t c, std::uint64_t samples) {
@@ -188,10 +190,7 @@ TEST(Round, ARogueClaimAboveItsDeclarationIsRejectedAndCannotDominate) {
 // weighs no more than the admin's cap (RunConfig::max_samples_per_client).
 TEST(Round, TheAdminsCapBoundsTheWeightOfAConsistentLiar) {
   Fixture f;
-  RoundSettings settings;
-  settings.run_id = 1;
-  settings.round = 2;
-  settings.min_clients = 2;
+  auto settings = Fixture::settings(2);
   settings.declared_samples = {{"h0", 50}, {"h1", 4'000'000'000}};
   settings.max_samples_per_client = 50;
   f.nonces.erase("h2");
@@ -240,10 +239,7 @@ TEST(Round, WithoutBoundsTheClaimIsTheWeight) {
 // its samples.
 TEST(Round, DrawnWeightsReplaceTheSampleCounts) {
   Fixture f;
-  RoundSettings settings;
-  settings.run_id = 1;
-  settings.round = 2;
-  settings.min_clients = 2;
+  auto settings = Fixture::settings(2);
   settings.weights = {{"h0", 3}, {"h1", 1}};
   f.nonces.erase("h2");
   f.nonces.erase("h3");

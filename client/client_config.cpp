@@ -84,7 +84,7 @@ result<DataSource> parse_data(const json& j, const JsonPath& at) {
 
 }  // namespace
 
-result<ClientOptions> parse_client_config(const json& j) {
+result<ClientOptions> parse_client_config(const json& j, DataSection data_section) {
   StrictObject o(
       j, kRoot, {"server", "port", "server_name", "tls", "data", "threads", "audit_log", "policy"});
   ClientOptions options;
@@ -94,10 +94,15 @@ result<ClientOptions> parse_client_config(const json& j) {
   o.string("server_name", options.tls.server_name, {.min_size = 1, .max_size = 255});
   o.integer("threads", options.threads, {0, 1024});
   o.string("audit_log", options.audit_log, kPath);
-  for (const char* key : {"tls", "data"}) {
-    if (o.ok() && !o.has(key)) {
-      o.reject(key, "is required");
-    }
+  if (o.ok() && !o.has("tls")) {
+    o.reject("tls", "is required");
+  }
+  if (o.ok() && data_section == DataSection::required && !o.has("data")) {
+    o.reject("data", "is required");
+  }
+  if (o.ok() && data_section == DataSection::forbidden && o.has("data")) {
+    o.reject("data", "names data for fedcore-client; a site's own training code holds its data "
+                     "(leave 'data' out)");
   }
   if (o.ok()) {
     auto tls = parse_tls(*o.find("tls"), o.at("tls"));
@@ -106,7 +111,7 @@ result<ClientOptions> parse_client_config(const json& j) {
       options.tls = std::move(*tls);
     }
   }
-  if (o.ok()) {
+  if (o.ok() && o.has("data")) {
     auto data = parse_data(*o.find("data"), o.at("data"));
     if (o.take(data)) {
       options.data = std::move(*data);
@@ -124,12 +129,12 @@ result<ClientOptions> parse_client_config(const json& j) {
   return options;
 }
 
-result<ClientOptions> parse_client_config_text(std::string_view text) {
+result<ClientOptions> parse_client_config_text(std::string_view text, DataSection data_section) {
   auto j = parse_json_strict(text, "client config");
   if (!j) {
     return j.error();
   }
-  return parse_client_config(*j);
+  return parse_client_config(*j, data_section);
 }
 
 }  // namespace fedcore::client

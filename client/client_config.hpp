@@ -30,11 +30,17 @@
 
 namespace fedcore::client {
 
+// Who reads the file: fedcore-client, which loads the data the file names, or a site whose
+// own code holds the data (the Python SDK: fedcore.run_client), whose file must not name any.
+enum class DataSection { required, forbidden };
+
 // Options with every key of `j` applied to the defaults of ClientOptions. Errors:
 // invalid_argument naming the document ("client config") and the key path.
-result<ClientOptions> parse_client_config(const nlohmann::json& j);
+result<ClientOptions> parse_client_config(const nlohmann::json& j,
+                                          DataSection data = DataSection::required);
 // The same from the file's text; also invalid_argument for invalid JSON, a duplicate key or
 // nesting deeper than 64 levels.
-result<ClientOptions> parse_client_config_text(std::string_view text);
+result<ClientOptions> parse_client_config_text(std::string_view text,
+                                               DataSection data = DataSection::required);
 
 }  // namespace fedcore::client

@@ -91,6 +91,12 @@ ClientDaemon::~ClientDaemon() {
 
 result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
                                                            ClientOptions options) {
+  if (options.external) {
+    // The site's own code holds the data: the daemon knows only its shape, for HELLO.
+    const auto shape = options.external->shape();
+    return create(io, std::move(options),
+                  SiteData(shape, [] { return data::TrainTest{}; /* never loaded */ }));
+  }
   auto data = load_local_data(options.data);
   if (!data) {
     return data.error();
@@ -225,6 +231,9 @@ SessionHooks ClientDaemon::Impl::hooks() {
     co_return co_await asio::co_spawn(
         *worker,
         [&]() -> asio::awaitable<LocalResult> {
+          if (options.external) {
+            co_return train_externally(*options.external, request, global);
+          }
           co_return train_locally(request, global, *data.samples(), options.threads);
         },
         asio::use_awaitable);
@@ -236,6 +245,9 @@ SessionHooks ClientDaemon::Impl::hooks() {
     co_return co_await asio::co_spawn(
         *worker,
         [&]() -> asio::awaitable<result<protocol::LocalEvaluation>> {
+          if (options.external) {
+            co_return evaluate_externally(*options.external, request, params);
+          }
           co_return evaluate_locally(request, params, *data.samples(), options.threads);
         },
         asio::use_awaitable);
@@ -253,7 +265,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
   h.dp_ledger = &dp_ledger;
   // Feature statistics for the run's federated scale (client/feature_scaling.hpp), unless
   // the site's policy asks every run for protection its statistics would bypass.
-  if (shares_feature_statistics(options.policy)) {
+  if (shares_feature_statistics(options.policy) && !options.external) {
     h.feature_stats = [this](const protocol::FeatureStatsRequest& request) {
       return feature_stats_report(request, data.samples()->train);
     };

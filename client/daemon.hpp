@@ -29,6 +29,7 @@
 
 #include "client/backoff.hpp"
 #include "client/data_source.hpp"
+#include "client/external_trainer.hpp"
 #include "client/session.hpp"
 #include "client/site_data.hpp"
 #include "client/site_policy.hpp"
@@ -46,6 +47,10 @@ struct ClientOptions {
   std::uint16_t port = 7443;
   tls::ClientTlsConfig tls;  // tls.server_name: the name the server certificate must carry
   DataSource data;
+  // A site that trains its own model (the Python SDK; client/external_trainer.hpp): when
+  // set, `data` is not loaded, HELLO announces the trainer's shape, and TRAIN/EVALUATE go
+  // to it. Feature statistics are then not shared (the daemon never sees the data).
+  std::shared_ptr<ExternalTrainer> external;
   int threads = 1;  // compute threads for local training
   // Where training and evaluation run. Empty (a real daemon): a worker thread of the
   // daemon's own. fedcore-sim gives thousands of simulated sites one bounded pool, so a

@@ -33,6 +33,27 @@ result<data::Dataset> load_server_test_set(const RunConfig& config) {
   return data::load_csv(name, {.label_column = config.label_column});
 }
 
+// An external model's first global parameters: the run's "initial" file (its layout must be
+// the spec's), else the seeded default start (model::initialize_external).
+result<std::shared_ptr<const std::vector<float>>> external_start(const model::ModelSpec& spec,
+                                                                std::uint64_t seed) {
+  if (spec.initial.empty()) {
+    return std::make_shared<const std::vector<float>>(
+        model::initialize_external(spec.layout, seed));
+  }
+  auto bundle = model::load_params(spec.initial);
+  if (!bundle) {
+    return fail(bundle.error().code, "model.initial: " + bundle.error().message);
+  }
+  if (bundle->layout.fingerprint() != spec.layout.fingerprint()) {
+    return fail(errc::invalid_argument,
+                "model.initial: '" + spec.initial + "' holds layout " +
+                    bundle->layout.fingerprint_hex() + ", the run's model has " +
+                    spec.layout.fingerprint_hex() + " (names, shapes and order must match)");
+  }
+  return std::make_shared<const std::vector<float>>(std::move(bundle->params));
+}
+
 }  // namespace
 
 struct ServerEvaluation {
@@ -61,14 +82,25 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
     }
     out.spec = std::move(*completed);
   }
-  auto built = model::build_model(out.spec);
-  if (!built) {
-    return built.error();
+  std::optional<model::Model> built;  // Fedcore's own models only; an external one is a layout
+  if (out.spec.type == model::ModelType::external) {
+    auto start = external_start(out.spec, config.seed);
+    if (!start) {
+      return start.error();
+    }
+    out.layout = out.spec.layout;
+    out.global = std::move(*start);
+  } else {
+    auto made = model::build_model(out.spec);
+    if (!made) {
+      return made.error();
+    }
+    made->initialize(config.seed);
+    out.layout = made->layout();
+    out.global =
+        std::make_shared<const std::vector<float>>(made->params().begin(), made->params().end());
+    built.emplace(std::move(*made));
   }
-  built->initialize(config.seed);
-  out.layout = built->layout();
-  out.global =
-      std::make_shared<const std::vector<float>>(built->params().begin(), built->params().end());
   // Resume: the last committed round's checkpoint is the global model.
   auto latest = store.latest_checkpoint(run_id);
   if (!latest) {
@@ -91,6 +123,11 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
   }
   out.strategy = std::move(*strategy);
   if (!config.server_test_set.empty()) {
+    if (!built) {
+      return fail(errc::invalid_argument,
+                  "server test set: an external model cannot be evaluated by the server; "
+                  "the sites evaluate it (federated evaluation)");
+    }
     auto loaded = load_server_test_set(config);
     if (!loaded) {
       return fail(loaded.error().code, "server test set: " + loaded.error().message);
@@ -99,6 +136,7 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
         std::make_unique<ServerEvaluation>(ServerEvaluation{std::move(*built), std::move(*loaded)});
   }
   out.spec_json = nlohmann::json(out.spec);
+  out.spec_json.erase("initial");  // a path on the server: the sites have no use for it
   out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
   std::error_code ec;
   std::filesystem::create_directories(out.run_dir, ec);

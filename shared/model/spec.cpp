@@ -1,11 +1,15 @@
 #include "shared/model/spec.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <span>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "shared/model/layers.hpp"
 #include "shared/model/model.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::model {
 namespace {
@@ -79,6 +83,10 @@ result<std::vector<std::unique_ptr<Layer>>> make_layers(const ModelSpec& spec) {
           "fc" + std::to_string(spec.hidden.size() + 1));
       break;
     }
+    case ModelType::external:
+      return fail(errc::failed_precondition,
+                  "model spec: an external model is trained by the site's own code (the Python "
+                  "SDK); Fedcore cannot build it");
     case ModelType::cnn: {
       if (shape.size() != 3) {
         return bad("a cnn needs an image input_shape [H, W, C], got " + shape_to_string(shape));
@@ -125,6 +133,55 @@ std::size_t count_params(const std::vector<std::unique_ptr<Layer>>& layers) {
   return total;
 }
 
+// An external model's "layout": {"tensors": [{"name", "shape"}, ...]} of 1 to 4096 tensors
+// with printable names, every dimension positive and at most 2^28 parameters in all.
+result<ParamLayout> external_layout(const nlohmann::json& j, const JsonPath& at) {
+  if (!j.is_object() || j.size() != 1 || !j.contains("tensors") || !j["tensors"].is_array() ||
+      j["tensors"].empty()) {
+    return at.bad("must be {\"tensors\": [{\"name\": ..., \"shape\": [...]}, ...]} with at least one "
+                  "tensor, got " + describe_json(j));
+  }
+  const auto& tensors = j["tensors"];
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    const auto where = at.key("tensors").index(i);
+    if (!t.is_object() || t.size() != 2 || !t.contains("name") || !t["name"].is_string() ||
+        !t.contains("shape") || !t["shape"].is_array()) {
+      return where.bad("must be {\"name\": string, \"shape\": [integers]}, got " +
+                       describe_json(t));
+    }
+    const auto name = t["name"].get<std::string>();
+    if (name.empty() || name.size() > 256 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+      return where.key("name").bad("must be 1 to 256 printable ASCII characters without spaces");
+    }
+    if (t["shape"].size() > 8) {
+      return where.key("shape").bad("has more than 8 dimensions");
+    }
+    std::size_t count = 1;
+    for (std::size_t d = 0; d < t["shape"].size(); ++d) {
+      auto dim = json_integer(t["shape"][d], where.key("shape").index(d),
+                              {1, static_cast<std::int64_t>(kMaxParams)});
+      if (!dim) {
+        return dim.error();
+      }
+      count = std::min(count * static_cast<std::size_t>(*dim), kMaxParams + 1);  // no wrap
+    }
+    total += count;
+    if (total > kMaxParams) {
+      return fail(errc::resource_exhausted,
+                  at.document() + ": '" + at.path() + "' has more than 2^28 parameters");
+    }
+  }
+  auto layout = layout_from_json(j);
+  if (!layout) {
+    return fail(layout.error().code,
+                at.document() + ": '" + at.path() + "': " + layout.error().message);
+  }
+  return layout;
+}
+
 }  // namespace
 
 result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
@@ -132,19 +189,43 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
 }
 
 result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) {
-  StrictObject o(
-      j, at,
-      {"type", "input_shape", "num_classes", "hidden", "channels", "kernel", "dense", "dropout"});
+  StrictObject o(j, at,
+                 {"type", "input_shape", "num_classes", "hidden", "channels", "kernel", "dense",
+                  "dropout", "layout", "initial"});
   if (o.ok() && !o.has("type")) {
-    o.reject("type", "is required: \"logreg\", \"mlp\" or \"cnn\"");
+    o.reject("type", "is required: \"logreg\", \"mlp\", \"cnn\" or \"external\"");
   }
   std::string type;
-  o.choice("type", type, {"logreg", "mlp", "cnn"});
+  o.choice("type", type, {"logreg", "mlp", "cnn", "external"});
   if (!o.ok()) {
     return o.status().error();
   }
   ModelSpec spec;
-  spec.type = type == "mlp" ? ModelType::mlp : type == "cnn" ? ModelType::cnn : ModelType::logreg;
+  spec.type = type == "mlp"        ? ModelType::mlp
+              : type == "cnn"      ? ModelType::cnn
+              : type == "external" ? ModelType::external
+                                   : ModelType::logreg;
+  for (const char* key : {"layout", "initial"}) {
+    if (spec.type != ModelType::external && o.has(key)) {
+      o.reject(key, "applies only to an external model");
+    }
+  }
+  if (spec.type == ModelType::external) {
+    if (o.ok() && !o.has("layout")) {
+      o.reject("layout", "is required for an external model: {\"tensors\": [{\"name\": ..., "
+                         "\"shape\": [...]}, ...]} (python: fedcore.torch.layout_of(model))");
+    }
+    if (o.ok() && o.has("dropout")) {
+      o.reject("dropout", "applies only to an mlp or a cnn");
+    }
+    if (o.ok()) {
+      auto layout = external_layout(*o.find("layout"), o.at("layout"));
+      if (o.take(layout)) {
+        spec.layout = std::move(*layout);
+      }
+    }
+    o.string("initial", spec.initial, {.min_size = 1, .max_size = 4096});
+  }
   // Keys another type would use are errors, not ignored: a "hidden" on a logreg means the
   // admin expects a network the server would not build.
   if (spec.type != ModelType::mlp && o.has("hidden")) {
@@ -179,7 +260,7 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
   if (!o.ok()) {
     return o.status().error();
   }
-  if (spec.complete()) {
+  if (spec.complete() && spec.type != ModelType::external) {
     auto layers = make_layers(spec);
     if (!layers) {
       return bad_spec(at, layers.error());
@@ -200,7 +281,7 @@ result<ModelSpec> parse_model_spec(std::string_view json_text) {
 }
 
 void to_json(nlohmann::json& j, const ModelSpec& spec) {
-  static const char* const kTypes[] = {"logreg", "mlp", "cnn"};
+  static const char* const kTypes[] = {"logreg", "mlp", "cnn", "external"};
   j = {{"type", kTypes[static_cast<int>(spec.type)]}};
   if (!spec.input_shape.empty()) {
     j["input_shape"] = spec.input_shape;
@@ -216,8 +297,18 @@ void to_json(nlohmann::json& j, const ModelSpec& spec) {
     j["kernel"] = spec.kernel;
     j["dense"] = spec.dense;
   }
-  if (spec.type != ModelType::logreg) {
+  if (spec.type == ModelType::mlp || spec.type == ModelType::cnn) {
     j["dropout"] = spec.dropout;
+  }
+  if (spec.type == ModelType::external) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& e : spec.layout.entries()) {
+      tensors.push_back({{"name", e.name}, {"shape", e.shape}});
+    }
+    j["layout"] = {{"tensors", std::move(tensors)}};
+    if (!spec.initial.empty()) {
+      j["initial"] = spec.initial;
+    }
   }
 }
 
@@ -254,6 +345,37 @@ result<Model> build_model(const ModelSpec& spec) {
     return fail(errc::resource_exhausted, "model spec: more than 2^28 parameters");
   }
   return Model(spec.input_shape, std::move(*layers));
+}
+
+result<ParamLayout> layout_of(const ModelSpec& spec) {
+  if (spec.type == ModelType::external) {
+    return spec.layout;
+  }
+  auto built = build_model(spec);
+  if (!built) {
+    return built.error();
+  }
+  return built->layout();
+}
+
+std::vector<float> initialize_external(const ParamLayout& layout, std::uint64_t seed) {
+  std::vector<float> params(layout.total(), 0.0f);
+  Rng rng(seed);
+  for (const auto& e : layout.entries()) {
+    Rng tensor_rng = rng.split();  // one stream per tensor: a tensor's start ignores the others'
+    const auto out = std::span<float>(params).subspan(e.offset, e.size);
+    if (e.shape.size() >= 2) {
+      const auto fan_in = static_cast<double>(e.size / static_cast<std::size_t>(e.shape.front()));
+      const double bound = 1.0 / std::sqrt(fan_in);
+      for (auto& x : out) {
+        x = static_cast<float>((2.0 * tensor_rng.uniform_double() - 1.0) * bound);
+      }
+    } else if (e.shape.size() == 1 &&
+               (e.name.ends_with("weight") || e.name.ends_with("running_var"))) {
+      std::fill(out.begin(), out.end(), 1.0f);
+    }
+  }
+  return params;
 }
 
 }  // namespace fedcore::model

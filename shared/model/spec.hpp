@@ -4,6 +4,14 @@
 //   {"type": "logreg"}
 //   {"type": "mlp", "hidden": [256, 128], "dropout": 0.0}
 //   {"type": "cnn"}     conv5x5x32-pool2-conv5x5x64-pool2-dense512-dense (McMahan et al. 2017)
+//   {"type": "external", "layout": {"tensors": [{"name": "conv1.weight", "shape": [6, 1, 5, 5]},
+//                                               ...]},
+//    "initial": "/srv/fedcore/init.fcp"}
+//                       a model trained by the site's own code (the Python SDK, python/):
+//                       Fedcore aggregates its flat buffer and never builds it. "initial"
+//                       (optional, read by the server only) is a parameter file of the same
+//                       layout to start from; without it the server draws the start with
+//                       `initialize_external` below.
 //
 // plus, in every spec, "input_shape" ({H, W, C} for images, {features} for tables) and
 // "num_classes". Those two may be left out of a user's spec and filled from the data set
@@ -29,7 +37,7 @@ namespace fedcore::model {
 
 class Model;  // shared/model/model.hpp: to use build_model's result (it needs Eigen)
 
-enum class ModelType { logreg, mlp, cnn };
+enum class ModelType { logreg, mlp, cnn, external };
 
 struct ModelSpec {
   ModelType type = ModelType::logreg;
@@ -40,6 +48,8 @@ struct ModelSpec {
   std::int64_t kernel = 5;                     // cnn
   std::int64_t dense = 512;                    // cnn
   float dropout = 0.0f;  // mlp (after each hidden layer) and cnn (before the last dense)
+  ParamLayout layout;    // external: its tensors, in flat-buffer order
+  std::string initial;   // external: the server's parameter file to start from ("" = none)
 
   bool complete() const noexcept { return !input_shape.empty() && num_classes > 0; }
 };
@@ -64,7 +74,21 @@ result<ModelSpec> complete_spec(ModelSpec spec, const Shape& data_sample_shape,
 LossKind loss_for(const ModelSpec& spec) noexcept;
 
 // Builds the (uninitialised) model. Fails if the spec is incomplete or its shapes cannot
-// work (e.g. a cnn on a 2x2 input).
+// work (e.g. a cnn on a 2x2 input), and with failed_precondition for an external model
+// (Fedcore has no code for it).
 result<Model> build_model(const ModelSpec& spec);
+
+// The parameter layout a complete spec implies: built for Fedcore's own models, as
+// declared for an external one. Errors: those of build_model for the built-in types.
+result<ParamLayout> layout_of(const ModelSpec& spec);
+
+// The starting point of an external model when the run names no "initial" file,
+// following PyTorch's defaults for its common layers so that a torch model started here
+// trains as it would from its own constructor: a tensor of rank >= 2 is drawn uniformly in
+// +-1/sqrt(fan_in), fan_in = the product of its dimensions after the first (PyTorch's
+// [out, in, ...] order); a rank-1 tensor named "*weight" or "*running_var" is ones
+// (normalisation layers); every other tensor (biases, running means) is zeros. Seeded:
+// the same layout and seed give the same bits on every platform.
+std::vector<float> initialize_external(const ParamLayout& layout, std::uint64_t seed);
 
 }  // namespace fedcore::model

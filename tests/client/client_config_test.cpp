@@ -111,6 +111,19 @@ TEST(ClientConfig, EveryProblemNamesItsKeyPath) {
             "client config: 'data.test_fraction' must be a number in [0, 1), got nan");
 }
 
+TEST(ClientConfig, ASiteWithItsOwnTrainerNamesNoData) {
+  const std::string without = "{" + kTls + "}";
+  EXPECT_TRUE(parse_client_config_text(without, DataSection::forbidden));
+  const auto required = parse_client_config_text(without);
+  ASSERT_FALSE(required);
+  EXPECT_EQ(required.error().message, "client config: 'data' is required");
+  const auto named = parse_client_config_text(config(R"({"format": "fashion-mnist"})"),
+                                              DataSection::forbidden);
+  ASSERT_FALSE(named);
+  EXPECT_NE(named.error().message.find("'data' names data for fedcore-client"), std::string::npos)
+      << named.error().message;
+}
+
 TEST(ClientConfig, TheReadmeExampleParses) {
   std::ifstream in(fedcore::source_path("README.md"));
   std::stringstream text;

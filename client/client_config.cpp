@@ -101,8 +101,9 @@ result<ClientOptions> parse_client_config(const json& j, DataSection data_sectio
     o.reject("data", "is required");
   }
   if (o.ok() && data_section == DataSection::forbidden && o.has("data")) {
-    o.reject("data", "names data for fedcore-client; a site's own training code holds its data "
-                     "(leave 'data' out)");
+    o.reject("data",
+             "names data for fedcore-client; a site's own training code holds its data "
+             "(leave 'data' out)");
   }
   if (o.ok()) {
     auto tls = parse_tls(*o.find("tls"), o.at("tls"));

@@ -94,8 +94,9 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
   if (options.external) {
     // The site's own code holds the data: the daemon knows only its shape, for HELLO.
     const auto shape = options.external->shape();
-    return create(io, std::move(options),
-                  SiteData(shape, [] { return data::TrainTest{}; /* never loaded */ }));
+    return create(io, std::move(options), SiteData(shape, [] {
+                    return data::TrainTest{}; /* never loaded */
+                  }));
   }
   auto data = load_local_data(options.data);
   if (!data) {

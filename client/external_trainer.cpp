@@ -45,9 +45,9 @@ result<model::ParamLayout> checked_layout(ExternalTrainer& site, const nlohmann:
         break;
       }
     }
-    return fail(errc::failed_precondition,
-                "the run's model layout " + layout.fingerprint_hex() +
-                    " is not this site's model (" + own->fingerprint_hex() + "): " + differs);
+    return fail(errc::failed_precondition, "the run's model layout " + layout.fingerprint_hex() +
+                                               " is not this site's model (" +
+                                               own->fingerprint_hex() + "): " + differs);
   }
   return layout;
 }
@@ -75,7 +75,7 @@ LocalResult train_externally(ExternalTrainer& site, const protocol::TrainRequest
     return out;
   }
   if (request.evaluate) {
-    auto evaluation = site.evaluate(request.run_id, request.round, global);
+    auto evaluation = site.evaluate(request.run_id, request.round, *layout, global);
     if (evaluation) {
       out.report.evaluation = *evaluation;
     } else {
@@ -84,7 +84,7 @@ LocalResult train_externally(ExternalTrainer& site, const protocol::TrainRequest
     }
   }
   const auto started = std::chrono::steady_clock::now();
-  auto fitted = site.fit(request, global);
+  auto fitted = site.fit(request, *layout, global);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
   if (!fitted) {
     out.failure = fitted.error();
@@ -103,9 +103,9 @@ LocalResult train_externally(ExternalTrainer& site, const protocol::TrainRequest
   }
   for (std::size_t i = 0; i < fitted->params.size(); ++i) {
     if (!std::isfinite(fitted->params[i])) {
-      out.failure = fail(errc::invalid_argument,
-                         "fit returned a non-finite parameter at flat index " + std::to_string(i) +
-                             "; nothing was sent");
+      out.failure =
+          fail(errc::invalid_argument, "fit returned a non-finite parameter at flat index " +
+                                           std::to_string(i) + "; nothing was sent");
       return out;
     }
   }
@@ -116,7 +116,8 @@ LocalResult train_externally(ExternalTrainer& site, const protocol::TrainRequest
   out.report.layout_fingerprint = request.layout_fingerprint;
   out.report.samples = fitted->samples;
   out.report.loss = std::isfinite(fitted->loss) ? fitted->loss : 1e9;
-  out.report.accuracy = std::isfinite(fitted->accuracy) ? std::clamp(fitted->accuracy, 0.0, 1.0) : 0;
+  out.report.accuracy =
+      std::isfinite(fitted->accuracy) ? std::clamp(fitted->accuracy, 0.0, 1.0) : 0;
   out.report.train_seconds = took.count();
   return out;
 }
@@ -128,7 +129,7 @@ result<protocol::LocalEvaluation> evaluate_externally(ExternalTrainer& site,
   if (!layout) {
     return layout.error();
   }
-  return site.evaluate(request.run_id, request.round, params);
+  return site.evaluate(request.run_id, request.round, *layout, params);
 }
 
 }  // namespace fedcore::client

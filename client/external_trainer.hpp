@@ -44,12 +44,15 @@ class ExternalTrainer {
   // The layout of the site's model, checked against every request's; nullopt when the site
   // does not declare one (then only the parameter count is checked).
   virtual std::optional<model::ParamLayout> layout() const = 0;
-  // Trains on the global parameters (valid during the call only). Errors are reported to
-  // the server as this round's failure, with their message.
+  // Trains on the global parameters (valid during the call only), whose tensors `layout`
+  // (the run's, checked) describes. Errors are reported to the server as this round's
+  // failure, with their message.
   virtual result<ExternalFit> fit(const protocol::TrainRequest& request,
+                                  const model::ParamLayout& layout,
                                   std::span<const float> global) = 0;
-  // Evaluates parameters on the site's test data.
+  // Evaluates parameters of `layout` on the site's test data.
   virtual result<protocol::LocalEvaluation> evaluate(std::int64_t run_id, std::int64_t round,
+                                                     const model::ParamLayout& layout,
                                                      std::span<const float> params) = 0;
 };
 

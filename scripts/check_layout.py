@@ -8,7 +8,8 @@
 3. A library's detail/ headers are included only from its own folder.
 4. Namespaces follow folders: code in shared/<lib>/ is in fedcore::<lib> (shared/util is
    the vocabulary every library uses and lives in fedcore itself), server/<lib>/ in
-   fedcore::<lib>, client/, sim/ and distributed/ in fedcore::<folder>.
+   fedcore::<lib>, client/, sim/, distributed/ and python/ (the SDK's
+   bindings, which may include client/) in fedcore::<folder>.
 
 Prints each violation as path:line: message and exits 1 if there is any.
 """
@@ -24,6 +25,7 @@ ALLOWED = {
     "distributed": {"shared", "distributed"},
     "tools": {"shared", "tools"},
     "sim": {"shared", "server", "client", "sim"},
+    "python": {"shared", "client", "python"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 NAMESPACE = re.compile(r"^namespace (fedcore(?:::[a-z_]+)*) \{")
@@ -35,7 +37,7 @@ def expected_namespace(path):
         return "fedcore" if parts[1] in ("util", "asio") else "fedcore::" + parts[1]
     if parts[0] == "server" and len(parts) > 2:
         return "fedcore::" + parts[1]
-    if parts[0] in ("client", "sim", "distributed"):
+    if parts[0] in ("client", "sim", "distributed", "python"):
         return "fedcore::" + parts[0]
     return None
 

@@ -17,8 +17,10 @@ core_packages=(
   dataset-fashion-mnist clang-format ccache
   chromium
   libopenmpi-dev openmpi-bin
+  # The Python SDK (python/): its bindings, and the NumPy and PyTorch its tests run.
+  python3 python3-dev pybind11-dev python3-numpy python3-torch
 )
-bench_packages=(python3 python3-torch python3-numpy libgloo-dev)
+bench_packages=(libgloo-dev)
 cpu_level_packages=(qemu-user)
 # libclang-rt-dev holds libFuzzer and the sanitizer runtimes; libomp-dev is clang's OpenMP.
 fuzz_packages=(clang libclang-rt-dev libomp-dev)

@@ -36,7 +36,7 @@ result<data::Dataset> load_server_test_set(const RunConfig& config) {
 // An external model's first global parameters: the run's "initial" file (its layout must be
 // the spec's), else the seeded default start (model::initialize_external).
 result<std::shared_ptr<const std::vector<float>>> external_start(const model::ModelSpec& spec,
-                                                                std::uint64_t seed) {
+                                                                 std::uint64_t seed) {
   if (spec.initial.empty()) {
     return std::make_shared<const std::vector<float>>(
         model::initialize_external(spec.layout, seed));

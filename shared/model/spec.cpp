@@ -138,8 +138,10 @@ std::size_t count_params(const std::vector<std::unique_ptr<Layer>>& layers) {
 result<ParamLayout> external_layout(const nlohmann::json& j, const JsonPath& at) {
   if (!j.is_object() || j.size() != 1 || !j.contains("tensors") || !j["tensors"].is_array() ||
       j["tensors"].empty()) {
-    return at.bad("must be {\"tensors\": [{\"name\": ..., \"shape\": [...]}, ...]} with at least one "
-                  "tensor, got " + describe_json(j));
+    return at.bad(
+        "must be {\"tensors\": [{\"name\": ..., \"shape\": [...]}, ...]} with at least one "
+        "tensor, got " +
+        describe_json(j));
   }
   const auto& tensors = j["tensors"];
   std::size_t total = 0;
@@ -212,8 +214,9 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
   }
   if (spec.type == ModelType::external) {
     if (o.ok() && !o.has("layout")) {
-      o.reject("layout", "is required for an external model: {\"tensors\": [{\"name\": ..., "
-                         "\"shape\": [...]}, ...]} (python: fedcore.torch.layout_of(model))");
+      o.reject("layout",
+               "is required for an external model: {\"tensors\": [{\"name\": ..., "
+               "\"shape\": [...]}, ...]} (python: fedcore.torch.layout_of(model))");
     }
     if (o.ok() && o.has("dropout")) {
       o.reject("dropout", "applies only to an mlp or a cnn");

@@ -1,12 +1,13 @@
 // A site's own trainer behind the daemon (client/external_trainer.hpp): what the daemon
 // checks before handing the global model over, and before the result may leave.
+#include "client/external_trainer.hpp"
+
 #include <cmath>
 #include <limits>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "client/external_trainer.hpp"
 #include "shared/model/spec.hpp"
 
 namespace fedcore::client {
@@ -26,7 +27,8 @@ class FakeSite : public ExternalTrainer {
  public:
   SiteDataShape shape() const override { return {10, 4, {3}, 2}; }
   std::optional<model::ParamLayout> layout() const override { return declared; }
-  result<ExternalFit> fit(const protocol::TrainRequest&, std::span<const float> global) override {
+  result<ExternalFit> fit(const protocol::TrainRequest&, const model::ParamLayout&,
+                          std::span<const float> global) override {
     ++fits;
     if (failure) {
       return *failure;
@@ -43,7 +45,7 @@ class FakeSite : public ExternalTrainer {
     }
     return out;
   }
-  result<protocol::LocalEvaluation> evaluate(std::int64_t, std::int64_t,
+  result<protocol::LocalEvaluation> evaluate(std::int64_t, std::int64_t, const model::ParamLayout&,
                                              std::span<const float> params) override {
     return protocol::LocalEvaluation{params[0], 0.5, 4};
   }

@@ -54,8 +54,7 @@ TEST(ExternalSpec, RefusesBadLayoutsNamingTheKey) {
   EXPECT_NE(message(j).find("'model.layout' is required"), std::string::npos) << message(j);
   j = torch_like_spec();
   j["layout"]["tensors"][1]["shape"] = {0};
-  EXPECT_NE(message(j).find("'model.layout.tensors[1].shape[0]'"), std::string::npos)
-      << message(j);
+  EXPECT_NE(message(j).find("'model.layout.tensors[1].shape[0]'"), std::string::npos) << message(j);
   j = torch_like_spec();
   j["layout"]["tensors"][2]["name"] = "conv1.weight";
   EXPECT_NE(message(j).find("duplicate"), std::string::npos) << message(j);

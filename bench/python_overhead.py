@@ -39,14 +39,16 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     parser.add_argument("--params", type=int, default=1_000_000)
     parser.add_argument("--sites", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each kind, alternating (C++, Python, C++, ...)")
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     import fedcore
     from fedcore.parameters import model_spec
 
     sites = [f"site-{i + 1}" for i in range(args.sites)]
-    medians = {}
+    durations = {"cpp": [], "python": []}
     with tempfile.TemporaryDirectory(prefix="fedcore-pyoverhead-") as tmp:
         script = os.path.join(tmp, "noop_python_site.py")
         with open(script, "w") as f:
@@ -55,7 +57,7 @@ def main():
                 tmp, sites, server_binary=os.path.join(args.build, "server", "fedcore-server"),
                 pki_tool=os.path.join(ROOT, "certs", "fedcore-pki"),
                 python_path=[os.path.join(args.build, "python")]) as fed:
-            for kind in ("cpp", "python"):
+            for kind in ("cpp", "python") * args.repeats:
                 for site in sites:
                     if kind == "cpp":
                         fed.start_process(
@@ -73,14 +75,17 @@ def main():
                 ended = fed.admin.wait(run["id"], poll_seconds=0.2, timeout=600)
                 if ended["state"] != "finished":
                     sys.exit(f"{kind} run ended {ended['state']}: {ended.get('reason')}")
-                durations = [r["duration_s"] for r in fed.admin.rounds(run["id"])][1:]
-                medians[kind] = statistics.median(durations)
-                print(f"{kind:6s} sites: median round {1000 * medians[kind]:.1f} ms "
-                      f"(min {1000 * min(durations):.1f}, max {1000 * max(durations):.1f}, "
-                      f"{len(durations)} rounds after the first)", flush=True)
+                rounds = [r["duration_s"] for r in fed.admin.rounds(run["id"])][1:]
+                durations[kind] += rounds
+                print(f"{kind:6s} sites: median round {1000 * statistics.median(rounds):.1f} ms "
+                      f"(min {1000 * min(rounds):.1f}, max {1000 * max(rounds):.1f}, "
+                      f"{len(rounds)} rounds after the first)", flush=True)
                 fed.stop_sites()
                 fed.wait_online(0, exactly=True)
+    medians = {kind: statistics.median(d) for kind, d in durations.items()}
     extra = medians["python"] / medians["cpp"] - 1
+    print(f"all runs: C++ median {1000 * medians['cpp']:.1f} ms, Python median "
+          f"{1000 * medians['python']:.1f} ms")
     print(f"{args.params} parameters, {args.sites} sites: the Python path adds "
           f"{100 * extra:.1f}% per round ({1000 * (medians['python'] - medians['cpp']):.1f} ms)")
 

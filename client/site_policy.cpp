@@ -87,10 +87,10 @@ result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at
   SitePolicy p;
   if (const auto* types = o.ok() ? o.find("allowed_model_types") : nullptr) {
     // Only names a model spec can have: a misspelt one would refuse every run of the type.
-    static constexpr std::string_view kTypes[] = {"logreg", "mlp", "cnn"};
+    static constexpr std::string_view kTypes[] = {"logreg", "mlp", "cnn", "external"};
     const auto where = o.at("allowed_model_types");
     if (!types->is_array()) {
-      o.fail(where.bad("must be a list of model types (logreg, mlp, cnn), got " +
+      o.fail(where.bad("must be a list of model types (logreg, mlp, cnn, external), got " +
                        describe_json(*types)));
     }
     for (std::size_t i = 0; o.ok() && i < types->size(); ++i) {

@@ -1,7 +1,8 @@
 # What `cmake --install` puts beside the programs (CMakeLists.txt installs those):
 #
-#  - the systemd units of the server and the client daemon, with this prefix's bin/ in
-#    ExecStart, in lib/systemd/system (component Fedcore_Runtime, with the programs);
+#  - the systemd units of the server and the client daemon in lib/systemd/system, with the
+#    prefix's bin/ in ExecStart filled in at install time (so `--prefix` and cpack's /usr
+#    are honoured), in the components of their programs;
 #  - the client-side libraries, their headers under include/fedcore (the repository's own
 #    tree, so `#include "client/daemon.hpp"` reads the same in and out of the tree) and a
 #    CMake package: find_package(Fedcore) gives Fedcore::client, Fedcore::model, ... with
@@ -13,10 +14,18 @@
 # library boundary (alignment, kernels), so both come with the targets.
 
 foreach(unit fedcore-server fedcore-client)
-  configure_file(${PROJECT_SOURCE_DIR}/cmake/${unit}.service.in
-    ${CMAKE_BINARY_DIR}/systemd/${unit}.service @ONLY)
-  install(FILES ${CMAKE_BINARY_DIR}/systemd/${unit}.service
-    DESTINATION ${CMAKE_INSTALL_LIBDIR}/systemd/system COMPONENT Fedcore_Runtime)
+  if(unit STREQUAL "fedcore-server")
+    set(component Fedcore_Server)
+  else()
+    set(component Fedcore_Client)
+  endif()
+  install(CODE "
+    set(FEDCORE_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+    configure_file(\"${PROJECT_SOURCE_DIR}/cmake/${unit}.service.in\"
+      \"${CMAKE_BINARY_DIR}/systemd/${unit}.service\" @ONLY)
+    file(INSTALL \"${CMAKE_BINARY_DIR}/systemd/${unit}.service\"
+      DESTINATION \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\")"
+    COMPONENT ${component})
 endforeach()
 
 # The client library and everything it links, with the names a consumer uses.

@@ -89,9 +89,16 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in
   if (first->type != protocol::MessageType::welcome || !welcome) {
     co_return fail(errc::invalid_argument, "server did not welcome us");
   }
+  if (welcome->protocol_version > hello.protocol_version) {
+    co_return fail(errc::invalid_argument,
+                   "server chose protocol " + std::to_string(welcome->protocol_version) +
+                       ", above this client's " + std::to_string(hello.protocol_version));
+  }
   identity_ = welcome->client_id;
-  spdlog::info("connected to {} as '{}'; {} training and {} test samples", server_, identity_,
-               with_commas(hello.samples), with_commas(hello.test_samples));
+  protocol_version_ = welcome->protocol_version;
+  spdlog::info("connected to {} as '{}' (protocol {}); {} training and {} test samples", server_,
+               identity_, protocol_version_, with_commas(hello.samples),
+               with_commas(hello.test_samples));
   asio::co_spawn(io_, heartbeats(link_, ended_, sleeper_, welcome->heartbeat_seconds),
                  asio::detached);
 

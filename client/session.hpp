@@ -116,6 +116,8 @@ class ClientSession {
   std::uint64_t rounds_trained() const noexcept { return rounds_trained_; }
   std::uint64_t evaluations_sent() const noexcept { return evaluations_sent_; }
   const std::string& identity() const noexcept { return identity_; }  // from WELCOME
+  // The protocol version the session speaks (WELCOME's; 0 before it).
+  std::uint32_t protocol_version() const noexcept { return protocol_version_; }
 
  private:
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
@@ -130,6 +132,7 @@ class ClientSession {
   SessionHooks hooks_;
   std::string server_;
   std::string identity_;
+  std::uint32_t protocol_version_ = 0;
   std::shared_ptr<bool> ended_ = std::make_shared<bool>(false);  // shared with heartbeats
   std::uint64_t rounds_trained_ = 0;
   std::uint64_t evaluations_sent_ = 0;

@@ -509,25 +509,28 @@ asio::awaitable<void> FederationServer::Impl::session_loop(std::shared_ptr<Sessi
   record.first_seen_ms = record.last_seen_ms = clock.wall_ms();
   record.samples = static_cast<std::int64_t>(hello->samples);
   record.input_shape_json = nlohmann::json(hello->input_shape).dump();
-  record.capabilities_json = nlohmann::json{
-      {"capabilities", hello->capabilities},
-      {"num_classes", hello->num_classes},
-      {"test_samples", hello->test_samples},
-      {"software",
-       hello->software}}.dump();
+  record.capabilities_json =
+      nlohmann::json{{"capabilities", hello->capabilities},
+                     {"num_classes", hello->num_classes},
+                     {"test_samples", hello->test_samples},
+                     {"software", hello->software},
+                     {"protocol", protocol::negotiated_protocol(hello->protocol_version)}}
+          .dump();
   record.online = true;
   if (auto saved = store.upsert_client(record); !saved) {
     spdlog::error("could not record client '{}': {}", session->client_id, saved.error().message);
   }
-  spdlog::info("client '{}' online from {} ({} samples)", session->client_id, session->peer,
-               hello->samples);
+  const auto version = protocol::negotiated_protocol(hello->protocol_version);
+  spdlog::info("client '{}' online from {} ({} samples, protocol {}{})", session->client_id,
+               session->peer, hello->samples, version,
+               version < protocol::kProtocolVersion ? ", an older client" : "");
   event("client_connected", session->client_id, {{"peer", session->peer}});
   if (hooks.client_changed) {
     hooks.client_changed(session->client_id, true);
   }
-  session->link->send(
-      protocol::MessageType::welcome,
-      protocol::to_metadata(protocol::Welcome{session->client_id, options.heartbeat_seconds}));
+  session->link->send(protocol::MessageType::welcome,
+                      protocol::to_metadata(protocol::Welcome{session->client_id,
+                                                              options.heartbeat_seconds, version}));
   // Heartbeats go both ways: without ours, an idle client's read deadline would end a
   // healthy session every idle_timeout.
   asio::co_spawn(io, heartbeats(session), log_session_exception);

@@ -163,8 +163,9 @@ result<RunConfig> run_config_from_json(const json& j) {
     return kRoot.bad("'proximal_mu' applies only to strategy \"fedprox\"");
   }
   if (c.model.type == model::ModelType::external && !c.server_test_set.empty()) {
-    return kRoot.bad("'server_test_set' needs a model Fedcore can build; an external model is "
-                     "evaluated by the sites (federated evaluation)");
+    return kRoot.bad(
+        "'server_test_set' needs a model Fedcore can build; an external model is "
+        "evaluated by the sites (federated evaluation)");
   }
   if (!c.label_column.empty() && c.server_test_set.empty()) {
     return kRoot.bad("'label_column' applies only with a 'server_test_set'");

@@ -101,6 +101,8 @@ struct Candidate {
   bool reports_feature_stats = false;
   // Its HELLO announced protocol::kEvaluateCapability: it answers EVALUATE.
   bool evaluates = false;
+  // The protocol version its session speaks (protocol::negotiated_protocol).
+  std::uint32_t protocol_version = protocol::kProtocolVersion;
 };
 
 // What the controller needs of the connected clients (SessionRegistry in the server,

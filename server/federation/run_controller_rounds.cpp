@@ -92,8 +92,11 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
   }
   const auto& spec = active_->model->spec;
   std::erase_if(online, [&](const Candidate& c) {
-    // A client whose data does not fit this model cannot train it.
-    return c.input_shape != spec.input_shape || c.num_classes > spec.num_classes;
+    // A client whose data does not fit this model cannot train it, nor can a client of a
+    // protocol version before external models train one.
+    return c.input_shape != spec.input_shape || c.num_classes > spec.num_classes ||
+           (spec.type == model::ModelType::external &&
+            c.protocol_version < protocol::kExternalModelsProtocolVersion);
   });
   return online;
 }

@@ -31,7 +31,8 @@ std::vector<Candidate> SessionRegistry::online() const {
     const bool evaluates = std::find(capabilities.begin(), capabilities.end(),
                                      protocol::kEvaluateCapability) != capabilities.end();
     out.push_back({id, session->hello.input_shape, session->hello.num_classes,
-                   session->hello.samples, reports_feature_stats, evaluates});
+                   session->hello.samples, reports_feature_stats, evaluates,
+                   protocol::negotiated_protocol(session->hello.protocol_version)});
   }
   return out;
 }

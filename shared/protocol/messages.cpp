@@ -380,6 +380,7 @@ result<Hello> parse_hello(std::string_view metadata) {
   m.num_classes = r.integer<std::int32_t>("num_classes", 2, 100000);
   m.capabilities = r.strings("capabilities", 16, 32);
   m.software = r.text("software", 128, "");
+  m.protocol_version = r.integer<std::uint32_t>("protocol", 1, 65535, 1);
   if (!r.ok()) {
     return r.take_error();
   }
@@ -391,6 +392,7 @@ result<Welcome> parse_welcome(std::string_view metadata) {
   Welcome m;
   m.client_id = r.text("client_id", 64);
   m.heartbeat_seconds = r.integer<std::uint32_t>("heartbeat_seconds", 1, 3600);
+  m.protocol_version = r.integer<std::uint32_t>("protocol", 1, 65535, 1);
   if (r.ok() && !is_valid_client_id(m.client_id)) {
     r.fail_with("'client_id' must be 1-64 characters of [A-Za-z0-9._-]");
   }
@@ -610,12 +612,16 @@ result<ErrorMessage> parse_error_message(std::string_view metadata) {
 std::string to_metadata(const Hello& m) {
   return json{{"samples", m.samples},           {"test_samples", m.test_samples},
               {"input_shape", m.input_shape},   {"num_classes", m.num_classes},
-              {"capabilities", m.capabilities}, {"software", m.software}}
+              {"capabilities", m.capabilities}, {"software", m.software},
+              {"protocol", m.protocol_version}}
       .dump();
 }
 
 std::string to_metadata(const Welcome& m) {
-  return json{{"client_id", m.client_id}, {"heartbeat_seconds", m.heartbeat_seconds}}.dump();
+  return json{{"client_id", m.client_id},
+              {"heartbeat_seconds", m.heartbeat_seconds},
+              {"protocol", m.protocol_version}}
+      .dump();
 }
 
 std::string to_metadata(const TrainRequest& m) {

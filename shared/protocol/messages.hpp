@@ -24,18 +24,33 @@ namespace fedcore::protocol {
 
 using fedcore::is_valid_client_id;  // util/client_id.hpp
 
+// Protocol versions (docs/protocol.md, "Versions"). A peer speaks every version from
+// kOldestProtocolVersion up to its own kProtocolVersion; a session speaks the lower of the
+// two ends' versions, which the server names in WELCOME.
+//   1  the protocol before versions were announced: a HELLO or WELCOME without "protocol"
+//   2  external models (a model spec of "type": "external", trained by the site's own code)
+inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kOldestProtocolVersion = 1;
+inline constexpr std::uint32_t kExternalModelsProtocolVersion = 2;
+// The version a session with a peer of `peer_version` speaks. REQUIRES: peer_version >= 1.
+constexpr std::uint32_t negotiated_protocol(std::uint32_t peer_version) noexcept {
+  return peer_version < kProtocolVersion ? peer_version : kProtocolVersion;
+}
+
 struct Hello {
   std::uint64_t samples = 0;       // training samples held by the client
   std::uint64_t test_samples = 0;  // local test split, for federated evaluation
   std::vector<std::int64_t> input_shape;
   std::int32_t num_classes = 0;
-  std::vector<std::string> capabilities;  // e.g. "train", "evaluate"
-  std::string software;                   // "fedcore-client 0.1.0"
+  std::vector<std::string> capabilities;              // e.g. "train", "evaluate"
+  std::string software;                               // "fedcore-client 0.1.0"
+  std::uint32_t protocol_version = kProtocolVersion;  // "protocol"; absent: 1
 };
 
 struct Welcome {
   std::string client_id;  // as read from the client's certificate
   std::uint32_t heartbeat_seconds = 15;
+  std::uint32_t protocol_version = kProtocolVersion;  // "protocol": the session's; absent: 1
 };
 
 struct TrainSettings {

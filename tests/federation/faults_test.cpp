@@ -137,6 +137,58 @@ TEST(FederationFaults, AClientThatCannotTrainAnswersTheRoundAndStaysOnline) {
   EXPECT_EQ(rounds->back().dropped, 1);
 }
 
+// Protocol negotiation (shared/protocol/messages.hpp, kProtocolVersion): a client one version
+// older — its HELLO names no version — is welcomed in version 1 and trains the built-in
+// models as before, and is never selected for an external model, which version 1 lacks.
+TEST(FederationFaults, AClientOneProtocolVersionOlderTrainsBuiltInModelsOnly) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"current", "older"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  federation.start_client("current", breast_cancer());
+  RogueClient older(Misbehaviour::older_protocol, federation.pki().client_config("older"), port);
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 2; }, std::chrono::seconds(30)));
+  // WELCOME reaches the rogue's own thread, which no hook of the fixture announces: polled.
+  ASSERT_TRUE(federation.poll_server([&](auto&) { return older.welcomed_protocol() != 0; },
+                                     std::chrono::seconds(30)));
+  EXPECT_EQ(older.welcomed_protocol(), 1u);
+  const auto run = run_to_the_end(federation, R"("rounds":1,"clients_per_round":2,"min_clients":2,
+      "round_timeout_s":60,"seed":3,"optimizer":{"kind":"sgd","lr":0.1})");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(*federation.ended(), store::RunState::finished);
+  EXPECT_EQ(older.trains_received(), 1);
+  {
+    auto history = federation.open_store();
+    auto results = results_by_client(history, *run, 1);
+    EXPECT_EQ(results["older"].status, store::ResultStatus::ok);
+    EXPECT_EQ(results["current"].status, store::ResultStatus::ok);
+  }
+  // An external model: only the current client is asked (and, being fedcore-client rather
+  // than a Python site, refuses it); the older one is not selected at all.
+  auto external = federation.start_run(R"({"model": {"type": "external", "input_shape": [30],
+      "num_classes": 2, "layout": {"tensors": [{"name": "w", "shape": [1, 30]},
+      {"name": "b", "shape": [1]}]}}, "rounds": 1, "clients_per_round": 2, "min_clients": 1,
+      "round_timeout_s": 60, "wait_for_clients_s": 1})");
+  ASSERT_TRUE(external) << external.error().to_string();
+  ASSERT_TRUE(federation.wait_until(
+      [&] {
+        auto history = federation.open_store();
+        auto rounds = history.list_rounds(*external);
+        return rounds && !rounds->empty();
+      },
+      std::chrono::seconds(60)));
+  EXPECT_EQ(older.trains_received(), 1);
+  auto history = federation.open_store();
+  auto results = results_by_client(history, *external, 1);
+  EXPECT_EQ(results.count("older"), 0u);
+  EXPECT_EQ(results["current"].status, store::ResultStatus::dropped);
+  EXPECT_NE(results["current"].reason.find("the Python SDK"), std::string::npos)
+      << results["current"].reason;
+}
+
 TEST(FederationFaults, AReplayedUpdateFromAnEarlierRoundIsRefused) {
   TempDir dir;
   Federation federation(dir);

@@ -15,6 +15,7 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <nlohmann/json.hpp>
 
 #include "shared/net/frame_channel.hpp"
 #include "shared/protocol/messages.hpp"
@@ -32,6 +33,7 @@ enum class Misbehaviour {
   inflated_samples,  // declares 100 samples at HELLO, claims 4 billion in its UPDATE
   stall_upload,      // announces its update (header and metadata), then sends nothing more
   nonfinite_loss,    // its UPDATE reports a NaN loss (its metadata does not parse)
+  older_protocol,    // honest, but of protocol version 1: its HELLO has no "protocol"
 };
 
 class RogueClient {
@@ -58,6 +60,8 @@ class RogueClient {
     thread_.join();
   }
   int trains_received() const { return trains_.load(); }
+  // The version WELCOME named (0 before WELCOME).
+  std::uint32_t welcomed_protocol() const { return welcomed_protocol_.load(); }
 
  private:
   using Channel = net::FrameChannel<net::TlsStream>;
@@ -81,12 +85,22 @@ class RogueClient {
     }
     channel_ = std::make_shared<Channel>(std::move(stream), net::ChannelOptions{});
     protocol::Hello hello{100, 0, {30}, 2, {"train"}, "rogue"};
-    co_await channel_->write_frame(protocol::MessageType::hello, protocol::to_metadata(hello));
+    auto hello_json = nlohmann::json::parse(protocol::to_metadata(hello));
+    if (how_ == Misbehaviour::older_protocol) {
+      hello_json.erase("protocol");  // what a client from before versions sent
+    }
+    const std::string hello_text = hello_json.dump();
+    co_await channel_->write_frame(protocol::MessageType::hello, hello_text);
     std::optional<std::pair<std::string, std::vector<std::byte>>> saved;
     while (!stopping_) {
       auto frame = co_await channel_->read_frame();
       if (!frame) {
         co_return;
+      }
+      if (frame->type == protocol::MessageType::welcome) {
+        if (auto welcome = protocol::parse_welcome(frame->metadata)) {
+          welcomed_protocol_ = welcome->protocol_version;
+        }
       }
       if (frame->type != protocol::MessageType::train) {
         continue;
@@ -133,6 +147,8 @@ class RogueClient {
           break;
         case Misbehaviour::stall_upload:
           break;  // below: the upload starts and stalls
+        case Misbehaviour::older_protocol:
+          break;  // an honest update
         case Misbehaviour::nonfinite_loss:
           report.loss = std::numeric_limits<double>::quiet_NaN();
           break;
@@ -172,6 +188,7 @@ class RogueClient {
   std::shared_ptr<Channel> channel_;
   std::thread thread_;
   std::atomic<int> trains_{0};
+  std::atomic<std::uint32_t> welcomed_protocol_{0};
   bool stopping_ = false;
 };
 

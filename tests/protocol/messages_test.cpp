@@ -31,6 +31,27 @@ UpdateReport sample_update() {
   return m;
 }
 
+TEST(Messages, ProtocolVersionsNegotiateDownToTheOlderPeer) {
+  Hello hello{10, 0, {4}, 2, {"train"}, "fedcore-client 0.1.0"};
+  auto h = parse_hello(to_metadata(hello));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->protocol_version, kProtocolVersion);
+  // A client from before versions sends none: version 1.
+  auto older = parse_hello(R"({"samples":10,"input_shape":[4],"num_classes":2})");
+  ASSERT_TRUE(older);
+  EXPECT_EQ(older->protocol_version, 1u);
+  EXPECT_FALSE(parse_hello(R"({"samples":10,"input_shape":[4],"num_classes":2,"protocol":0})"));
+  auto w = parse_welcome(R"({"client_id":"a","heartbeat_seconds":5})");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->protocol_version, 1u);
+  w = parse_welcome(to_metadata(Welcome{"a", 5, 2}));
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->protocol_version, 2u);
+  EXPECT_EQ(negotiated_protocol(1), 1u);
+  EXPECT_EQ(negotiated_protocol(kProtocolVersion), kProtocolVersion);
+  EXPECT_EQ(negotiated_protocol(kProtocolVersion + 5), kProtocolVersion);  // a newer client
+}
+
 TEST(Messages, RoundTripThroughMetadata) {
   Hello hello{1204, 300, {30}, 2, {"train", "evaluate"}, "fedcore-client 0.1.0"};
   auto h = parse_hello(to_metadata(hello));

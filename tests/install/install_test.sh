@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # find_package(Fedcore) from an installed tree: installs the libraries, headers and CMake
 # package of BUILD (component Fedcore_Development) into a temporary prefix, builds
-# tests/install/consumer against it alone and runs it; then checks that the systemd units
-# BUILD would install start the programs from their installed place.
-#   install_test.sh BUILD_DIR SOURCE_DIR INSTALL_BINDIR
+# tests/install/consumer against it alone and runs it; then installs the client component
+# there too and checks that its systemd unit starts the program from the prefix it was
+# installed to (units take their bin/ at install time; scripts/deb_test.sh checks the
+# server's under /usr).
+#   install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-build=$1 source=$2 bindir=$3
+build=$1 source=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" --component Fedcore_Development >/dev/null
@@ -18,8 +20,8 @@ cmake --build "$work/consumer" >/dev/null
 out=$("$work/consumer/consumer")
 echo "$out"
 [[ $out == "fedcore consumer: mlp with 131 parameters, a "*" frame header, first wait "*" ms" ]]
-for unit in fedcore-server fedcore-client; do
-  grep -qx "ExecStart=$bindir/$unit --config /etc/fedcore/${unit#fedcore-}.json" \
-    "$build/systemd/$unit.service"
-done
+cmake --install "$build" --prefix "$work/prefix" --component Fedcore_Client >/dev/null
+test -x "$work/prefix/bin/fedcore-client"
+grep -qx "ExecStart=$work/prefix/bin/fedcore-client --config /etc/fedcore/client.json" \
+  "$work/prefix/lib/systemd/system/fedcore-client.service"
 echo "install_test: ok"

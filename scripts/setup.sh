@@ -17,8 +17,8 @@ core_packages=(
   dataset-fashion-mnist clang-format ccache
   chromium
   libopenmpi-dev openmpi-bin
-  # The Python SDK (python/): its bindings, and the NumPy and PyTorch its tests run.
-  python3 python3-dev pybind11-dev python3-numpy python3-torch
+  # The Python SDK (python/): its bindings, and the NumPy, PyTorch and ONNX its tests run.
+  python3 python3-dev pybind11-dev python3-numpy python3-torch python3-onnx
 )
 bench_packages=(libgloo-dev)
 cpu_level_packages=(qemu-user)

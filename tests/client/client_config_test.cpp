@@ -117,8 +117,8 @@ TEST(ClientConfig, ASiteWithItsOwnTrainerNamesNoData) {
   const auto required = parse_client_config_text(without);
   ASSERT_FALSE(required);
   EXPECT_EQ(required.error().message, "client config: 'data' is required");
-  const auto named = parse_client_config_text(config(R"({"format": "fashion-mnist"})"),
-                                              DataSection::forbidden);
+  const auto named =
+      parse_client_config_text(config(R"({"format": "fashion-mnist"})"), DataSection::forbidden);
   ASSERT_FALSE(named);
   EXPECT_NE(named.error().message.find("'data' names data for fedcore-client"), std::string::npos)
       << named.error().message;

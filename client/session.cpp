@@ -5,12 +5,16 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 namespace fedcore::client {
 namespace asio = boost::asio;
 
 namespace {
+
+// How long a stopping session waits for its GOODBYE to be written before it closes anyway.
+constexpr std::chrono::seconds kGoodbyeWait{2};
 
 std::string megabytes(std::uint64_t bytes) {
   char text[32];
@@ -60,11 +64,27 @@ ClientSession::~ClientSession() {
 }
 
 void ClientSession::stop() {
+  if (*ended_) {
+    return;
+  }
   *ended_ = true;
   sleeper_.cancel(ended_.get());
-  if (link_->is_open()) {
-    link_->close();
+  if (!link_->is_open()) {
+    return;
   }
+  if (identity_.empty()) {
+    link_->close();  // not WELCOMEd: nothing to say goodbye to
+    return;
+  }
+  // GOODBYE, so the server records an orderly leave rather than a lost connection; the
+  // link closes once it is written, or after kGoodbyeWait if the write cannot finish (a
+  // stalled peer must not hold up a stopping daemon).
+  auto timer = std::make_shared<asio::steady_timer>(io_, kGoodbyeWait);
+  timer->async_wait([timer, link = link_](const boost::system::error_code&) { link->close(); });
+  link_->send(protocol::MessageType::goodbye, "{}", nullptr, [timer, link = link_] {
+    timer->cancel();  // written: close now, and leave no timer keeping the io_context busy
+    link->close();
+  });
 }
 
 asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in) {

@@ -110,7 +110,9 @@ class ClientSession {
   // invalid_argument (no WELCOME), aborted (before_update dropped the update), and those
   // of the link (unavailable, deadline_exceeded, ...).
   boost::asio::awaitable<result<void>> run(const protocol::Hello& hello);
-  // Closes the link; run() returns. Idempotent.
+  // Ends the session: after WELCOME it sends GOODBYE and closes the link once that is
+  // written (or after 2 s if it cannot be), before WELCOME it closes at once; run()
+  // returns. Idempotent.
   void stop();
 
   std::uint64_t rounds_trained() const noexcept { return rounds_trained_; }

@@ -96,19 +96,26 @@ class Federation:
     def ca(self) -> str:
         return os.path.join(self.pki, "ca.pem")
 
-    def client_config(self, site: str) -> str:
+    def client_config(self, site: str, extra: Optional[Dict] = None) -> str:
+        """Writes the site's client config (mutual TLS to this server, no "data"), with the
+        keys of `extra` (e.g. {"policy": {...}}); returns its path."""
         path = os.path.join(self.workdir, f"{site}.json")
+        config = {"server": "127.0.0.1", "port": self.port, "server_name": "localhost",
+                  "tls": {"ca": self.ca,
+                          "cert": os.path.join(self.pki, "clients", f"{site}.pem"),
+                          "key": os.path.join(self.pki, "clients", f"{site}.key")}}
+        config.update(extra or {})
         with open(path, "w") as f:
-            json.dump({"server": "127.0.0.1", "port": self.port, "server_name": "localhost",
-                       "tls": {"ca": self.ca,
-                               "cert": os.path.join(self.pki, "clients", f"{site}.pem"),
-                               "key": os.path.join(self.pki, "clients", f"{site}.key")}}, f)
+            json.dump(config, f)
         return path
 
-    def start_site(self, site: str, script: str, *args: str) -> subprocess.Popen:
-        """Runs `python3 script --config <site's client config> args...`."""
+    def start_site(self, site: str, script: str, *args: str,
+                   config_extra: Optional[Dict] = None) -> subprocess.Popen:
+        """Runs `python3 script --config <site's client config> args...`; `config_extra`
+        adds keys to the client config (client_config)."""
         return self.start_process(
-            site, [sys.executable, script, "--config", self.client_config(site), *args])
+            site, [sys.executable, script, "--config", self.client_config(site, config_extra),
+                   *args])
 
     def start_process(self, site: str, argv: List[str]) -> subprocess.Popen:
         """Runs any site program (e.g. fedcore-client), output to <workdir>/<site>.log, with

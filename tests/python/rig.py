@@ -20,5 +20,6 @@ class Federation(local.Federation):
                          pki_tool=os.path.join(SOURCE_DIR, "certs", "fedcore-pki"),
                          python_path=[os.path.join(BUILD_DIR, "python"), HERE])
 
-    def start_site(self, site, script, *args):
-        return super().start_site(site, os.path.join(HERE, script), *args)
+    def start_site(self, site, script, *args, config_extra=None):
+        return super().start_site(site, os.path.join(HERE, script), *args,
+                                  config_extra=config_extra)

@@ -36,10 +36,12 @@ class NumpySitesTest(unittest.TestCase):
         self.fed.close()
         self.tmp.cleanup()
 
-    def start_sites(self, extra=None):
+    def start_sites(self, extra=None, policies=None):
         for i, site in enumerate(SITES):
+            policy = (policies or {}).get(site)
             self.fed.start_site(site, "numpy_site.py", "--index", str(i),
-                                *((extra or {}).get(site, [])))
+                                *((extra or {}).get(site, [])),
+                                config_extra={"policy": policy} if policy else None)
         self.fed.wait_online(len(SITES))
 
     def test_numpy_sites_train_a_model_the_server_only_aggregates(self):
@@ -104,6 +106,29 @@ class NumpySitesTest(unittest.TestCase):
         self.assertEqual(first["site-1"]["status"], "ok")
         self.assertGreater(first["site-1"]["duration_s"], 6)
         self.assertEqual(self.fed.admin.rounds(run["id"])[0]["accepted"], 3)
+
+    def test_the_site_policy_holds_for_python_sites(self):
+        self.start_sites(policies={"site-3": {"max_local_epochs": 1,
+                                              "allowed_model_types": ["external"]}})
+        run = self.fed.admin.start_run(run_config(1, min_clients=2))  # 2 local epochs
+        ended = self.fed.admin.wait(run["id"], poll_seconds=0.2, timeout=60)
+        self.assertEqual(ended["state"], "finished", self.fed.log("server"))
+        first = {r["client_id"]: r for r in self.fed.admin.results(run["id"], 1)}
+        self.assertEqual(first["site-3"]["status"], "dropped")
+        self.assertIn("site policy", first["site-3"]["reason"])
+        self.assertIn("local epochs", first["site-3"]["reason"])
+        self.assertEqual(first["site-1"]["status"], "ok")
+
+    def test_sigterm_says_goodbye_and_returns_the_rounds_trained(self):
+        self.start_sites()
+        run = self.fed.admin.start_run(run_config(2))
+        self.fed.admin.wait(run["id"], poll_seconds=0.2, timeout=60)
+        site = self.fed.sites["site-1"]
+        site.send_signal(signal.SIGTERM)
+        self.assertEqual(site.wait(timeout=30), 0)
+        wait_for(lambda: "client 'site-1' offline: client said goodbye" in
+                 self.fed.log("server"), 10, "the server seeing site-1's GOODBYE")
+        self.assertIn("trained 2 round(s)", self.fed.log("site-1"))
 
     def test_a_run_for_another_model_is_refused_naming_the_tensor(self):
         self.start_sites()

@@ -75,14 +75,18 @@ class Federation:
         self.server_config = os.path.join(workdir, "server.json")
         with open(self.server_config, "w") as f:
             json.dump(config, f)
+        self.server_binary = server_binary
         self.server_log = open(os.path.join(workdir, "server.log"), "w")
-        self.server = subprocess.Popen(
-            [server_binary, "--config", self.server_config],
-            stdout=self.server_log, stderr=subprocess.STDOUT)
+        self.server = self._start_server()
         self.sites: Dict[str, subprocess.Popen] = {}
-        self.admin = Admin(f"https://127.0.0.1:{self.api_port}", token, ca=self.ca,
-                                   timeout=10)
+        self.admin = Admin(f"https://127.0.0.1:{self.api_port}", token, ca=self.ca, timeout=10)
+        self._wait_healthy()
 
+    def _start_server(self) -> subprocess.Popen:
+        return subprocess.Popen([self.server_binary, "--config", self.server_config],
+                                stdout=self.server_log, stderr=subprocess.STDOUT)
+
+    def _wait_healthy(self):
         def healthy():
             if self.server.poll() is not None:
                 raise RuntimeError(f"fedcore-server exited: {self.log('server')}")
@@ -91,6 +95,13 @@ class Federation:
             except OSError:
                 return False
         wait_for(healthy, 30, "fedcore-server's API")
+
+    def restart_server(self):
+        """Stops the server (SIGTERM) and starts it again on the same ports and history,
+        as an operator's restart would; the sites reconnect by themselves."""
+        _stop([self.server], 15)
+        self.server = self._start_server()
+        self._wait_healthy()
 
     @property
     def ca(self) -> str:

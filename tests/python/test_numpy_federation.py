@@ -2,6 +2,7 @@
 through fedcore.run_client, driven by fedcore.Admin; a Python exception in fit; a
 Python site killed mid-round."""
 
+import json
 import os
 import signal
 import tempfile
@@ -129,6 +130,23 @@ class NumpySitesTest(unittest.TestCase):
         wait_for(lambda: "client 'site-1' offline: client said goodbye" in
                  self.fed.log("server"), 10, "the server seeing site-1's GOODBYE")
         self.assertIn("trained 2 round(s)", self.fed.log("site-1"))
+
+    def test_python_sites_reconnect_after_a_server_restart_and_audit_what_left(self):
+        audit = os.path.join(self.tmp.name, "site-1.audit.jsonl")
+        self.fed.start_site("site-1", "numpy_site.py", "--index", "0",
+                            config_extra={"audit_log": audit})
+        for i, site in enumerate(SITES[1:], start=1):
+            self.fed.start_site(site, "numpy_site.py", "--index", str(i))
+        self.fed.wait_online(3)
+        self.fed.restart_server()
+        self.fed.wait_online(3, timeout=60)  # the daemons' backoff brings them back
+        run = self.fed.admin.start_run(run_config(1))
+        ended = self.fed.admin.wait(run["id"], poll_seconds=0.2, timeout=60)
+        self.assertEqual(ended["state"], "finished", self.fed.log("server"))
+        self.assertEqual(self.fed.admin.rounds(run["id"])[0]["accepted"], 3)
+        with open(audit) as f:
+            entries = [json.loads(line) for line in f]
+        self.assertTrue(any(e.get("event") == "update_sent" for e in entries), entries)
 
     def test_a_run_for_another_model_is_refused_naming_the_tensor(self):
         self.start_sites()

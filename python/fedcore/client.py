@@ -78,10 +78,14 @@ def run_client(client: Client, config: str, log_level: str = "info") -> int:
     threads, audit_log, policy) without "data": the site's code holds its data.
     Connects over mutual TLS, serves rounds and reconnects with backoff until SIGINT or
     SIGTERM; returns the number of rounds trained. The GIL is released while the daemon
-    does I/O, so heartbeats go on while Python trains.
+    does I/O, so heartbeats go on while Python trains. `log_level`: the daemon's log
+    (stderr): trace, debug, info, warn, error, critical or off.
     """
     if not isinstance(client, Client):
         raise TypeError("run_client needs a fedcore.Client (fit, evaluate, properties)")
+    levels = ("trace", "debug", "info", "warn", "error", "critical", "off")
+    if log_level not in levels:
+        raise ValueError(f"log_level must be one of {', '.join(levels)}, got {log_level!r}")
     if not os.path.isfile(config):
         raise FileNotFoundError(f"client config '{config}' does not exist")
     props = _checked_properties(client)

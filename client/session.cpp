@@ -79,12 +79,24 @@ void ClientSession::stop() {
   // GOODBYE, so the server records an orderly leave rather than a lost connection; the
   // link closes once it is written, or after kGoodbyeWait if the write cannot finish (a
   // stalled peer must not hold up a stopping daemon).
+  // Weak references only: the link queues the callback, so a strong one would keep the
+  // link alive by itself if the frame is never written (the io_context stopped first).
   auto timer = std::make_shared<asio::steady_timer>(io_, kGoodbyeWait);
-  timer->async_wait([timer, link = link_](const boost::system::error_code&) { link->close(); });
-  link_->send(protocol::MessageType::goodbye, "{}", nullptr, [timer, link = link_] {
-    timer->cancel();  // written: close now, and leave no timer keeping the io_context busy
-    link->close();
+  const std::weak_ptr<net::Link> weak_link = link_;
+  timer->async_wait([timer, weak_link](const boost::system::error_code&) {
+    if (auto link = weak_link.lock()) {
+      link->close();
+    }
   });
+  link_->send(protocol::MessageType::goodbye, "{}", nullptr,
+              [weak_timer = std::weak_ptr<asio::steady_timer>(timer), weak_link] {
+                if (auto pending = weak_timer.lock()) {
+                  pending->cancel();  // written: no timer keeps the io_context busy
+                }
+                if (auto link = weak_link.lock()) {
+                  link->close();
+                }
+              });
 }
 
 asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in) {

@@ -4,15 +4,12 @@
 // parameters untouched, without Python.
 //
 //   noop_site --config site.json --samples N
-#include <csignal>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 
 #include "client/client_config.hpp"
 #include "client/daemon.hpp"
@@ -63,13 +60,6 @@ int main(int argc, char** argv) {
     std::cerr << daemon.error().message << "\n";
     return 1;
   }
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec) {
-      (*daemon)->stop();
-    }
-  });
-  boost::asio::co_spawn(io, (*daemon)->run(), [&](std::exception_ptr) { signals.cancel(); });
-  io.run();
+  client::run_until_signalled(io, **daemon);
   return 0;
 }

@@ -1,9 +1,12 @@
 #include "client/daemon.hpp"
 
+#include <csignal>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -382,6 +385,18 @@ std::uint64_t ClientDaemon::rounds_trained() const noexcept {
 }
 std::uint64_t ClientDaemon::connections() const noexcept {
   return impl_->connections;
+}
+
+void run_until_signalled(asio::io_context& io, ClientDaemon& daemon) {
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (!ec) {
+      spdlog::info("signal {}: stopping", signal);
+      daemon.stop();
+    }
+  });
+  asio::co_spawn(io, daemon.run(), [&](std::exception_ptr) { signals.cancel(); });
+  io.run();
 }
 
 }  // namespace fedcore::client

@@ -130,4 +130,9 @@ class ClientDaemon {
   std::unique_ptr<Impl> impl_;
 };
 
+// Runs `daemon` on `io` until SIGINT or SIGTERM stops it (a GOODBYE, then run() returns),
+// on the calling thread: what fedcore-client, the Python SDK's run_client and the
+// benchmarks' sites do. REQUIRES: nothing else runs `io`.
+void run_until_signalled(boost::asio::io_context& io, ClientDaemon& daemon);
+
 }  // namespace fedcore::client

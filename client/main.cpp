@@ -23,10 +23,7 @@
 #include <sstream>
 
 #include <CLI/CLI.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
 #include "client/audit_log.hpp"
@@ -111,15 +108,7 @@ int main(int argc, char** argv) {
     spdlog::error("{}", daemon.error().message);
     return 1;
   }
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-    if (!ec) {
-      spdlog::info("signal {}: stopping", signal);
-      (*daemon)->stop();
-    }
-  });
-  boost::asio::co_spawn(io, (*daemon)->run(), [&](std::exception_ptr) { signals.cancel(); });
-  io.run();
+  fedcore::client::run_until_signalled(io, **daemon);
   spdlog::info("stopped after {} round(s)", (*daemon)->rounds_trained());
   return 0;
 }

@@ -22,9 +22,7 @@
 #include <pybind11/stl.h>
 #include <sstream>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -124,15 +122,7 @@ std::uint64_t run_client(py::object user, const std::string& config_path, std::u
   }
   {
     py::gil_scoped_release released;  // the daemon's threads take it for fit/evaluate only
-    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-      if (!ec) {
-        spdlog::info("signal {}: stopping", signal);
-        (*daemon)->stop();
-      }
-    });
-    boost::asio::co_spawn(io, (*daemon)->run(), [&](std::exception_ptr) { signals.cancel(); });
-    io.run();
+    client::run_until_signalled(io, **daemon);
     daemon->reset();  // joins the worker thread, which may be waiting for the GIL
   }
   spdlog::info("stopped after {} round(s)", site->fits());

@@ -12,6 +12,10 @@ ScalingChoice choose_feature_scaling(const RunConfig& config,
   if (config.feature_scaling == ScalingMode::none) {
     return {ScalingMode::none, ""};
   }
+  if (config.model.type == model::ModelType::external) {
+    return {ScalingMode::none,
+            "an external model: the sites' own code holds its data and scales it itself"};
+  }
   if (input_shape.size() != 1) {
     return {ScalingMode::none,
             "the model's input is not tabular; image loaders scale their pixels already"};

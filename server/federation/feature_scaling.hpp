@@ -1,6 +1,7 @@
 // The run's feature scale on the server (docs/protocol.md, "Feature scaling").
 //
 // choose_feature_scaling says what a run's "feature_scaling" comes to for its model:
+//   - an external model (trained by the sites' own code): none; Fedcore never sees its data;
 //   - a model whose input is not tabular (images): none; their loaders scale pixels;
 //   - "none" and "site": as configured;
 //   - "federated" in a run with secure aggregation or any DP: site. A site's statistics

@@ -208,6 +208,13 @@ TEST(ChooseFeatureScaling, FollowsTheConfigTheInputAndThePrivacyTerms) {
   EXPECT_EQ(choose_feature_scaling(dp, {30}).mode, ScalingMode::site);
   EXPECT_EQ(choose_feature_scaling(config(), {513}).mode, ScalingMode::site);
   EXPECT_EQ(choose_feature_scaling(config(), {512}).mode, ScalingMode::federated);
+  // An external model's data is the sites' own code's to scale, whatever the run says.
+  auto external = secure;
+  external.model.type = model::ModelType::external;
+  external.feature_scaling = ScalingMode::site;
+  choice = choose_feature_scaling(external, {30});
+  EXPECT_EQ(choice.mode, ScalingMode::none);
+  EXPECT_NE(choice.reason.find("external model"), std::string::npos);
 }
 
 TEST(FeatureStatsCollectionTest, ChecksEveryReportBeforeKeepingIt) {

@@ -148,6 +148,21 @@ class NumpySitesTest(unittest.TestCase):
             entries = [json.loads(line) for line in f]
         self.assertTrue(any(e.get("event") == "update_sent" for e in entries), entries)
 
+    def test_python_sites_take_part_in_secure_aggregation(self):
+        self.start_sites()
+        run = self.fed.admin.start_run(run_config(2, privacy={"secure_aggregation": {
+            "stage_timeout_s": 30, "bind_keys": True}}))
+        ended = self.fed.admin.wait(run["id"], poll_seconds=0.2, timeout=120)
+        self.assertEqual(ended["state"], "finished", self.fed.log("server"))
+        rounds = self.fed.admin.rounds(run["id"])
+        self.assertEqual([r["secure_aggregation"] for r in rounds], [True, True])
+        self.assertEqual([r["accepted"] for r in rounds], [3, 3])
+        # The server learnt only the sum, and the unmasked aggregate still learns the table.
+        path = self.fed.admin.download_model(run["id"], os.path.join(self.tmp.name, "s.fcp"))
+        _, arrays, _ = fedcore.load_parameters(path)
+        _, test = numpy_site.load_share(numpy_site_data(), 0, 3)
+        self.assertGreater(numpy_site.loss_and_accuracy(arrays[0], arrays[1], *test)[1], 0.85)
+
     def test_a_run_for_another_model_is_refused_naming_the_tensor(self):
         self.start_sites()
         other = [("weight", (1, 30)), ("bias", (2,))]

@@ -163,6 +163,16 @@ class NumpySitesTest(unittest.TestCase):
         _, test = numpy_site.load_share(numpy_site_data(), 0, 3)
         self.assertGreater(numpy_site.loss_and_accuracy(arrays[0], arrays[1], *test)[1], 0.85)
 
+    def test_python_sites_take_part_in_a_client_level_dp_run(self):
+        self.start_sites()
+        run = self.fed.admin.start_run(run_config(2, federated_evaluation=False, privacy={
+            "dp": {"mode": "client_central", "epsilon": 8, "delta": 1e-5, "clip_norm": 1}}))
+        ended = self.fed.admin.wait(run["id"], poll_seconds=0.2, timeout=120)
+        self.assertEqual(ended["state"], "finished", self.fed.log("server"))
+        rounds = self.fed.admin.rounds(run["id"])
+        self.assertEqual([r["accepted"] for r in rounds], [3, 3])
+        self.assertTrue(all(r["epsilon"] and 0 < r["epsilon"] <= 8 for r in rounds), rounds)
+
     def test_a_run_for_another_model_is_refused_naming_the_tensor(self):
         self.start_sites()
         other = [("weight", (1, 30)), ("bias", (2,))]

@@ -61,8 +61,9 @@ fedcore-pki --dir "$pki" init >/dev/null
 fedcore-pki --dir "$pki" server fl >/dev/null
 fedcore-pki --dir "$pki" client site-1 >/dev/null
 chown -R root:fedcore "$pki" && chmod -R g+rX "$pki"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-api_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+api_port=$(free_port)
 token=$(openssl rand -hex 24)
 sha=$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)
 cat >/etc/fedcore/server.json <<JSON

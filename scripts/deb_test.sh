@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The Debian packages, installed for real (CI runs this as root on a throwaway machine):
-#   1. cpack BUILD twice: as a "previous" version 0.0.99 and as the current one;
+#   1. cpack BUILD twice: as a "previous" version 0.0.99 and as the current one; the 0.0.99
+#      packages carry the previous version's fedcore-server and fedcore-client binaries
+#      (scripts/build_previous.sh: schema 5, protocol 1) in this tree's packaging, which
+#      first shipped after that version;
 #   2. install the previous fedcore-server and fedcore-client: the fedcore user, /etc/fedcore
 #      and /var/lib/fedcore with their modes, the units with /usr/bin in ExecStart;
 #   3. start both as their units would (as the fedcore user, in /var/lib/fedcore; no systemd
 #      runs in CI), with a PKI from the packaged fedcore-pki, and run one round through the
 #      REST API;
-#   4. upgrade to the current packages over the running state: the history survives, the
-#      new server opens it and runs another round;
+#   4. upgrade to the current packages over the running state: the new server migrates the
+#      previous server's history (schema 5 -> 6), keeps its run, and runs another round;
 #   5. purge: the programs go, /var/lib/fedcore stays (docs/operations.md).
-# The "previous version" is this tree packaged under an older number: it tests the
-# packaging's upgrade path and that the state outlives it, not a real older release.
-#
 #   scripts/deb_test.sh BUILD --yes     (it installs into / and purges afterwards)
 set -euo pipefail
 build=${1:?usage: scripts/deb_test.sh BUILD --yes}
@@ -35,8 +35,21 @@ for p in fedcore-server fedcore-client python3-fedcore; do
   if dpkg -s "$p" >/dev/null 2>&1; then fail "$p is already installed; not touching it"; fi
 done
 
+previous_binaries=$("$source_dir/scripts/build_previous.sh") || fail "building the previous version"
 echo "deb_test: packaging $build"
 (cd "$build" && cpack -D CPACK_PACKAGE_VERSION=0.0.99 -B "$work/previous" >/dev/null)
+# The previous version's programs in the 0.0.99 packages (stripped, as CPack ships them).
+for program in server client; do
+  deb="$work/previous/fedcore-${program}_0.0.99_amd64.deb"
+  tree="$work/previous/fedcore-$program"
+  dpkg-deb -R "$deb" "$tree"
+  install -m 0755 "$previous_binaries/$program/fedcore-$program" "$tree/usr/bin/fedcore-$program"
+  strip "$tree/usr/bin/fedcore-$program"
+  if [[ -f "$tree/DEBIAN/md5sums" ]]; then
+    (cd "$tree" && find usr -type f -exec md5sum {} + | sort -k2 >DEBIAN/md5sums)
+  fi
+  dpkg-deb -b --root-owner-group "$tree" "$deb" >/dev/null
+done
 (cd "$build" && cpack -B "$work/current" >/dev/null)
 version=$(ls "$work/current"/fedcore-server_*_amd64.deb | sed 's/.*fedcore-server_\(.*\)_amd64.deb/\1/')
 
@@ -113,6 +126,9 @@ wait_until 30 "one site online" online
 first=$(one_round)
 echo "deb_test: run $first finished on $(dpkg-query -W -f='${Version}' fedcore-server)"
 stop_all
+user_version() { python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$1"; }
+[[ $(user_version /var/lib/fedcore/history.db) == 5 ]] ||
+  fail "the previous server wrote schema $(user_version /var/lib/fedcore/history.db), not 5"
 
 echo "deb_test: upgrading to $version"
 dpkg -i "$work/current"/fedcore-server_"$version"_amd64.deb "$work/current"/fedcore-client_"$version"_amd64.deb \
@@ -125,6 +141,8 @@ wait_until 30 "one site online after the upgrade" online
 run_finished "$first" || fail "run $first is not in the history after the upgrade"
 second=$(one_round)
 echo "deb_test: run $second finished on $version; run $first still in the history"
+[[ $(user_version /var/lib/fedcore/history.db) == 6 ]] ||
+  fail "the history is at schema $(user_version /var/lib/fedcore/history.db) after the upgrade, not 6"
 stop_all
 
 if [[ -f "$work/current/python3-fedcore_${version}_amd64.deb" ]]; then
@@ -139,4 +157,4 @@ fi
 dpkg --purge fedcore-server fedcore-client >>"$work/dpkg.log" 2>&1 || fail "dpkg --purge"
 [[ ! -e /usr/bin/fedcore-server && ! -e /usr/lib/systemd/system/fedcore-server.service ]] || fail "files left by the purge"
 [[ -f /var/lib/fedcore/history.db ]] || fail "the purge deleted the history"
-echo "deb_test: ok (install, one round, upgrade over live state, another round, purge keeps the history)"
+echo "deb_test: ok (install the previous version, one round, upgrade migrating its history 5 -> 6, another round, purge keeps the history)"

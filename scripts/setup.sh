@@ -7,6 +7,7 @@
 #   scripts/setup.sh --bench    also the comparison peers (PyTorch on OpenBLAS)
 #   scripts/setup.sh --cpu-levels   also QEMU user mode (scripts/run_cpu_levels.sh)
 #   scripts/setup.sh --fuzz     also clang, libFuzzer and clang's OpenMP (make fuzz, docs/fuzzing.md)
+#   scripts/setup.sh --pip      also pip, venv and setuptools (scripts/pip_test.sh)
 set -euo pipefail
 
 core_packages=(
@@ -24,6 +25,8 @@ bench_packages=(libgloo-dev)
 cpu_level_packages=(qemu-user)
 # libclang-rt-dev holds libFuzzer and the sanitizer runtimes; libomp-dev is clang's OpenMP.
 fuzz_packages=(clang libclang-rt-dev libomp-dev)
+# The Python SDK installed by pip into a venv, offline (python/README.md).
+pip_packages=(python3-pip python3-venv python3-setuptools python3-wheel)
 
 want=("${core_packages[@]}")
 for arg in "$@"; do
@@ -31,7 +34,8 @@ for arg in "$@"; do
     --bench) want+=("${bench_packages[@]}") ;;
     --cpu-levels) want+=("${cpu_level_packages[@]}") ;;
     --fuzz) want+=("${fuzz_packages[@]}") ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --bench, --cpu-levels, --fuzz)" >&2; exit 2 ;;
+    --pip) want+=("${pip_packages[@]}") ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --bench, --cpu-levels, --fuzz, --pip)" >&2; exit 2 ;;
   esac
 done
 

@@ -238,7 +238,11 @@ SessionHooks ClientDaemon::Impl::hooks() {
           if (options.external) {
             co_return train_externally(*options.external, request, global);
           }
-          co_return train_locally(request, global, *data.samples(), options.threads);
+          auto local = train_locally(request, global, *data.samples(), options.threads);
+          if (options.after_training && !local.failure) {
+            options.after_training(request, global, local);
+          }
+          co_return local;
         },
         asio::use_awaitable);
   };

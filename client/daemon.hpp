@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -79,6 +80,12 @@ struct ClientOptions {
   // in a fixed order so that runs are reproducible. `drop` closes the session; the
   // daemon then reconnects as after any lost connection.
   std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
+  // Simulation only; empty in a real daemon. Called on the training thread with what local
+  // training produced, before any check or audit line: fedcore-sim's malicious sites
+  // (--attack) rewrite their update here (sign flipping, scaling, noise), so the server sees
+  // exactly what a compromised site would send.
+  std::function<void(const protocol::TrainRequest&, std::span<const float> global, LocalResult&)>
+      after_training;
   // Simulation only (fedcore-sim --transport inproc): when set, every session runs over
   // the link this returns (one end of a memory link on this daemon's io_context, whose
   // other end the simulator hands to FederationServer::attach_local_session) instead of

@@ -32,6 +32,7 @@
 #include "shared/model/trainer.hpp"
 #include "shared/net/memory_link.hpp"
 #include "shared/util/threads.hpp"
+#include "sim/attack.hpp"
 #include "sim/cluster.hpp"
 #include "sim/pki.hpp"
 
@@ -85,6 +86,7 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
   nlohmann::json j{{"name", "fedcore-sim"},
                    {"model", std::move(*spec)},
                    {"strategy", o.strategy},
+                   {"strategy_options", nlohmann::json::parse(o.strategy_options)},
                    {"client_sampling", o.client_sampling},
                    {"rounds", o.rounds},
                    {"min_clients", 1},
@@ -397,6 +399,9 @@ struct ServerEndpoint {
 result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& data,
                        SiteRange range, const std::vector<std::string>& ids, const SimPki& pki,
                        const ServerEndpoint& server, SiteBehaviour& behaviour) {
+  // Pure in the options: every rank of an MPI run draws the same attackers.
+  const auto attack =
+      plan_attack(*attack_kind(o.attack), o.attack_scale, o.attack_fraction, o.clients, o.seed);
   for (std::size_t i = range.begin; i < range.end; ++i) {
     auto& io = fleet.io_for(i - range.begin);
     client::ClientOptions c;
@@ -421,7 +426,9 @@ result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& d
     c.healthy_session = std::chrono::milliseconds(0);
     c.seed = o.seed + i;
     c.before_update = behaviour.seam(i);
-    auto daemon = client::ClientDaemon::create(io, std::move(c), site_data(data, i));
+    c.after_training = attack_seam(attack, i);
+    const bool flip = attack.kind == AttackKind::label_flip && attack.is_malicious(i);
+    auto daemon = client::ClientDaemon::create(io, std::move(c), site_data(data, i, flip));
     if (!daemon) {
       return fail(daemon.error().code, ids[i] + ": " + daemon.error().message);
     }

@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "server/federation/strategy_config.hpp"
 #include "shared/data/partition.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/protocol/messages.hpp"
+#include "sim/attack.hpp"
 
 namespace fedcore::sim {
 namespace {
@@ -56,7 +58,14 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--optimizer", o.optimizer, "sgd | adam")->capture_default_str();
   app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay)->capture_default_str();
-  app.add_option("--strategy", o.strategy, "fedavg | fedprox")->capture_default_str();
+  app.add_option("--strategy", o.strategy,
+                 "fedavg | fedprox | fedavgm | fedadam | fedyogi | fedadagrad | median | "
+                 "trimmed_mean | krum | multi_krum | bulyan | centered_clipping")
+      ->capture_default_str();
+  app.add_option("--strategy-options", o.strategy_options,
+                 "the strategy's options as a JSON object, e.g. '{\"server_lr\": 0.01}' "
+                 "(docs/strategies.md)")
+      ->capture_default_str();
   app.add_option("--client-sampling", o.client_sampling,
                  "uniform | weighted (by sample count, drawn with replacement; each update "
                  "weighs its draws)")
@@ -83,6 +92,16 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--noise-multiplier", o.noise_multiplier, "DP noise (0: calibrated to --epsilon)");
   app.add_option("--drop-prob", o.drop_prob, "probability that a selected client drops out");
   app.add_option("--slow-prob", o.slow_prob, "probability that a selected client is slow");
+  app.add_option("--attack", o.attack,
+                 "none | label_flip | sign_flip | scaled | noise: what malicious sites send "
+                 "(sim/attack.hpp)")
+      ->capture_default_str();
+  app.add_option("--attack-fraction", o.attack_fraction,
+                 "fraction of the sites that are malicious (a seeded sample)")
+      ->capture_default_str();
+  app.add_option("--attack-scale", o.attack_scale,
+                 "the attack's strength s (sign_flip 4, scaled 10, noise 1 when 0)")
+      ->capture_default_str();
   app.add_option("--slow-factor", o.slow_factor, "a slow client takes this many times longer")
       ->capture_default_str();
   app.add_flag("--baseline", o.baseline, "also train centrally and report side by side");
@@ -191,8 +210,21 @@ result<void> validate(const SimOptions& o) {
   if (o.threads < 1 || o.threads > 256) {
     return invalid("--threads must be between 1 and 256");
   }
-  if (o.strategy != "fedavg" && o.strategy != "fedprox") {
-    return invalid("--strategy must be fedavg or fedprox, got '" + o.strategy + "'");
+  if (std::find(std::begin(federation::kStrategies), std::end(federation::kStrategies),
+                o.strategy) == std::end(federation::kStrategies)) {
+    return invalid("--strategy: unknown strategy '" + o.strategy +
+                   "' (fedcore-sim --help lists them)");
+  }
+  {
+    const auto options = nlohmann::json::parse(o.strategy_options, nullptr, false);
+    if (options.is_discarded() || !options.is_object()) {
+      return invalid("--strategy-options must be a JSON object, got '" + o.strategy_options + "'");
+    }
+    auto parsed =
+        federation::parse_strategy_config(o.strategy, &options, JsonPath("--strategy-options"));
+    if (!parsed) {
+      return invalid(parsed.error().message);
+    }
   }
   if (o.client_sampling != "uniform" && o.client_sampling != "weighted") {
     return invalid("--client-sampling must be uniform or weighted, got '" + o.client_sampling +
@@ -207,6 +239,19 @@ result<void> validate(const SimOptions& o) {
   if (auto optimizer = model::optimizer_config_from_json(optimizer_json(o)); !optimizer) {
     return invalid("optimizer (--optimizer/--lr/--momentum/--weight-decay): " +
                    optimizer.error().message);
+  }
+  if (!attack_kind(o.attack)) {
+    return invalid("--attack must be none, label_flip, sign_flip, scaled or noise, got '" +
+                   o.attack + "'");
+  }
+  if (!is_probability(o.attack_fraction)) {
+    return invalid("--attack-fraction must be in [0, 1]");
+  }
+  if ((o.attack == "none") != (o.attack_fraction == 0.0)) {
+    return invalid("--attack and --attack-fraction go together: give both or neither");
+  }
+  if (!(o.attack_scale >= 0.0 && o.attack_scale <= 1e6)) {
+    return invalid("--attack-scale must be in [0, 1e6]");
   }
   if (!is_probability(o.drop_prob)) {
     return invalid("--drop-prob must be a probability in [0, 1]");
@@ -286,6 +331,7 @@ nlohmann::json to_json(const SimOptions& o) {
           {"batch", o.batch},
           {"optimizer", optimizer_json(o)},
           {"strategy", o.strategy},
+          {"strategy_options", nlohmann::json::parse(o.strategy_options, nullptr, false)},
           {"client_sampling", o.client_sampling},
           {"mu", o.mu},
           {"seed", o.seed},
@@ -301,6 +347,9 @@ nlohmann::json to_json(const SimOptions& o) {
           {"clip_norm", o.clip_norm},
           {"noise_multiplier", o.noise_multiplier},
           {"slow_factor", o.slow_factor},
+          {"attack", o.attack},
+          {"attack_fraction", o.attack_fraction},
+          {"attack_scale", o.attack_scale},
           {"baseline", o.baseline || o.baseline_only},
           {"baseline_only", o.baseline_only},
           {"baseline_epochs", o.baseline_epochs},

@@ -44,7 +44,8 @@ struct SimOptions {
   float lr = 0.05f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
-  std::string strategy = "fedavg";          // fedavg | fedprox
+  std::string strategy = "fedavg";          // any of federation::kStrategies
+  std::string strategy_options = "{}";      // the run config's "strategy_options", as JSON
   std::string client_sampling = "uniform";  // uniform | weighted (run_config.hpp)
   float mu = 0.0f;                          // fedprox proximal strength
   std::uint64_t seed = 1;
@@ -63,6 +64,11 @@ struct SimOptions {
   double drop_prob = 0.0;    // a selected client closes its connection instead of answering
   double slow_prob = 0.0;    // a selected client answers late ...
   double slow_factor = 3.0;  // ... after slow_factor times its training time
+  // Malicious sites (sim/attack.hpp): the attack, the fraction of sites that run it, and
+  // its strength (0: the attack's default).
+  std::string attack = "none";
+  double attack_fraction = 0.0;
+  double attack_scale = 0.0;
 
   // Centralized baseline on the same data, model and hyper-parameters.
   bool baseline = false;

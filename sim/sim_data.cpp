@@ -96,12 +96,19 @@ result<SimData> prepare_data(const SimOptions& o) {
   return out;
 }
 
-client::SiteData site_data(const SimData& d, std::size_t index) {
+client::SiteData site_data(const SimData& d, std::size_t index, bool flip_labels) {
   client::SiteDataShape shape{d.train_parts.at(index).size(), d.test_parts.at(index).size(),
                               d.all.train.sample_shape, d.all.train.num_classes};
-  return client::SiteData(std::move(shape), [&d, index] {
-    return data::TrainTest{d.all.train.subset(d.train_parts.at(index)),
-                           d.all.test.subset(d.test_parts.at(index))};
+  return client::SiteData(std::move(shape), [&d, index, flip_labels] {
+    data::TrainTest local{d.all.train.subset(d.train_parts.at(index)),
+                          d.all.test.subset(d.test_parts.at(index))};
+    if (flip_labels) {
+      const auto last = static_cast<std::int32_t>(local.train.num_classes) - 1;
+      for (auto& y : local.train.labels) {
+        y = last - y;
+      }
+    }
+    return local;
   });
 }
 

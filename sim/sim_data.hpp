@@ -39,8 +39,10 @@ result<SimData> prepare_data(const SimOptions& options);
 // the site holds only its shape, and each round's training gathers its samples from `data`
 // and frees them after, so a simulated site costs no memory for samples while it is not
 // training (100,000 sites of which a round samples 1,000).
+// `flip_labels`: a label-flipping attacker (sim/attack.hpp) trains with every label y
+// replaced by C - 1 - y; its test data stays true.
 // REQUIRES: index < number of clients; `data` outlives the site.
-client::SiteData site_data(const SimData& data, std::size_t index);
+client::SiteData site_data(const SimData& data, std::size_t index, bool flip_labels = false);
 
 // The id of simulated client `index` of `clients`: "site-0001"..., zero-padded so that
 // the server's id order is the index order.

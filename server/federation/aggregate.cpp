@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "server/federation/fixed_point_mean.hpp"
+#include "server/federation/robust_strategy.hpp"
+#include "server/federation/server_optimizer.hpp"
 #include "shared/util/assert.hpp"
 
 namespace fedcore::federation {
@@ -143,12 +145,37 @@ std::optional<RejectedUpdate> validate_update(std::span<const float> update,
   return std::nullopt;
 }
 
+result<void> Strategy::restore(const ServerState& saved) {
+  return fail(errc::invalid_argument, "strategy " + std::string(name()) +
+                                          " keeps no state between rounds; the saved state is " +
+                                          saved.strategy + "'s");
+}
+
 result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size_t param_count) {
   if (name == "fedavg" || name == "fedprox") {
     return std::unique_ptr<Strategy>(std::make_unique<FedAvg>(param_count));
   }
   return fail(errc::invalid_argument,
               "unknown strategy '" + std::string(name) + "' (known: fedavg, fedprox)");
+}
+
+result<std::unique_ptr<Strategy>> make_strategy(const StrategyConfig& config,
+                                                std::size_t param_count) {
+  if (auto kind = server_optimizer_kind(config.name)) {
+    return make_server_optimizer(*kind, config, param_count);
+  }
+  if (config.name == "fedavg" || config.name == "fedprox") {
+    return make_strategy(std::string_view(config.name), param_count);
+  }
+  if (is_robust_strategy(config.name)) {
+    return make_robust_strategy(config, param_count);
+  }
+  std::string known;
+  for (const auto name : kStrategies) {
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  return fail(errc::invalid_argument,
+              "unknown strategy '" + config.name + "' (known: " + known + ")");
 }
 
 }  // namespace fedcore::federation

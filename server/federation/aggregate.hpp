@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/federation/strategy_config.hpp"
 #include "shared/model/layout.hpp"
 #include "shared/util/error.hpp"
 #include "shared/util/worker_pool.hpp"
@@ -68,6 +69,15 @@ bool distance_allowed(double squared, const UpdateChecks& checks) noexcept;
     std::span<const float> update, std::string_view claimed_fingerprint, std::uint64_t samples,
     std::span<const float> global, const model::ParamLayout& layout, const UpdateChecks& checks);
 
+// What a strategy carries from one round to the next (a server optimizer's moments), saved
+// beside each round's checkpoint and restored when a run resumes (run_model.hpp).
+struct ServerState {
+  std::string strategy;            // the name of the strategy that made it
+  std::int64_t steps = 0;          // rounds folded into it
+  std::vector<std::string> names;  // its vectors, e.g. {"m", "v"}
+  std::vector<float> values;       // names.size() vectors of one value per parameter, in order
+};
+
 // The seam for aggregation strategies. One object lives for a whole run (so strategies
 // with server state, e.g. server momentum, can keep it between rounds).
 class Strategy {
@@ -97,12 +107,27 @@ class Strategy {
   // results that do not depend on them; null: none. Most ignore it.
   virtual void use_workers(WorkerPool* /*workers*/) noexcept {}
   virtual std::size_t updates() const noexcept = 0;
+  // Why the round's updates cannot make a model under this strategy (e.g. Krum with
+  // n <= 2f + 2 updates), in words for the round's failure; nothing when finish_round may
+  // run. The round fails visibly instead of finishing (its quorum policy follows).
+  virtual std::optional<std::string> refuse_finish() const { return std::nullopt; }
   // Returns the next global model, moved out of the strategy's state where possible.
   // REQUIRES: updates() > 0.
   virtual std::vector<float> finish_round() = 0;
+  // The state after the last finish_round, as an immutable snapshot another thread may read
+  // while the next round runs (the checkpoint writer); null for strategies without state.
+  virtual std::shared_ptr<const ServerState> state() const { return nullptr; }
+  // Continues from a state saved after a committed round. Errors: invalid_argument when it
+  // is not this strategy's (another name, other sizes) or this strategy keeps none.
+  virtual result<void> restore(const ServerState& saved);
 };
 
-// "fedavg" (also what FedProx uses server-side). Errors: invalid_argument for unknown names.
+// The strategy `config` names (strategy_config.hpp): "fedavg" (also what FedProx uses
+// server-side), the server optimizers (server_optimizer.hpp), the robust aggregators
+// (robust_strategy.hpp). Errors: invalid_argument for unknown names and impossible options.
+result<std::unique_ptr<Strategy>> make_strategy(const StrategyConfig& config,
+                                                std::size_t param_count);
+// The sample-weighted mean by name only ("fedavg", "fedprox").
 result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, std::size_t param_count);
 
 }  // namespace fedcore::federation

@@ -19,9 +19,21 @@ std::string canonical_text(const fs::path& p) {
 
 bool written_by_the_server(const fs::path& file) {
   static const std::regex kRunDir(R"(run-[0-9]+)");
-  static const std::regex kCheckpoint(R"(round-[0-9]+\.fcp(\.tmp)?)");
+  static const std::regex kCheckpoint(R"(round-[0-9]+(\.state)?\.fcp(\.tmp)?)");
   return std::regex_match(file.parent_path().filename().string(), kRunDir) &&
          std::regex_match(file.filename().string(), kCheckpoint);
+}
+
+// A strategy state file (server_state_file.hpp) belongs to its round's checkpoint: kept
+// while that checkpoint is, an orphan with it.
+fs::path checkpoint_of(const fs::path& file) {
+  static const std::regex kState(R"((round-[0-9]+)\.state\.fcp)");
+  std::smatch m;
+  const auto name = file.filename().string();
+  if (std::regex_match(name, m, kState)) {
+    return file.parent_path() / (m[1].str() + ".fcp");
+  }
+  return file;
 }
 
 }  // namespace
@@ -52,7 +64,7 @@ result<OrphanSweep> remove_orphan_checkpoints(store::HistoryStore& store,
     if (it.depth() != 1 || !it->is_regular_file() || !written_by_the_server(it->path())) {
       continue;
     }
-    if (keep.count(canonical_text(it->path())) != 0) {
+    if (keep.count(canonical_text(checkpoint_of(it->path()))) != 0) {
       ++sweep.kept;
     } else {
       orphans.push_back(it->path());  // deleted after the walk, not under the iterator

@@ -2,9 +2,11 @@
 // committing the round (docs/schema.md, "Orphans").
 //
 // The server calls remove_orphan_checkpoints at start-up, before it resumes any run. It
-// looks only at what the server itself writes — `run-<id>/round-<n>.fcp` and their
-// `.tmp` siblings under the checkpoint directory — and deletes those no row of the store
-// references, so an operator's other files in that directory are never touched.
+// looks only at what the server itself writes — `run-<id>/round-<n>.fcp`, the strategy
+// state files `round-<n>.state.fcp` beside them, and their `.tmp` siblings under the
+// checkpoint directory — and deletes those no row of the store references (a state file
+// goes with its round's checkpoint), so an operator's other files in that directory are never
+// touched.
 #pragma once
 
 #include <cstddef>

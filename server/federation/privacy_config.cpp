@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "server/federation/server_optimizer.hpp"
 #include "shared/util/strict_json.hpp"
 
 namespace fedcore::federation {
@@ -141,7 +142,9 @@ result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures
   };
   const bool secure = privacy.secure_aggregation.has_value();
   if (secure) {
-    if (run.strategy != "fedavg" && run.strategy != "fedprox") {
+    // A server optimizer steps on the mean, which is what the unmasked sum gives.
+    if (run.strategy != "fedavg" && run.strategy != "fedprox" &&
+        !server_optimizer_kind(run.strategy)) {
       return refuse("secure aggregation gives the server only the sum of the updates; strategy '" +
                     run.strategy + "' needs each update on its own");
     }
@@ -181,8 +184,10 @@ result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures
   if ((privacy.dp.mode == protocol::DpMode::client_central ||
        privacy.dp.mode == protocol::DpMode::client_distributed) &&
       run.strategy != "fedavg" && run.strategy != "fedprox") {
-    return refuse("client-level DP-FedAvg bounds each client's influence on a mean; strategy '" +
-                  run.strategy + "' is not a mean");
+    return refuse(
+        "client-level DP-FedAvg is the run's aggregation (a clipped, noised mean); "
+        "strategy '" +
+        run.strategy + "' cannot run with it");
   }
   return {};
 }

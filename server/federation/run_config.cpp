@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/federation/robust_strategy.hpp"
 #include "shared/util/strict_json.hpp"
 
 namespace fedcore::federation {
@@ -15,6 +16,7 @@ using nlohmann::json;
 constexpr std::string_view kKeys[] = {"name",
                                       "model",
                                       "strategy",
+                                      "strategy_options",
                                       "rounds",
                                       "clients_per_round",
                                       "fraction",
@@ -69,7 +71,7 @@ result<RunConfig> run_config_from_json(const json& j) {
       c.model_json = *o.find("model");
     }
   }
-  o.choice("strategy", c.strategy, {"fedavg", "fedprox"});
+  o.choice("strategy", c.strategy, kStrategies);
   o.integer("rounds", c.rounds, {1, 100000});
   o.integer("clients_per_round", c.clients_per_round, {1, 1000000});
   o.number("fraction", c.fraction, {1e-6, 1});
@@ -108,6 +110,13 @@ result<RunConfig> run_config_from_json(const json& j) {
     if (o.take(optimizer)) {
       c.optimizer = *optimizer;
       c.optimizer_json = json(*optimizer);
+    }
+  }
+  if (o.ok()) {
+    auto strategy =
+        parse_strategy_config(c.strategy, o.find("strategy_options"), o.at("strategy_options"));
+    if (o.take(strategy)) {
+      c.strategy_config = *strategy;
     }
   }
   if (o.ok() && o.has("privacy")) {
@@ -162,6 +171,14 @@ result<RunConfig> run_config_from_json(const json& j) {
     // FedAvg (fedcore-sim refuses --mu without --strategy fedprox for the same reason).
     return kRoot.bad("'proximal_mu' applies only to strategy \"fedprox\"");
   }
+  // A robust aggregator that cannot work with the round's size is refused now; with a
+  // fraction the size is known only per round, where Strategy::refuse_finish fails a round
+  // with too few updates in the same words.
+  if (c.clients_per_round > 0) {
+    if (auto why = check_robust_config(c.strategy_config, c.clients_per_round)) {
+      return kRoot.bad(*why);
+    }
+  }
   if (c.model.type == model::ModelType::external && !c.server_test_set.empty()) {
     return kRoot.bad(
         "'server_test_set' needs a model Fedcore can build; an external model is "
@@ -184,6 +201,7 @@ std::string to_json_text(const RunConfig& c) {
       {"name", c.name},
       {"model", c.model_json},
       {"strategy", c.strategy},
+      {"strategy_options", strategy_options_json(c.strategy_config)},
       {"rounds", c.rounds},
       {"min_clients", c.min_clients},
       {"min_available_clients", c.min_available_clients},

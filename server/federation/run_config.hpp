@@ -4,7 +4,9 @@
 //   {
 //     "name": "breast-cancer-fedavg",
 //     "model": {"type": "logreg"},              // a model spec (model/spec.hpp)
-//     "strategy": "fedavg",                     // or "fedprox" (needs proximal_mu > 0)
+//     "strategy": "fedavg",                     // or "fedprox" (needs proximal_mu > 0),
+//                                               // a server optimizer or a robust aggregator
+//     "strategy_options": {...},                // that strategy's options (strategy_config.hpp)
 //     "rounds": 5,
 //     "clients_per_round": 3,                   // or "fraction": 0.5 (of online clients)
 //     "min_clients": 2,                         // quorum
@@ -63,6 +65,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/federation/privacy_config.hpp"
+#include "server/federation/strategy_config.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/protocol/messages.hpp"
@@ -78,6 +81,7 @@ struct RunConfig {
   model::ModelSpec model;     // may be incomplete; completed from the clients' HELLO schema
   nlohmann::json model_json;  // as submitted
   std::string strategy = "fedavg";
+  StrategyConfig strategy_config;  // its options; strategy_config.name == strategy
   std::int64_t rounds = 1;
   std::int64_t clients_per_round = 0;  // 0: use fraction
   double fraction = 1.0;

@@ -303,6 +303,8 @@ class RunController {
   // The end of every commit, inline or handed off: the transaction, then what follows it.
   // False when the round was not committed (the run is then paused or held).
   bool finish_commit(PendingCommit& round);
+  // Deletes the strategy state file of the round before `committed` (run_controller_commit.cpp).
+  void forget_previous_state(std::int64_t committed);
   std::int64_t next_round_number() const;
   // Federated evaluation (run_controller_evaluation.cpp).
   bool evaluation_due() const;

@@ -533,6 +533,14 @@ void RunController::close_round() {
     spdlog::info("run {} round {}: closed with {} update(s); {} over-selected site(s) late",
                  run.record.id, round.number, round.closed.accepted, round.closed.late);
   }
+  // A quorum is not always enough: a robust aggregator needs enough updates for the faulty
+  // ones it tolerates (Krum: n > 2f + 2). The round then fails like a missed quorum.
+  if (round.closed.succeeded && !round.secure) {
+    if (auto refused = run.model->strategy->refuse_finish()) {
+      round.closed.succeeded = false;
+      round.closed.failure_reason = "strategy " + run.config.strategy + ": " + *refused;
+    }
+  }
   if (round.closed.succeeded) {
     if (evaluation_due()) {
       begin_evaluation();  // the participants evaluate the new model before it commits

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "server/federation/server_state_file.hpp"
 #include "shared/data/csv.hpp"
 #include "shared/data/fashion_mnist.hpp"
 #include "shared/data/feature_stats.hpp"
@@ -101,6 +102,15 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
         std::make_shared<const std::vector<float>>(made->params().begin(), made->params().end());
     built.emplace(std::move(*made));
   }
+  out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
+  auto strategy_config = config.strategy_config;
+  strategy_config.name = config.strategy;  // programmatic configs may set only the name
+  strategy_config.scratch_dir = out.run_dir;
+  auto strategy = make_strategy(strategy_config, out.layout.total());
+  if (!strategy) {
+    return fail(strategy.error().code, "strategy: " + strategy.error().message);
+  }
+  out.strategy = std::move(*strategy);
   // Resume: the last committed round's checkpoint is the global model.
   auto latest = store.latest_checkpoint(run_id);
   if (!latest) {
@@ -115,13 +125,18 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
                       (bundle ? "layout differs from the run's model" : bundle.error().message));
     }
     out.global = std::make_shared<const std::vector<float>>(std::move(bundle->params));
+    if (out.strategy->state() != nullptr) {
+      const auto state_path = server_state_path(out.run_dir, (*latest)->round);
+      auto saved = read_server_state(state_path, out.layout.total());
+      auto restored = saved ? out.strategy->restore(*saved) : result<void>(saved.error());
+      if (!restored) {
+        return fail(errc::failed_precondition,
+                    "cannot resume strategy " + config.strategy + " after round " +
+                        std::to_string((*latest)->round) + ": " + restored.error().message);
+      }
+    }
     spdlog::info("run {}: resuming after round {} from {}", run_id, (*latest)->round, path);
   }
-  auto strategy = make_strategy(config.strategy, out.layout.total());
-  if (!strategy) {
-    return strategy.error();
-  }
-  out.strategy = std::move(*strategy);
   if (!config.server_test_set.empty()) {
     if (!built) {
       return fail(errc::invalid_argument,
@@ -137,7 +152,6 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
   }
   out.spec_json = nlohmann::json(out.spec);
   out.spec_json.erase("initial");  // a path on the server: the sites have no use for it
-  out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
   std::error_code ec;
   std::filesystem::create_directories(out.run_dir, ec);
   if (ec) {
@@ -179,8 +193,16 @@ result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std
 
 result<store::CheckpointRef> RunModel::write_checkpoint(std::int64_t run_id, std::int64_t round,
                                                         const std::vector<float>& params,
-                                                        Disks* disks) const {
+                                                        Disks* disks,
+                                                        const ServerState* state) const {
   test_point("checkpoint.begin", std::to_string(round));
+  if (state != nullptr) {
+    if (auto saved =
+            write_server_state(server_state_path(run_dir, round), *state, params.size(), disks);
+        !saved) {
+      return saved.error();
+    }
+  }
   const auto path = (run_dir / ("round-" + std::to_string(round) + ".fcp")).string();
   // In pieces: the parameters go to the file from where they lie, with no 40 MB copy
   // (at 10M parameters) to allocate and fill while the next round runs.

@@ -55,19 +55,21 @@ struct RunModel {
   [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,
                                                               std::int64_t round,
                                                               Disks* disks = nullptr) const;
-  // The same for `params` (a global model not yet in `global`): callable from another
-  // thread while nothing changes `layout`, `spec` or `run_dir`.
-  [[nodiscard]] result<store::CheckpointRef> write_checkpoint(std::int64_t run_id,
-                                                              std::int64_t round,
-                                                              const std::vector<float>& params,
-                                                              Disks* disks) const;
+  // The same for `params` (a global model not yet in `global`) and, when the strategy
+  // keeps state, that state's file beside it (server_state_file.hpp), written first:
+  // callable from another thread while nothing changes `layout`, `spec` or `run_dir`.
+  [[nodiscard]] result<store::CheckpointRef> write_checkpoint(
+      std::int64_t run_id, std::int64_t round, const std::vector<float>& params, Disks* disks,
+      const ServerState* state = nullptr) const;
 };
 
 // Completes the spec from one client's data schema when it lacks input shape or classes
 // (`schema_shape` null when the spec is complete), builds and initialises the model with
 // the run's seed, resumes from the run's last committed checkpoint, makes the strategy and
-// loads the server test set. Errors name what failed: the spec, a checkpoint whose layout
-// differs, the strategy name, the test set, the checkpoint directory.
+// loads the server test set. A strategy with state (a server optimizer) continues from
+// the state file of the checkpoint it resumes from. Errors name what failed: the spec, a
+// checkpoint whose layout differs, the strategy (its name, options, or a missing or
+// mismatched state file), the test set, the checkpoint directory.
 [[nodiscard]] result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
                                                  const std::vector<std::int64_t>* schema_shape,
                                                  std::int32_t schema_classes,

@@ -172,8 +172,17 @@ TEST(RunConfigStrict, EveryProblemNamesItsFullKeyPath) {
        "run config: 'optimizer.lr' must be a number in (0, 100], got \"0.1\""},
       {R"({"model":"logreg"})", "run config: 'model' must be a JSON object, got \"logreg\""},
       {R"({"model":{"type":"logreg"},"strategy":"FedAvg"})",
-       "run config: 'strategy' must be one of \"fedavg\", \"fedprox\", got \"FedAvg\"; did you "
-       "mean \"fedavg\"?"},
+       "run config: 'strategy' must be one of \"fedavg\", \"fedprox\", \"fedavgm\", \"fedadam\", "
+       "\"fedyogi\", \"fedadagrad\", \"median\", \"trimmed_mean\", \"krum\", \"multi_krum\", "
+       "\"bulyan\", \"centered_clipping\", got \"FedAvg\"; did you mean \"fedavg\"?"},
+      {R"({"model":{"type":"logreg"},"strategy":"krum","clients_per_round":4,)"
+       R"("strategy_options":{"byzantine":1}})",
+       "run config: krum with byzantine = 1 needs more than 2f + 2 = 4 updates per round; "
+       "clients_per_round is 4"},
+      {R"({"model":{"type":"logreg"},"strategy":"fedavgm","strategy_options":{"tau":0.1}})",
+       "run config: 'strategy_options.tau' does not apply to strategy \"fedavgm\""},
+      {R"({"model":{"type":"logreg"},"strategy":"fedadam","strategy_options":{"beta1":1}})",
+       "run config: 'strategy_options.beta1' must be a number in [0, 1), got 1"},
       // Out of range.
       {R"({"model":{"type":"logreg"},"batch_size":65537})",
        "run config: 'batch_size' must be an integer in [1, 65536], got 65537"},

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "server/federation/aggregate.hpp"
 #include "shared/model/param_io.hpp"
 #include "shared/privacy/rdp_accountant.hpp"
 #include "shared/secagg/client.hpp"
@@ -755,6 +757,84 @@ TEST_F(RunControllerTest, RestartFromTheStoreResumesAfterTheLastCommittedRound) 
   answer("b", 1.0f);
   EXPECT_EQ(run(id).state, store::RunState::finished);
   EXPECT_EQ(run(id).last_round, 2);
+}
+
+// A server optimizer's moments survive a restart: the run resumed after round 2 takes
+// round 3's step from the state saved with round 2, exactly as an uninterrupted strategy
+// does; only the last committed round's state file is kept.
+TEST_F(RunControllerTest, FedAdamsMomentsSurviveARestartWithTheRoundsCheckpoint) {
+  for (auto id : {"a", "b"}) {
+    connect(id);
+  }
+  auto c = config(R"(,"strategy":"fedadam","strategy_options":{"server_lr":0.05})");
+  c.rounds = 3;
+  const auto id = start(c);
+  const auto initial = *sessions_.sent[0].global;
+  const float deltas[] = {1.0f, -0.5f, 0.25f};
+  for (int r = 0; r < 2; ++r) {
+    answer("a", deltas[r]);
+    answer("b", deltas[r]);
+  }
+  ASSERT_EQ(committed_.size(), 2u);
+  const auto run_dir = std::filesystem::path(dir_.path("ckpt")) / ("run-" + std::to_string(id));
+  EXPECT_FALSE(std::filesystem::exists(run_dir / "round-1.state.fcp"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir / "round-2.state.fcp"));
+  controller_->shutdown();
+  sessions_.sent.clear();
+  make_controller();
+  ASSERT_TRUE(controller_->resume_runs());
+  controller_->poll();
+  ASSERT_EQ(controller_->active_round(), 3);
+  answer("a", deltas[2]);
+  answer("b", deltas[2]);
+  ASSERT_EQ(run(id).state, store::RunState::finished);
+
+  // The same three rounds through one strategy that never stopped.
+  auto uninterrupted = make_strategy(c.strategy_config, initial.size());
+  ASSERT_TRUE(uninterrupted);
+  std::vector<float> x = initial;
+  for (float delta : deltas) {
+    std::vector<float> update(x);
+    for (auto& v : update) {
+      v += delta;
+    }
+    (*uninterrupted)->begin_round(x, 20);
+    (*uninterrupted)->add_update(update, 10);
+    (*uninterrupted)->add_update(update, 10);
+    x = (*uninterrupted)->finish_round();
+  }
+  auto checkpoint = store_.latest_checkpoint(id);
+  ASSERT_TRUE(checkpoint && *checkpoint);
+  auto bundle = model::load_params((*checkpoint)->ref.path);
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  EXPECT_EQ(bundle->params, x);
+  EXPECT_FALSE(std::filesystem::exists(run_dir / "round-2.state.fcp"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir / "round-3.state.fcp"));
+}
+
+// Without its state file a FedAdam run cannot resume as it was; it fails saying so rather
+// than restarting its moments from zero behind the operator's back.
+TEST_F(RunControllerTest, AServerOptimizerRunWithoutItsStateFileFailsToResumeSayingWhy) {
+  for (auto id : {"a", "b"}) {
+    connect(id);
+  }
+  auto c = config(R"(,"strategy":"fedyogi")");
+  c.rounds = 3;
+  const auto id = start(c);
+  answer("a", 1.0f);
+  answer("b", 1.0f);
+  ASSERT_EQ(committed_.size(), 1u);
+  controller_->shutdown();
+  const auto run_dir = std::filesystem::path(dir_.path("ckpt")) / ("run-" + std::to_string(id));
+  ASSERT_TRUE(std::filesystem::remove(run_dir / "round-1.state.fcp"));
+  make_controller();
+  ASSERT_TRUE(controller_->resume_runs());
+  controller_->poll();
+  EXPECT_EQ(run(id).state, store::RunState::failed);
+  EXPECT_NE(run(id).error.find("cannot resume strategy fedyogi after round 1: no strategy state "
+                               "file"),
+            std::string::npos)
+      << run(id).error;
 }
 
 TEST_F(RunControllerTest, ARunThatCannotPrepareFailsWithItsReasonInStoreEventAndHook) {

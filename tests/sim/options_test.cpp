@@ -115,7 +115,17 @@ TEST(SimOptions, ErrorsNameTheOption) {
               HasSubstr("--clients-per-round 5 exceeds --clients 4"));
   EXPECT_THAT(refusal({"--fraction", "1.5"}), HasSubstr("--fraction"));
   EXPECT_THAT(refusal({"--rounds", "0"}), HasSubstr("--rounds"));
-  EXPECT_THAT(refusal({"--strategy", "fedyogi"}), HasSubstr("--strategy must be"));
+  EXPECT_THAT(refusal({"--strategy", "fedsgd"}),
+              HasSubstr("--strategy: unknown strategy 'fedsgd'"));
+  EXPECT_THAT(
+      refusal({"--strategy", "fedadam", "--strategy-options", "{\"server_momentum\": 0.5}"}),
+      HasSubstr("'server_momentum' does not apply to strategy \"fedadam\""));
+  EXPECT_THAT(refusal({"--strategy-options", "[1]"}),
+              HasSubstr("--strategy-options must be a JSON object"));
+  EXPECT_THAT(refusal({"--attack", "sign_flip"}),
+              HasSubstr("--attack and --attack-fraction go together"));
+  EXPECT_THAT(refusal({"--attack", "backdoor", "--attack-fraction", "0.1"}),
+              HasSubstr("--attack must be none, label_flip"));
   EXPECT_THAT(refusal({"--strategy", "fedprox"}), HasSubstr("needs --mu"));
   EXPECT_THAT(refusal({"--mu", "0.1"}), HasSubstr("fedprox only"));
   EXPECT_THAT(refusal({"--lr", "-1"}), HasSubstr("optimizer"));

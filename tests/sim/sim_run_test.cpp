@@ -294,6 +294,35 @@ TEST(SimRun, InjectedDropsAreCountedAndRoundsStillCommit) {
   EXPECT_EQ(column(rounds, "accuracy"), column(rounds_again, "accuracy"));
 }
 
+// Issue 18's attack evaluation in miniature: 10 sites, 2 of them sending their step
+// reversed and scaled by 4. FedAvg follows the attackers' pull; the coordinate-wise median
+// ignores it and keeps the accuracy of the run without attackers.
+TEST(SimRun, TheMedianKeepsTheAccuracyThatSignFlippersTakeFromFedAvg) {
+  testing::TempDir dir;
+  const auto final_accuracy = [&](const std::string& name, const std::string& strategy,
+                                  const std::string& attack) {
+    auto o = small_run(dir, name);
+    o.clients = 10;
+    o.rounds = 5;
+    o.strategy = strategy;
+    if (attack != "none") {
+      o.attack = attack;
+      o.attack_fraction = 0.2;
+    }
+    auto outcome = run(o);
+    EXPECT_TRUE(outcome) << (outcome ? "" : outcome.error().to_string());
+    const auto summary = nlohmann::json::parse(slurp(o.out + "/summary.json"));
+    EXPECT_EQ(summary["federated"]["end_state"], "finished") << name;
+    return std::stod(column(read_csv(o.out + "/rounds.csv"), "accuracy").back());
+  };
+  const double clean = final_accuracy("clean", "median", "none");
+  const double median = final_accuracy("median", "median", "sign_flip");
+  const double fedavg = final_accuracy("fedavg", "fedavg", "sign_flip");
+  EXPECT_GT(clean, 0.9);
+  EXPECT_GT(median, clean - 0.03) << "median under attack " << median << ", clean " << clean;
+  EXPECT_LT(fedavg, median - 0.1) << "fedavg under attack " << fedavg << ", median " << median;
+}
+
 TEST(SimRun, BaselineOnlyWritesNoFederatedOutputs) {
   testing::TempDir dir;
   auto o = small_run(dir, "out");

@@ -11,14 +11,13 @@
 // (getrusage) before the round and after it. Updates are drawn from a seeded normal
 // distribution around a zero global model, generated one at a time (the bench itself holds
 // one update and the global model, 2 x d floats, besides the strategy).
-#include <sys/resource.h>
-
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <sys/resource.h>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -51,8 +50,9 @@ int main(int argc, char** argv) {
   std::size_t params = 10'000'000;
   std::size_t budget_mb = 512;
   std::string scratch = std::filesystem::temp_directory_path().string();
-  app.add_option("--rule", config.name, "median | trimmed_mean | krum | multi_krum | bulyan | "
-                                        "centered_clipping")
+  app.add_option("--rule", config.name,
+                 "median | trimmed_mean | krum | multi_krum | bulyan | "
+                 "centered_clipping")
       ->capture_default_str();
   app.add_option("--clients", clients)->capture_default_str();
   app.add_option("--params", params)->capture_default_str();

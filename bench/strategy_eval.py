@@ -2,10 +2,12 @@
 """Issue 18's evaluation tables, made by running fedcore-sim once per cell (stdlib only).
 
   strategies   Fashion-MNIST accuracy per strategy, same seed and partition, next to FedAvg
+  compression  accuracy and bytes up per encoding (none, f16, int8, topk), IID and Dirichlet
   attacks      accuracy after N rounds per aggregator x attack x malicious fraction, with an
                SVG chart (the reference for choosing an aggregator)
 
     bench/strategy_eval.py strategies --sim build/release/sim/fedcore-sim --out runs/strategies
+    bench/strategy_eval.py compression --sim build/release/sim/fedcore-sim --out runs/compression
     bench/strategy_eval.py attacks --sim build/release/sim/fedcore-sim --out runs/attacks \\
         [--aggregators fedavg,median,...] [--attacks sign_flip,scaled] [--fractions 0,0.2]
 
@@ -59,15 +61,19 @@ def aggregator_options(name, clients, fraction):
     }[name]
 
 
-def run_cell(args, folder, strategy, options, attack="none", fraction=0.0, clients=None):
+def run_cell(args, folder, strategy, options, attack="none", fraction=0.0, clients=None,
+             partition=None, compression=None):
     out = os.path.join(args.out, folder)
     rounds_csv = os.path.join(out, "rounds.csv")
     if not os.path.exists(rounds_csv):
         command = [args.sim, "--dataset", "fashion-mnist", "--model", args.model,
-                   "--partition", args.partition, "--clients", str(clients or args.clients),
+                   "--partition", partition or args.partition,
+                   "--clients", str(clients or args.clients),
                    "--rounds", str(args.rounds), "--lr", str(args.lr), "--batch", "32",
                    "--seed", str(args.seed), "--strategy", strategy,
                    "--strategy-options", json.dumps(options), "--out", out, "--quiet"]
+        if compression is not None and compression[0] != "none":
+            command += ["--compression", compression[0], "--topk-fraction", str(compression[1])]
         if attack != "none" and fraction > 0:
             command += ["--attack", attack, "--attack-fraction", str(fraction)]
         started = time.monotonic()
@@ -83,7 +89,7 @@ def run_cell(args, folder, strategy, options, attack="none", fraction=0.0, clien
         return None
     accuracies = [float(r["accuracy"]) for r in rows]
     return {"final": accuracies[-1], "best": max(accuracies), "rounds": len(rows),
-            "failed": sum(1 for r in rows if r.get("accuracy") == "")}
+            "bytes_up": sum(int(r["bytes_up"]) for r in rows)}
 
 
 def strategies(args):
@@ -94,6 +100,29 @@ def strategies(args):
         text = "failed" if cell is None else f"{100 * cell['final']:.2f}%"
         best = "" if cell is None else f"{100 * cell['best']:.2f}%"
         lines.append(f"| `{name}` | `{json.dumps(options)}` | {text} | {best} |")
+    return lines
+
+
+COMPRESSIONS = [("none", 0.01), ("f16", 0.01), ("int8", 0.01), ("topk", 0.01), ("topk", 0.1)]
+
+
+def compression(args):
+    lines = ["| partition | encoding | accuracy after %d rounds | vs fp32 | bytes up, all rounds | "
+             "vs fp32 |" % args.rounds, "|---|---|---:|---:|---:|---:|"]
+    for partition in ("iid", args.partition):
+        base = None
+        for encoding, fraction in COMPRESSIONS:
+            name = encoding if encoding != "topk" else f"topk-{fraction:g}"
+            cell = run_cell(args, f"{partition.replace(':', '')}-{name}", "fedavg", {},
+                            partition=partition, compression=(encoding, fraction))
+            if cell is None:
+                lines.append(f"| {partition} | {name} | failed | | | |")
+                continue
+            base = base or cell
+            lines.append(f"| {partition} | {name} | {100 * cell['final']:.2f}% | "
+                         f"{100 * (cell['final'] - base['final']):+.2f} | "
+                         f"{cell['bytes_up'] / 1e6:.2f} MB | "
+                         f"{cell['bytes_up'] / base['bytes_up']:.3f}x |")
     return lines
 
 
@@ -173,7 +202,7 @@ def attacks(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("table", choices=["strategies", "attacks"])
+    parser.add_argument("table", choices=["strategies", "attacks", "compression"])
     parser.add_argument("--sim", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--model", default="mlp")
@@ -188,7 +217,7 @@ def main():
     parser.add_argument("--fractions", default="0,0.2")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    lines = strategies(args) if args.table == "strategies" else attacks(args)
+    lines = {"strategies": strategies, "attacks": attacks, "compression": compression}[args.table](args)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text)

@@ -67,6 +67,7 @@ struct ClientDaemon::Impl {
   std::unique_ptr<AuditLog> audit;  // when options.audit_log names a file
   SecureIdentity identity;          // empty for in-process sessions (no PKI)
   RecordDpLedger dp_ledger{0};      // sized to the local records in create()
+  ErrorFeedback error_feedback;     // top-k's residual, across sessions
 
   // How one connection went: how it ended, and whether it was a healthy session
   // (client/backoff.hpp) that resets the backoff.
@@ -271,6 +272,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
   h.audit = audit.get();
   h.secure = identity;
   h.dp_ledger = &dp_ledger;
+  h.error_feedback = &error_feedback;
   // Feature statistics for the run's federated scale (client/feature_scaling.hpp), unless
   // the site's policy asks every run for protection its statistics would bypass.
   if (shares_feature_statistics(options.policy) && !options.external) {

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
+
+#include "shared/util/rng.hpp"
 
 namespace fedcore::client {
 namespace asio = boost::asio;
@@ -206,6 +210,32 @@ void send_error(net::Link& link, errc code, std::string message) {
 
 }  // namespace
 
+// The run's encoding of this round's step (trained - global), as 4-byte words for the
+// frame (shared/protocol/update_encoding.hpp). int8's stochastic rounding is seeded from
+// the round's nonce: reproducible for a (round, site), different across both.
+std::vector<float> ClientSession::compress(const protocol::TrainRequest& request,
+                                           std::span<const float> global,
+                                           std::span<const float> trained) {
+  std::vector<float> step(trained.size());
+  for (std::size_t i = 0; i < step.size(); ++i) {
+    step[i] = trained[i] - global[i];
+  }
+  const bool topk = request.compression.up == protocol::UpdateEncoding::topk;
+  if (topk && hooks_.error_feedback != nullptr) {
+    step = hooks_.error_feedback->with_residual(request.run_id, step);
+  }
+  Rng rng(std::hash<std::string>{}(request.nonce) ^ request.settings.seed);
+  std::vector<float> residual;
+  const auto bytes =
+      protocol::encode_step(step, request.compression, rng, topk ? &residual : nullptr);
+  if (topk && hooks_.error_feedback != nullptr) {
+    hooks_.error_feedback->keep(request.run_id, std::move(residual));
+  }
+  std::vector<float> words(bytes.size() / sizeof(float));
+  std::memcpy(words.data(), bytes.data(), words.size() * sizeof(float));
+  return words;
+}
+
 asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& frame) {
   auto request = protocol::parse_train_request(frame.metadata);
   auto global = protocol::payload_floats(frame.payload);
@@ -285,6 +315,10 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
                  request->run_id, request->round, with_commas(secure_->report().samples),
                  secure_->report().train_seconds);
     co_return result<void>{};
+  }
+  if (request->compression.up != protocol::UpdateEncoding::f32) {
+    local.params = compress(*request, *global, local.params);
+    local.report.encoding = request->compression.up;
   }
   auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
   const auto bytes = payload->size() * sizeof(float);

@@ -35,6 +35,7 @@
 
 #include "client/audit_log.hpp"
 #include "client/dp_ledger.hpp"
+#include "client/error_feedback.hpp"
 #include "client/local_trainer.hpp"
 #include "client/secure_participation.hpp"
 #include "client/site_policy.hpp"
@@ -77,6 +78,8 @@ struct SessionHooks {
   SecureIdentity secure;
   // The site's own record-level DP accountant (client/dp_ledger.hpp); may be null.
   RecordDpLedger* dp_ledger = nullptr;
+  // Top-k compression's residual (client/error_feedback.hpp); may be null (no feedback).
+  ErrorFeedback* error_feedback = nullptr;
   // The site's answer to a feature-statistics request (feature_stats_report over its
   // training split, client/feature_scaling.hpp). When set, the HELLO announces the
   // capability protocol::kFeatureStatsCapability; when empty (a site that does not share
@@ -123,6 +126,8 @@ class ClientSession {
 
  private:
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
+  std::vector<float> compress(const protocol::TrainRequest& request, std::span<const float> global,
+                              std::span<const float> trained);
   void on_feature_stats_request(const protocol::Frame& frame);
   boost::asio::awaitable<void> on_evaluate(const protocol::Frame& frame);
   void on_secure_message(const protocol::Frame& frame);

@@ -103,6 +103,12 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
                    {"wait_for_clients_s", 120},
                    {"on_failed_round", "retry"},
                    {"max_retries", 2}};
+  if (o.compression != "none") {
+    j["compression"] = {{"up", o.compression}};
+    if (o.compression == "topk") {
+      j["compression"]["topk_fraction"] = o.topk_fraction;
+    }
+  }
   if (o.clients_per_round > 0) {
     j["clients_per_round"] = o.clients_per_round;
   } else {

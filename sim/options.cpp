@@ -92,6 +92,11 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--noise-multiplier", o.noise_multiplier, "DP noise (0: calibrated to --epsilon)");
   app.add_option("--drop-prob", o.drop_prob, "probability that a selected client drops out");
   app.add_option("--slow-prob", o.slow_prob, "probability that a selected client is slow");
+  app.add_option("--compression", o.compression,
+                 "none | f16 | int8 | topk: how the sites send their updates")
+      ->capture_default_str();
+  app.add_option("--topk-fraction", o.topk_fraction, "topk: the share of entries sent")
+      ->capture_default_str();
   app.add_option("--attack", o.attack,
                  "none | label_flip | sign_flip | scaled | noise: what malicious sites send "
                  "(sim/attack.hpp)")
@@ -240,6 +245,18 @@ result<void> validate(const SimOptions& o) {
     return invalid("optimizer (--optimizer/--lr/--momentum/--weight-decay): " +
                    optimizer.error().message);
   }
+  if (o.compression != "none" && o.compression != "f16" && o.compression != "int8" &&
+      o.compression != "topk") {
+    return invalid("--compression must be none, f16, int8 or topk, got '" + o.compression + "'");
+  }
+  if (!(o.topk_fraction > 0.0 && o.topk_fraction <= 1.0)) {
+    return invalid("--topk-fraction must be in (0, 1]");
+  }
+  if (o.compression != "none" && o.secure_aggregation) {
+    return invalid(
+        "--compression does not apply with --secure-aggregation (it masks "
+        "quantized updates of its own)");
+  }
   if (!attack_kind(o.attack)) {
     return invalid("--attack must be none, label_flip, sign_flip, scaled or noise, got '" +
                    o.attack + "'");
@@ -347,6 +364,8 @@ nlohmann::json to_json(const SimOptions& o) {
           {"clip_norm", o.clip_norm},
           {"noise_multiplier", o.noise_multiplier},
           {"slow_factor", o.slow_factor},
+          {"compression", o.compression},
+          {"topk_fraction", o.topk_fraction},
           {"attack", o.attack},
           {"attack_fraction", o.attack_fraction},
           {"attack_scale", o.attack_scale},

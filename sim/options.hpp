@@ -46,6 +46,8 @@ struct SimOptions {
   float weight_decay = 0.0f;
   std::string strategy = "fedavg";          // any of federation::kStrategies
   std::string strategy_options = "{}";      // the run config's "strategy_options", as JSON
+  std::string compression = "none";         // none | f16 | int8 | topk (update_encoding.hpp)
+  double topk_fraction = 0.01;              // topk: share of the entries sent
   std::string client_sampling = "uniform";  // uniform | weighted (run_config.hpp)
   float mu = 0.0f;                          // fedprox proximal strength
   std::uint64_t seed = 1;

@@ -703,10 +703,33 @@ void FederationServer::Impl::handle_update(Session& session, protocol::Frame& fr
                                "malformed update refused: " + report.error().message);
     return;
   }
-  auto floats = protocol::payload_floats(frame.payload);
-  const std::span<const float> params = floats ? *floats : std::span<const float>();
   const std::uint64_t bytes =
       protocol::kFrameHeaderSize + frame.metadata.size() + frame.payload.size();
+  if (report->encoding != protocol::UpdateEncoding::f32) {
+    // A compressed step: the parameters are the round's global model plus the decoded step
+    // (one model-sized buffer per update being judged; the payload itself is smaller).
+    std::vector<float> decoded;
+    const auto global = controller.round_global();
+    if (global == nullptr) {
+      controller.on_update(session.client_id, *report, {}, bytes);  // no round: refused there
+      return;
+    }
+    if (auto ok = protocol::decode_step(report->encoding, frame.payload, *global, decoded); !ok) {
+      spdlog::warn("client '{}': malformed update refused: {}", session.client_id,
+                   ok.error().message);
+      event("update_refused", session.client_id, {{"reason", ok.error().message}});
+      session.link->send(
+          protocol::MessageType::error,
+          protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", ok.error().message}));
+      controller.on_client_error(session.client_id,
+                                 "malformed update refused: " + ok.error().message);
+      return;
+    }
+    controller.on_update(session.client_id, *report, decoded, bytes);
+    return;
+  }
+  auto floats = protocol::payload_floats(frame.payload);
+  const std::span<const float> params = floats ? *floats : std::span<const float>();
   controller.on_update(session.client_id, *report, params, bytes);
   // The caller drives the controller once the payload is back with the gate.
 }

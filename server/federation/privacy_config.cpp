@@ -155,8 +155,8 @@ result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures
     }
     if (run.compression != "none") {
       return refuse(
-          "sparse compression sends each update's indices in the clear; secure "
-          "aggregation needs dense inputs");
+          "compressed updates (compression.up) are not masked: secure aggregation quantizes "
+          "and masks each update itself (privacy.secure_aggregation.quant_range)");
     }
     if (run.min_clients < 3) {
       return refuse(

@@ -17,6 +17,7 @@ constexpr std::string_view kKeys[] = {"name",
                                       "model",
                                       "strategy",
                                       "strategy_options",
+                                      "compression",
                                       "rounds",
                                       "clients_per_round",
                                       "fraction",
@@ -55,6 +56,27 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
     return j.error();
   }
   return run_config_from_json(*j);
+}
+
+// "compression": {"up": "int8", "int8_block": 256} / {"up": "topk", "topk_fraction": 0.01}.
+static result<protocol::CompressionTerms> parse_compression(const json& j, const JsonPath& at) {
+  StrictObject o(j, at, {"up", "int8_block", "topk_fraction"});
+  std::string up = "none";
+  o.choice("up", up, {"none", "f32", "f16", "int8", "topk"});
+  protocol::CompressionTerms c;
+  o.integer("int8_block", c.block, {protocol::kMinInt8Block, protocol::kMaxInt8Block});
+  o.number("topk_fraction", c.topk_fraction, {0, 1, true});
+  if (auto done = o.status(); !done) {
+    return done.error();
+  }
+  c.up = protocol::encoding_from_name(up).value_or(protocol::UpdateEncoding::f32);
+  if (o.has("int8_block") && c.up != protocol::UpdateEncoding::int8) {
+    return at.key("int8_block").bad("applies only to \"up\": \"int8\"");
+  }
+  if (o.has("topk_fraction") && c.up != protocol::UpdateEncoding::topk) {
+    return at.key("topk_fraction").bad("applies only to \"up\": \"topk\"");
+  }
+  return c;
 }
 
 result<RunConfig> run_config_from_json(const json& j) {
@@ -117,6 +139,12 @@ result<RunConfig> run_config_from_json(const json& j) {
         parse_strategy_config(c.strategy, o.find("strategy_options"), o.at("strategy_options"));
     if (o.take(strategy)) {
       c.strategy_config = *strategy;
+    }
+  }
+  if (o.ok() && o.has("compression")) {
+    auto compression = parse_compression(*o.find("compression"), o.at("compression"));
+    if (o.take(compression)) {
+      c.compression = *compression;
     }
   }
   if (o.ok() && o.has("privacy")) {
@@ -188,8 +216,10 @@ result<RunConfig> run_config_from_json(const json& j) {
     return kRoot.bad("'label_column' applies only with a 'server_test_set'");
   }
   if (auto compatible = check_compatibility(
-          c.privacy,
-          {c.strategy, c.max_update_norm, c.federated_evaluation, c.min_clients, "none"});
+          c.privacy, {c.strategy, c.max_update_norm, c.federated_evaluation, c.min_clients,
+                      c.compression.up == protocol::UpdateEncoding::f32
+                          ? std::string("none")
+                          : std::string(protocol::encoding_name(c.compression.up))});
       !compatible) {
     return compatible.error();
   }
@@ -202,6 +232,12 @@ std::string to_json_text(const RunConfig& c) {
       {"model", c.model_json},
       {"strategy", c.strategy},
       {"strategy_options", strategy_options_json(c.strategy_config)},
+      {"compression", c.compression.up == protocol::UpdateEncoding::f32 ? json{{"up", "none"}}
+                      : c.compression.up == protocol::UpdateEncoding::int8
+                          ? json{{"up", "int8"}, {"int8_block", c.compression.block}}
+                      : c.compression.up == protocol::UpdateEncoding::topk
+                          ? json{{"up", "topk"}, {"topk_fraction", c.compression.topk_fraction}}
+                          : json{{"up", "f16"}}},
       {"rounds", c.rounds},
       {"min_clients", c.min_clients},
       {"min_available_clients", c.min_available_clients},

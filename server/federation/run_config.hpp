@@ -31,7 +31,8 @@
 //     "max_retries": 2,                         // retries of a failed round before pausing
 //     "manual": false,                          // true: each round waits for an admin
 //     "privacy": {...},                         // secure aggregation and DP (privacy_config.hpp)
-//     "feature_scaling": "federated"            // or "site", "none" (feature_scaling.hpp)
+//     "feature_scaling": "federated",           // or "site", "none" (feature_scaling.hpp)
+//     "compression": {"up": "int8"}             // or "f16", "topk" (+ "topk_fraction"), "none"
 //   }
 //
 // Over-selection (Bonawitz et al. 2019, "Towards Federated Learning at Scale"): a round
@@ -82,6 +83,8 @@ struct RunConfig {
   nlohmann::json model_json;  // as submitted
   std::string strategy = "fedavg";
   StrategyConfig strategy_config;  // its options; strategy_config.name == strategy
+  // How the sites send their updates (shared/protocol/update_encoding.hpp); f32 = as is.
+  protocol::CompressionTerms compression;
   std::int64_t rounds = 1;
   std::int64_t clients_per_round = 0;  // 0: use fraction
   double fraction = 1.0;

@@ -460,6 +460,13 @@ void RunController::on_secure_message(const std::string& client_id, const protoc
 
 // ---------------------------------------------------------------- reading
 
+std::shared_ptr<const std::vector<float>> RunController::round_global() const {
+  if (!active_ || !active_->round || !active_->model) {
+    return nullptr;
+  }
+  return active_->model->global;
+}
+
 bool RunController::run_active() const noexcept {
   return active_ != nullptr;
 }

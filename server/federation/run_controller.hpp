@@ -254,6 +254,9 @@ class RunController {
   // The round in flight (0 when none) and its stage.
   std::int64_t active_round() const noexcept;
   std::optional<RoundStage> round_stage() const noexcept;
+  // The global model the round in flight sent (null when no round is collecting): what a
+  // compressed update's step is added to (shared/protocol/update_encoding.hpp).
+  std::shared_ptr<const std::vector<float>> round_global() const;
   // The run paused for its storage and waiting for a probe to pass, if any.
   const std::optional<StorageHold>& storage_hold() const noexcept { return hold_; }
   // Selected in the round in flight and not yet answered.

@@ -91,12 +91,15 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
     return online;
   }
   const auto& spec = active_->model->spec;
+  const bool compressed = active_->config.compression.up != protocol::UpdateEncoding::f32;
   std::erase_if(online, [&](const Candidate& c) {
     // A client whose data does not fit this model cannot train it, nor can a client of a
-    // protocol version before external models train one.
+    // protocol version before external models train one, nor one before compressed updates
+    // take part in a run that compresses.
     return c.input_shape != spec.input_shape || c.num_classes > spec.num_classes ||
            (spec.type == model::ModelType::external &&
-            c.protocol_version < protocol::kExternalModelsProtocolVersion);
+            c.protocol_version < protocol::kExternalModelsProtocolVersion) ||
+           (compressed && c.protocol_version < protocol::kCompressionProtocolVersion);
   });
   return online;
 }
@@ -350,6 +353,7 @@ void RunController::begin_round() {
                        !run.config.privacy.secure_aggregation->per_client_evaluation;
     request.privacy = privacy;
     request.scaling = *run.scaling;
+    request.compression = run.config.compression;
     auto metadata = protocol::to_metadata(request);
     round.judge->set_bytes_down(c.client_id, protocol::kFrameHeaderSize + metadata.size() +
                                                  model.global->size() * sizeof(float));

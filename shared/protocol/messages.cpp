@@ -423,6 +423,26 @@ static result<void> read_privacy_and_scaling(Reader& r, const std::string& kind,
   return {};
 }
 
+// TRAIN's "compression": {"up": "int8", "block": 256} or {"up": "topk", "fraction": 0.01}.
+static result<CompressionTerms> parse_compression(const json& j) {
+  Reader r("train.compression", j.is_object() ? j.dump() : std::string("null"));
+  CompressionTerms c;
+  const auto up = r.text("up", 8);
+  c.block = r.integer<std::uint32_t>("block", kMinInt8Block, kMaxInt8Block, 256);
+  c.topk_fraction = r.number("fraction", 1e-9, 1.0, 0.01);
+  if (r.ok()) {
+    if (auto known = encoding_from_name(up)) {
+      c.up = *known;
+    } else {
+      r.fail_with("'up' must be f32, f16, int8 or topk");
+    }
+  }
+  if (!r.ok()) {
+    return r.take_error();
+  }
+  return c;
+}
+
 result<TrainRequest> parse_train_request(std::string_view metadata) {
   Reader r("train", metadata);
   TrainRequest m;
@@ -441,6 +461,13 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
   if (auto terms = read_privacy_and_scaling(r, "train", m.privacy, m.scaling); !terms) {
     return terms.error();
   }
+  if (r.ok() && r.has("compression")) {
+    auto parsed = parse_compression(r.raw()["compression"]);
+    if (!parsed) {
+      return parsed.error();
+    }
+    m.compression = *parsed;
+  }
   if (!r.ok()) {
     return r.take_error();
   }
@@ -458,6 +485,14 @@ result<UpdateReport> parse_update_report(std::string_view metadata) {
   m.loss = r.number("loss", 0.0, 1e9);
   m.accuracy = r.number("accuracy", 0.0, 1.0);
   m.train_seconds = r.number("train_seconds", 0.0, 1e7);
+  const auto encoding = r.text("encoding", 8, "f32");
+  if (r.ok()) {
+    if (auto known = encoding_from_name(encoding)) {
+      m.encoding = *known;
+    } else {
+      r.fail_with("'encoding' must be f32, f16, int8 or topk");
+    }
+  }
   if (r.ok() && r.has("evaluation")) {
     const auto& e = r.raw()["evaluation"];
     auto inner = Reader("update.evaluation", e.is_object() ? e.dump() : std::string("null"));
@@ -640,6 +675,11 @@ std::string to_metadata(const TrainRequest& m) {
          {"evaluate", m.evaluate},
          {"privacy", privacy_json(m.privacy)},
          {"scaling", scaling_json(m.scaling)}};
+  if (m.compression.up != UpdateEncoding::f32) {
+    j["compression"] = {{"up", encoding_name(m.compression.up)},
+                        {"block", m.compression.block},
+                        {"fraction", m.compression.topk_fraction}};
+  }
   return j.dump();
 }
 
@@ -648,6 +688,9 @@ std::string to_metadata(const UpdateReport& m) {
          {"nonce", m.nonce},       {"layout", m.layout_fingerprint},
          {"samples", m.samples},   {"loss", m.loss},
          {"accuracy", m.accuracy}, {"train_seconds", m.train_seconds}};
+  if (m.encoding != UpdateEncoding::f32) {
+    j["encoding"] = encoding_name(m.encoding);
+  }
   if (m.evaluation) {
     j["evaluation"] = {{"loss", m.evaluation->loss},
                        {"accuracy", m.evaluation->accuracy},

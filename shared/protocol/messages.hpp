@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared/protocol/update_encoding.hpp"
 #include "shared/util/client_id.hpp"
 #include "shared/util/error.hpp"
 
@@ -29,9 +30,11 @@ using fedcore::is_valid_client_id;  // util/client_id.hpp
 // two ends' versions, which the server names in WELCOME.
 //   1  the protocol before versions were announced: a HELLO or WELCOME without "protocol"
 //   2  external models (a model spec of "type": "external", trained by the site's own code)
-inline constexpr std::uint32_t kProtocolVersion = 2;
+//   3  compressed updates (TRAIN "compression", UPDATE "encoding"; update_encoding.hpp)
+inline constexpr std::uint32_t kProtocolVersion = 3;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint32_t kExternalModelsProtocolVersion = 2;
+inline constexpr std::uint32_t kCompressionProtocolVersion = 3;
 // The version a session with a peer of `peer_version` speaks. REQUIRES: peer_version >= 1.
 constexpr std::uint32_t negotiated_protocol(std::uint32_t peer_version) noexcept {
   return peer_version < kProtocolVersion ? peer_version : kProtocolVersion;
@@ -114,6 +117,8 @@ struct TrainRequest {
   bool evaluate = false;   // also evaluate the received model on the local test split
   PrivacyTerms privacy;    // "privacy" in the metadata; absent means none
   FeatureScaling scaling;  // "scaling" in the metadata; absent means none
+  // "compression": how the update is to be sent; absent means f32 (protocol 3).
+  CompressionTerms compression;
 };
 
 struct LocalEvaluation {
@@ -133,6 +138,9 @@ struct UpdateReport {
   double accuracy = 0;
   double train_seconds = 0;
   std::optional<LocalEvaluation> evaluation;  // of the received global model
+  // "encoding": what the payload holds (update_encoding.hpp); absent means f32, the
+  // trained parameters themselves.
+  UpdateEncoding encoding = UpdateEncoding::f32;
 };
 
 // The HELLO capability of a client that answers feature_stats_request and applies TRAIN's

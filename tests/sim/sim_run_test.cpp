@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -321,6 +322,43 @@ TEST(SimRun, TheMedianKeepsTheAccuracyThatSignFlippersTakeFromFedAvg) {
   EXPECT_GT(clean, 0.9);
   EXPECT_GT(median, clean - 0.03) << "median under attack " << median << ", clean " << clean;
   EXPECT_LT(fedavg, median - 0.1) << "fedavg under attack " << fedavg << ", median " << median;
+}
+
+// Compressed updates over the real protocol: int8 sends about a quarter of fp32's bytes up
+// and reaches the same accuracy; top-k with error feedback sends a few percent and still
+// learns. Bytes down are unchanged (the global model is sent as float32).
+TEST(SimRun, CompressedUpdatesCutTheBytesUpAndStillLearn) {
+  testing::TempDir dir;
+  const auto run_with = [&](const std::string& name, const std::string& compression) {
+    auto o = small_run(dir, name);
+    o.rounds = 5;
+    o.compression = compression;
+    o.topk_fraction = 0.1;
+    auto outcome = run(o);
+    EXPECT_TRUE(outcome) << (outcome ? "" : outcome.error().to_string());
+    const auto rows = read_csv(o.out + "/rounds.csv");
+    std::int64_t up = 0, down = 0;
+    for (const auto& b : column(rows, "bytes_up")) {
+      up += std::stoll(b);
+    }
+    for (const auto& b : column(rows, "bytes_down")) {
+      down += std::stoll(b);
+    }
+    return std::tuple(std::stod(column(rows, "accuracy").back()), up, down);
+  };
+  const auto [plain_accuracy, plain_up, plain_down] = run_with("f32", "none");
+  const auto [int8_accuracy, int8_up, int8_down] = run_with("int8", "int8");
+  const auto [topk_accuracy, topk_up, topk_down] = run_with("topk", "topk");
+  // 4 sites x 5 rounds = 20 updates of 31 parameters: 124 payload bytes each as float32,
+  // 4 + 4 + 31 = 39 -> 40 as int8, plus 18 metadata bytes (,"encoding":"int8"): 66 fewer
+  // bytes per update, whatever else the metadata holds. Each TRAIN grows by its
+  // "compression" object (56 bytes); the model itself still goes down as float32.
+  EXPECT_NEAR(static_cast<double>(plain_up - int8_up), 20 * 66.0, 20.0)
+      << int8_up << " vs " << plain_up;
+  EXPECT_NEAR(static_cast<double>(int8_down - plain_down), 20 * 56.0, 20.0);
+  EXPECT_LT(topk_up, int8_up) << topk_up << " vs " << int8_up;
+  EXPECT_NEAR(int8_accuracy, plain_accuracy, 0.03);
+  EXPECT_GT(topk_accuracy, 0.85);
 }
 
 TEST(SimRun, BaselineOnlyWritesNoFederatedOutputs) {

@@ -24,7 +24,7 @@ class ErrorFeedback {
 
  private:
   std::mutex mutex_;
-  std::int64_t run_id_ = 0;     // guarded by mutex_
+  std::int64_t run_id_ = 0;      // guarded by mutex_
   std::vector<float> residual_;  // guarded by mutex_
 };
 

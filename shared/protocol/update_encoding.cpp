@@ -35,13 +35,19 @@ error bad(UpdateEncoding encoding, const std::string& why) {
                "update encoding " + std::string(encoding_name(encoding)) + ": " + why};
 }
 
-std::size_t int8_blocks(std::size_t n, std::size_t block) { return (n + block - 1) / block; }
+std::size_t int8_blocks(std::size_t n, std::size_t block) {
+  return (n + block - 1) / block;
+}
 
 // Frames carry payloads of 4-byte words (shared/net/outbox.hpp): an encoding's bytes are
 // followed by zero bytes up to the next multiple of 4.
-std::size_t padded(std::size_t bytes) { return (bytes + 3) / 4 * 4; }
+std::size_t padded(std::size_t bytes) {
+  return (bytes + 3) / 4 * 4;
+}
 
-void pad(std::vector<std::byte>& out) { out.resize(padded(out.size()), std::byte{0}); }
+void pad(std::vector<std::byte>& out) {
+  out.resize(padded(out.size()), std::byte{0});
+}
 
 // Whether `in` is `expected` bytes plus only the zero padding.
 bool fits(std::span<const std::byte> in, std::size_t expected) {
@@ -123,8 +129,7 @@ result<void> decode_f16(std::span<const std::byte> in, std::span<const float> gl
                         std::vector<float>& params) {
   if (!fits(in, 2 * global.size())) {
     return bad(UpdateEncoding::f16, std::to_string(in.size()) + " bytes for " +
-                                        std::to_string(global.size()) +
-                                        " parameters; expected " +
+                                        std::to_string(global.size()) + " parameters; expected " +
                                         std::to_string(padded(2 * global.size())));
   }
   for (std::size_t i = 0; i < global.size(); ++i) {
@@ -151,18 +156,17 @@ result<void> decode_int8(std::span<const std::byte> in, std::span<const float> g
   }
   const auto expected = 4 + 4 * int8_blocks(n, block) + n;
   if (!fits(in, expected)) {
-    return bad(UpdateEncoding::int8, std::to_string(in.size()) + " bytes for " +
-                                         std::to_string(n) + " parameters in blocks of " +
-                                         std::to_string(block) + "; expected " +
-                                         std::to_string(padded(expected)));
+    return bad(UpdateEncoding::int8, std::to_string(in.size()) + " bytes for " + std::to_string(n) +
+                                         " parameters in blocks of " + std::to_string(block) +
+                                         "; expected " + std::to_string(padded(expected)));
   }
   std::size_t at = 4;
   for (std::size_t start = 0; start < n; start += block) {
     const float scale = get<float>(in, at);
     at += 4;
     if (!std::isfinite(scale) || scale < 0) {
-      return bad(UpdateEncoding::int8, "block " + std::to_string(start / block) +
-                                           " has a negative or non-finite scale");
+      return bad(UpdateEncoding::int8,
+                 "block " + std::to_string(start / block) + " has a negative or non-finite scale");
     }
     const auto end = std::min<std::size_t>(start + block, n);
     for (std::size_t i = start; i < end; ++i, ++at) {
@@ -220,8 +224,8 @@ std::string_view encoding_name(UpdateEncoding encoding) noexcept {
 }
 
 std::optional<UpdateEncoding> encoding_from_name(std::string_view name) noexcept {
-  for (auto e : {UpdateEncoding::f32, UpdateEncoding::f16, UpdateEncoding::int8,
-                 UpdateEncoding::topk}) {
+  for (auto e :
+       {UpdateEncoding::f32, UpdateEncoding::f16, UpdateEncoding::int8, UpdateEncoding::topk}) {
     if (encoding_name(e) == name) {
       return e;
     }

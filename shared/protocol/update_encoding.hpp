@@ -43,8 +43,8 @@ std::optional<UpdateEncoding> encoding_from_name(std::string_view name) noexcept
 // What a run asks its sites to send.
 struct CompressionTerms {
   UpdateEncoding up = UpdateEncoding::f32;
-  std::uint32_t block = 256;     // int8: values per scale, 16..65536
-  double topk_fraction = 0.01;   // topk: share of the entries sent, (0, 1]
+  std::uint32_t block = 256;    // int8: values per scale, 16..65536
+  double topk_fraction = 0.01;  // topk: share of the entries sent, (0, 1]
   friend bool operator==(const CompressionTerms&, const CompressionTerms&) = default;
 };
 

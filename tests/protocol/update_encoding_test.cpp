@@ -110,8 +110,7 @@ TEST(UpdateEncoding, TopKSendsTheLargestEntriesAndKeepsTheRestAsResidual) {
   const std::vector<float> step{0.1f, -5, 0.2f, 3, 0, 0, -0.3f, 0, 0.05f, 4};
   Rng rng(1);
   std::vector<float> residual;
-  const auto bytes =
-      encode_step(step, {UpdateEncoding::topk, 256, 0.3}, rng, &residual);  // k = 3
+  const auto bytes = encode_step(step, {UpdateEncoding::topk, 256, 0.3}, rng, &residual);  // k = 3
   EXPECT_EQ(bytes.size(), 4u + 8 * 3);
   const auto params = decode(UpdateEncoding::topk, bytes, global);
   EXPECT_EQ(params, (std::vector<float>{1, -4, 1, 4, 1, 1, 1, 1, 1, 5}));

@@ -509,7 +509,11 @@ RunController::UploadAllowance RunController::upload_allowance(const std::string
   constexpr std::uint64_t kExtraWords = 8;
   const std::uint64_t model_bytes = active_->model->global->size() * sizeof(float);
   if (type == protocol::MessageType::update) {
-    allowance.max_payload_bytes = model_bytes;
+    // A compressed step may be larger than the parameters (top-k above half the entries
+    // sends 8 bytes each); the run's own encoding sets the bound then.
+    allowance.max_payload_bytes = std::max<std::uint64_t>(
+        model_bytes,
+        protocol::encoded_size(active_->model->global->size(), active_->config.compression));
   } else if (type == protocol::MessageType::secagg_masked) {
     allowance.max_payload_bytes = model_bytes + kExtraWords * sizeof(std::uint32_t);
   }

@@ -187,6 +187,55 @@ TEST(FederationFaults, AClientOneProtocolVersionOlderTrainsBuiltInModelsOnly) {
   EXPECT_EQ(results["current"].status, store::ResultStatus::dropped);
   EXPECT_NE(results["current"].reason.find("the Python SDK"), std::string::npos)
       << results["current"].reason;
+  // A run that compresses its updates (protocol 3): the older client is not selected; the
+  // current one sends int8 and is accepted.
+  auto compressed = federation.start_run(R"({"model": {"type": "logreg"}, "rounds": 1,
+      "clients_per_round": 2, "min_clients": 1, "round_timeout_s": 60, "wait_for_clients_s": 1,
+      "seed": 3, "compression": {"up": "int8"}})");
+  ASSERT_TRUE(compressed) << compressed.error().to_string();
+  ASSERT_TRUE(federation.wait_until(
+      [&] {
+        auto history = federation.open_store();
+        auto rounds = history.list_rounds(*compressed);
+        return rounds && !rounds->empty();
+      },
+      std::chrono::seconds(60)));
+  EXPECT_EQ(older.trains_received(), 1);
+  auto compressed_history = federation.open_store();
+  auto compressed_results = results_by_client(compressed_history, *compressed, 1);
+  EXPECT_EQ(compressed_results.count("older"), 0u);
+  EXPECT_EQ(compressed_results["current"].status, store::ResultStatus::ok)
+      << compressed_results["current"].reason;
+}
+
+// A compressed update whose payload does not match its encoding is refused with the reason,
+// and the round commits with the others.
+TEST(FederationFaults, AMalformedCompressedUpdateIsRefusedNamingTheProblem) {
+  TempDir dir;
+  Federation federation(dir);
+  for (const char* id : {"good-1", "good-2", "broken"}) {
+    federation.add_client_certificate(id);
+  }
+  const auto port = federation.start_server();
+  RogueClient broken(Misbehaviour::bad_encoding, federation.pki().client_config("broken"), port);
+  federation.start_client("good-1", breast_cancer());
+  federation.start_client("good-2", breast_cancer());
+  ASSERT_TRUE(
+      federation.wait_until([&] { return federation.online() == 3; }, std::chrono::seconds(30)));
+  const auto run = run_to_the_end(federation, R"("rounds":1,"clients_per_round":3,"min_clients":2,
+      "round_timeout_s":600,"seed":3,"optimizer":{"kind":"sgd","lr":0.1},
+      "compression":{"up":"topk","topk_fraction":0.5})");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(*federation.ended(), store::RunState::finished);
+  federation.stop();
+  auto history = federation.open_store();
+  auto results = results_by_client(history, *run, 1);
+  EXPECT_EQ(results["good-1"].status, store::ResultStatus::ok) << results["good-1"].reason;
+  EXPECT_EQ(results["good-2"].status, store::ResultStatus::ok) << results["good-2"].reason;
+  EXPECT_NE(results["broken"].status, store::ResultStatus::ok);
+  EXPECT_NE(results["broken"].reason.find("update encoding topk: 8 bytes announcing 5 entries"),
+            std::string::npos)
+      << results["broken"].reason;
 }
 
 TEST(FederationFaults, AReplayedUpdateFromAnEarlierRoundIsRefused) {

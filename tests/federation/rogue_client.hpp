@@ -34,6 +34,7 @@ enum class Misbehaviour {
   stall_upload,      // announces its update (header and metadata), then sends nothing more
   nonfinite_loss,    // its UPDATE reports a NaN loss (its metadata does not parse)
   older_protocol,    // honest, but of protocol version 1: its HELLO has no "protocol"
+  bad_encoding,      // claims a top-k payload announcing 5 entries and sends 8 bytes
 };
 
 class RogueClient {
@@ -152,6 +153,13 @@ class RogueClient {
         case Misbehaviour::nonfinite_loss:
           report.loss = std::numeric_limits<double>::quiet_NaN();
           break;
+        case Misbehaviour::bad_encoding: {
+          report.encoding = protocol::UpdateEncoding::topk;
+          const std::uint32_t entries[] = {5, 0};
+          payload.assign(reinterpret_cast<const std::byte*>(entries),
+                         reinterpret_cast<const std::byte*>(entries) + sizeof entries);
+          break;
+        }
         case Misbehaviour::replay:
           if (saved) {
             co_await channel_->write_frame(protocol::MessageType::update, saved->first,

@@ -70,6 +70,11 @@ std::optional<std::string> option_error(const StrategyConfig& config) {
              count(kMaxClippingIterations) + "; it is " + count(config.clipping_iterations);
     }
   }
+  if (config.name == "centered_clipping" && config.clipping_center != "model" &&
+      config.clipping_center != "previous_step") {
+    return "centered_clipping needs clipping_center \"model\" or \"previous_step\"; it is \"" +
+           config.clipping_center + "\"";
+  }
   if (config.name == "krum" && config.krum_selected > 0) {
     return "krum selects exactly one update, so krum_selected = " + count(config.krum_selected) +
            " does not apply (multi_krum averages krum_selected updates)";
@@ -115,6 +120,82 @@ std::string received(std::size_t n) {
   return "the round received " + count(n);
 }
 
+// Where centered clipping centres its clipping (StrategyConfig::clipping_center): the round's
+// model, or the model moved by the previous round's aggregate step. Karimireddy et al. centre
+// on the workers' momentum; a federation's sites send models, not momenta, so the server
+// keeps the history itself: honest steps of consecutive rounds point the same way, and an
+// attacker's reversed step lies about twice its length from that centre instead of one,
+// so it is clipped harder. The previous step is the strategy's state (ServerState
+// "previous_step"), saved with each checkpoint.
+class ClippingCenter {
+ public:
+  ClippingCenter(const StrategyConfig& config, std::size_t param_count)
+      : history_(config.clipping_center == "previous_step") {
+    if (history_) {
+      auto initial = std::make_shared<ServerState>();
+      initial->strategy = config.name;
+      initial->names = {"previous_step"};
+      initial->values.assign(param_count, 0.0f);
+      state_ = std::move(initial);
+    }
+  }
+
+  // The centre of this round; valid until the next begin().
+  std::span<const float> begin(std::span<const float> global) {
+    global_ = global;
+    if (!history_) {
+      return global;
+    }
+    center_.resize(global.size());
+    for (std::size_t i = 0; i < global.size(); ++i) {
+      center_[i] = global[i] + state_->values[i];
+    }
+    return center_;
+  }
+
+  // Records the round's aggregate step (next - global) as the next round's history.
+  void finished(std::span<const float> next) {
+    if (!history_) {
+      return;
+    }
+    auto state = std::make_shared<ServerState>();
+    state->strategy = state_->strategy;
+    state->steps = state_->steps + 1;
+    state->names = state_->names;
+    state->values.resize(next.size());
+    for (std::size_t i = 0; i < next.size(); ++i) {
+      state->values[i] = next[i] - global_[i];
+    }
+    state_ = std::move(state);
+  }
+
+  std::shared_ptr<const ServerState> state() const { return history_ ? state_ : nullptr; }
+
+  result<void> restore(const ServerState& saved) {
+    if (!history_) {
+      return fail(errc::invalid_argument, "centered_clipping centred on the model keeps no state");
+    }
+    if (saved.strategy != state_->strategy || saved.names != state_->names ||
+        saved.values.size() != state_->values.size() || saved.steps < 0) {
+      return fail(errc::invalid_argument, "the saved state is not a centered_clipping history of " +
+                                              count(state_->values.size()) + " parameters");
+    }
+    for (float v : saved.values) {
+      if (!std::isfinite(v)) {
+        return fail(errc::invalid_argument, "the saved centered_clipping history is not finite");
+      }
+    }
+    state_ = std::make_shared<const ServerState>(saved);
+    return {};
+  }
+
+ private:
+  bool history_;
+  std::span<const float> global_;
+  std::vector<float> center_;
+  std::shared_ptr<const ServerState> state_;
+};
+
 // Every rule but single-iteration centered clipping: the round's updates are copied into a
 // buffer as they come and aggregated at the end.
 class BufferedRobustStrategy final : public Strategy {
@@ -122,13 +203,14 @@ class BufferedRobustStrategy final : public Strategy {
   BufferedRobustStrategy(Rule rule, StrategyConfig config, std::size_t param_count)
       : rule_(rule),
         config_(std::move(config)),
-        buffer_(param_count, config_.memory_budget_bytes, config_.scratch_dir) {}
+        buffer_(param_count, config_.memory_budget_bytes, config_.scratch_dir),
+        center_(config_, param_count) {}
 
   std::string_view name() const noexcept override { return config_.name; }
 
   void begin_round(std::span<const float> global, std::uint64_t /*max_total_weight*/) override {
     buffer_.clear();
-    global_ = global;
+    clip_center_ = center_.begin(global);
     received_ = 0;
     add_error_.reset();
   }
@@ -160,8 +242,14 @@ class BufferedRobustStrategy final : public Strategy {
     std::vector<float> next(buffer_.dim());
     aggregate(next);
     buffer_.clear();
+    if (rule_ == Rule::centered_clipping) {
+      center_.finished(next);
+    }
     return next;
   }
+
+  std::shared_ptr<const ServerState> state() const override { return center_.state(); }
+  result<void> restore(const ServerState& saved) override { return center_.restore(saved); }
 
  private:
   void aggregate(std::span<float> out) const {
@@ -180,7 +268,7 @@ class BufferedRobustStrategy final : public Strategy {
       case Rule::bulyan:
         return bulyan(buffer_, f, out);
       case Rule::centered_clipping:
-        return centered_clipping(buffer_, global_, config_.clipping_radius,
+        return centered_clipping(buffer_, clip_center_, config_.clipping_radius,
                                  config_.clipping_iterations, out);
     }
   }
@@ -188,7 +276,8 @@ class BufferedRobustStrategy final : public Strategy {
   Rule rule_;
   StrategyConfig config_;
   UpdateBuffer buffer_;
-  std::span<const float> global_;
+  ClippingCenter center_;  // used by centered_clipping only
+  std::span<const float> clip_center_;
   std::size_t received_ = 0;
   std::optional<std::string> add_error_;
 };
@@ -197,11 +286,12 @@ class BufferedRobustStrategy final : public Strategy {
 // around the round's model: nothing is buffered, and nothing can fail on the way.
 class StreamingClipping final : public Strategy {
  public:
-  explicit StreamingClipping(StrategyConfig config) : config_(std::move(config)) {}
+  StreamingClipping(StrategyConfig config, std::size_t param_count)
+      : config_(std::move(config)), center_(config_, param_count) {}
 
   std::string_view name() const noexcept override { return config_.name; }
   void begin_round(std::span<const float> global, std::uint64_t /*max_total_weight*/) override {
-    sum_.begin(global, config_.clipping_radius);
+    sum_.begin(center_.begin(global), config_.clipping_radius);
     dim_ = global.size();
   }
   void add_update(std::span<const float> update, std::uint64_t /*samples*/) override {
@@ -214,11 +304,15 @@ class StreamingClipping final : public Strategy {
   std::vector<float> finish_round() override {
     std::vector<float> next(dim_);
     sum_.finish(next);
+    center_.finished(next);
     return next;
   }
+  std::shared_ptr<const ServerState> state() const override { return center_.state(); }
+  result<void> restore(const ServerState& saved) override { return center_.restore(saved); }
 
  private:
   StrategyConfig config_;
+  ClippingCenter center_;
   ClippedStepSum sum_;
   std::size_t dim_ = 0;
 };
@@ -242,7 +336,7 @@ result<std::unique_ptr<Strategy>> make_robust_strategy(const StrategyConfig& con
     return fail(errc::invalid_argument, *bad);
   }
   if (*rule == Rule::centered_clipping && config.clipping_iterations == 1) {
-    return std::unique_ptr<Strategy>(std::make_unique<StreamingClipping>(config));
+    return std::unique_ptr<Strategy>(std::make_unique<StreamingClipping>(config, param_count));
   }
   return std::unique_ptr<Strategy>(
       std::make_unique<BufferedRobustStrategy>(*rule, config, param_count));

@@ -14,7 +14,7 @@ using nlohmann::json;
 constexpr std::string_view kOptionKeys[] = {
     "server_lr",       "server_momentum", "beta1",         "beta2",           "tau",
     "byzantine",       "trim_fraction",   "krum_selected", "clipping_radius", "clipping_iterations",
-    "memory_budget_mb"};
+    "clipping_center", "memory_budget_mb"};
 
 // Which options each strategy reads. A key outside its strategy's list is refused rather
 // than ignored: "beta2" given to fedavgm would otherwise look like it was applied.
@@ -28,8 +28,8 @@ std::span<const std::string_view> options_of(std::string_view name) {
   static constexpr std::array<std::string_view, 2> kKrum{"byzantine", "memory_budget_mb"};
   static constexpr std::array<std::string_view, 3> kMultiKrum{"byzantine", "krum_selected",
                                                               "memory_budget_mb"};
-  static constexpr std::array<std::string_view, 3> kClipping{
-      "clipping_radius", "clipping_iterations", "memory_budget_mb"};
+  static constexpr std::array<std::string_view, 4> kClipping{
+      "clipping_radius", "clipping_iterations", "clipping_center", "memory_budget_mb"};
   if (name == "fedavgm")
     return kMomentum;
   if (name == "fedadagrad")
@@ -82,6 +82,7 @@ result<StrategyConfig> parse_strategy_config(std::string_view name, const json* 
   o.integer("krum_selected", c.krum_selected, {0, 1000000});
   o.number("clipping_radius", c.clipping_radius, {0, 1e12, true});
   o.integer("clipping_iterations", c.clipping_iterations, {1, 100});
+  o.choice("clipping_center", c.clipping_center, {"model", "previous_step"});
   std::size_t budget_mb = c.memory_budget_bytes >> 20;
   o.integer("memory_budget_mb", budget_mb, {1, std::int64_t{1} << 20});
   c.memory_budget_bytes = budget_mb << 20;
@@ -102,6 +103,7 @@ json strategy_options_json(const StrategyConfig& c) {
                  {"krum_selected", c.krum_selected},
                  {"clipping_radius", c.clipping_radius},
                  {"clipping_iterations", c.clipping_iterations},
+                 {"clipping_center", c.clipping_center},
                  {"memory_budget_mb", c.memory_budget_bytes >> 20}};
   json out = json::object();
   for (const auto key : options_of(c.name)) {

@@ -50,6 +50,11 @@ struct StrategyConfig {
   std::size_t krum_selected = 0;        // m: updates multi_krum averages; 0 = n - f
   double clipping_radius = 1.0;         // tau of centered clipping, in parameter-space L2
   std::size_t clipping_iterations = 1;  // L of centered clipping
+  // Where centered clipping centres: "model" (the round's global model: each site's step is
+  // clipped to tau) or "previous_step" (the global model moved by the previous round's
+  // aggregate step, the server-side form of the paper's momentum centre; kept as the
+  // strategy's state across restarts).
+  std::string clipping_center = "model";
   // Updates held in memory before the rest go to a scratch file (memory-mapped).
   std::size_t memory_budget_bytes = std::size_t{1} << 30;
   std::filesystem::path scratch_dir;  // where the scratch file goes; empty = the temp dir

@@ -502,6 +502,55 @@ TEST(RobustStrategy, CenteredClippingStreamsOneIterationAndBuffersMore) {
   }
 }
 
+// clipping_center "previous_step", by hand with tau = 1 on one parameter. Round 1 (no
+// history: centre 0): steps 1, 1, -10 clip to 1, 1, -1, so x = 1/3. Round 2 from x = 1/3,
+// centre x + 1/3 = 2/3: the honest models x + 1 = 4/3 lie 2/3 from it (kept), the attacker's
+// x - 4 = -11/3 lies 13/3 away (clipped to -1): x = 2/3 + (2/3 + 2/3 - 1) / 3 = 7/9.
+// Centred on the model instead, round 2 gives 1/3 + (1 + 1 - 1) / 3 = 2/3.
+TEST(RobustStrategy, CenteredClippingOnThePreviousStepFollowsTheHonestDirection) {
+  const auto two_rounds = [](const std::string& center, Strategy* restored_into) {
+    auto config = config_for("centered_clipping");
+    config.clipping_radius = 1;
+    config.clipping_center = center;
+    auto strategy = make_robust_strategy(config, 1);
+    EXPECT_TRUE(strategy);
+    const std::vector<float> start{0};
+    (*strategy)->begin_round(start, 3);
+    for (float v : {1.0f, 1.0f, -10.0f}) {
+      (*strategy)->add_update(std::vector<float>{v}, 1);
+    }
+    const auto x = (*strategy)->finish_round();
+    Strategy* second = strategy->get();
+    if (restored_into != nullptr && (*strategy)->state() != nullptr) {
+      EXPECT_TRUE(restored_into->restore(*(*strategy)->state()));
+      second = restored_into;
+    }
+    second->begin_round(x, 3);
+    for (float v : {x[0] + 1, x[0] + 1, x[0] - 4}) {
+      second->add_update(std::vector<float>{v}, 1);
+    }
+    return std::pair(x[0], second->finish_round()[0]);
+  };
+  const auto [first, history] = two_rounds("previous_step", nullptr);
+  EXPECT_NEAR(first, 1.0 / 3, 1e-6);
+  EXPECT_NEAR(history, 7.0 / 9, 1e-6);
+  EXPECT_NEAR(two_rounds("model", nullptr).second, 2.0 / 3, 1e-6);
+  // The history is the strategy's state: a new strategy restored from it continues alike.
+  auto config = config_for("centered_clipping");
+  config.clipping_radius = 1;
+  config.clipping_center = "previous_step";
+  auto fresh = make_robust_strategy(config, 1);
+  ASSERT_TRUE(fresh);
+  EXPECT_NEAR(two_rounds("previous_step", fresh->get()).second, 7.0 / 9, 1e-6);
+  auto model_centred = make_robust_strategy(config_for("centered_clipping"), 1);
+  EXPECT_EQ((*model_centred)->state(), nullptr);
+  config.clipping_iterations = 2;  // the buffered path keeps the history too
+  auto buffered = make_robust_strategy(config, 1);
+  ASSERT_TRUE(buffered);
+  ASSERT_NE((*buffered)->state(), nullptr);
+  EXPECT_EQ((*buffered)->state()->names, std::vector<std::string>{"previous_step"});
+}
+
 // A scratch file that cannot be made does not lose the update quietly: the round refuses
 // to finish with the buffer's error.
 TEST(RobustStrategy, AnUpdateTheBufferCouldNotKeepFailsTheRound) {

@@ -244,6 +244,20 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
                  !request ? request.error().message : global.error().message);
     co_return result<void>{};
   }
+  // A model sent as f16 (compression.down): trained from its decoded values, and the step
+  // sent back is taken against them (compress()).
+  std::vector<float> received;
+  if (request->compression.down == protocol::UpdateEncoding::f16) {
+    auto decoded = protocol::decode_model_f16(frame.payload, request->compression.parameters);
+    if (!decoded) {
+      spdlog::warn("run {} round {}: the f16 model does not decode: {}", request->run_id,
+                   request->round, decoded.error().message);
+      send_error(*link_, errc::invalid_argument, "train payload: " + decoded.error().message);
+      co_return result<void>{};
+    }
+    received = std::move(*decoded);
+    global = std::span<const float>(received);
+  }
   // The site decides before anything is trained (client/site_policy.hpp).
   const std::size_t parameter_count = global->size();
   if (!audited(hooks_.audit, [&](AuditLog& log) {

@@ -48,8 +48,8 @@ done
 address_targets=(
   util_test log_format_test net_test tls_test tls_stream_test protocol_test secagg_test
   privacy_test store_test store_fault_test fault_proxy_test check_config_test
-  federation_test federation_e2e_test federation_faults_test federation_control_test
-  federation_crash_test federation_fault_proxy_test federation_fd_test federation_scaling_test
+  federation_test federation_robust_test federation_e2e_test federation_faults_test
+  federation_control_test federation_crash_test federation_fault_proxy_test federation_fd_test federation_scaling_test
   federation_storage_test federation_kill_loop_test
   api_unit_test api_http_test api_run_test api_access_test api_storage_test
   client_test site_control_test client_config_test client_scaling_test

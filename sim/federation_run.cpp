@@ -108,6 +108,9 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
     if (o.compression == "topk") {
       j["compression"]["topk_fraction"] = o.topk_fraction;
     }
+    if (o.compression_down != "none") {
+      j["compression"]["down"] = o.compression_down;
+    }
   }
   if (o.clients_per_round > 0) {
     j["clients_per_round"] = o.clients_per_round;

@@ -97,6 +97,9 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
       ->capture_default_str();
   app.add_option("--topk-fraction", o.topk_fraction, "topk: the share of entries sent")
       ->capture_default_str();
+  app.add_option("--compression-down", o.compression_down,
+                 "none | f16: how the global model goes down (f16 needs --compression)")
+      ->capture_default_str();
   app.add_option("--attack", o.attack,
                  "none | label_flip | sign_flip | scaled | noise: what malicious sites send "
                  "(sim/attack.hpp)")
@@ -249,6 +252,14 @@ result<void> validate(const SimOptions& o) {
       o.compression != "topk") {
     return invalid("--compression must be none, f16, int8 or topk, got '" + o.compression + "'");
   }
+  if (o.compression_down != "none" && o.compression_down != "f16") {
+    return invalid("--compression-down must be none or f16, got '" + o.compression_down + "'");
+  }
+  if (o.compression_down == "f16" && o.compression == "none") {
+    return invalid(
+        "--compression-down f16 needs --compression (the sites send their step "
+        "against the model they received)");
+  }
   if (!(o.topk_fraction > 0.0 && o.topk_fraction <= 1.0)) {
     return invalid("--topk-fraction must be in (0, 1]");
   }
@@ -366,6 +377,7 @@ nlohmann::json to_json(const SimOptions& o) {
           {"slow_factor", o.slow_factor},
           {"compression", o.compression},
           {"topk_fraction", o.topk_fraction},
+          {"compression_down", o.compression_down},
           {"attack", o.attack},
           {"attack_fraction", o.attack_fraction},
           {"attack_scale", o.attack_scale},

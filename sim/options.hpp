@@ -48,6 +48,7 @@ struct SimOptions {
   std::string strategy_options = "{}";      // the run config's "strategy_options", as JSON
   std::string compression = "none";         // none | f16 | int8 | topk (update_encoding.hpp)
   double topk_fraction = 0.01;              // topk: share of the entries sent
+  std::string compression_down = "none";    // none | f16: the global model in TRAIN
   std::string client_sampling = "uniform";  // uniform | weighted (run_config.hpp)
   float mu = 0.0f;                          // fedprox proximal strength
   std::uint64_t seed = 1;

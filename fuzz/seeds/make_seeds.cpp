@@ -19,7 +19,9 @@
 #include "shared/model/param_io.hpp"
 #include "shared/protocol/frame.hpp"
 #include "shared/protocol/messages.hpp"
+#include "shared/protocol/update_encoding.hpp"
 #include "shared/secagg/wire.hpp"
+#include "shared/util/rng.hpp"
 
 namespace {
 
@@ -326,6 +328,28 @@ void cifar10() {
 
 }  // namespace
 
+// Compressed update payloads of a 300-parameter model: the selector byte (0 f16, 1 int8,
+// 2 topk), the size in two bytes, then what a site sends; plus a truncated one.
+void update_encodings() {
+  std::vector<float> step(300);
+  for (std::size_t i = 0; i < step.size(); ++i) {
+    step[i] = 0.01f * static_cast<float>(static_cast<int>(i % 17) - 8);
+  }
+  Rng rng(1);
+  const std::pair<const char*, protocol::CompressionTerms> kinds[] = {
+      {"f16", {protocol::UpdateEncoding::f16, 256, 0.01}},
+      {"int8", {protocol::UpdateEncoding::int8, 64, 0.01}},
+      {"topk", {protocol::UpdateEncoding::topk, 256, 0.05}}};
+  for (std::size_t s = 0; s < 3; ++s) {
+    const auto payload = protocol::encode_step(step, kinds[s].second, rng);
+    std::vector<std::byte> input{std::byte(s), std::byte(299 >> 8), std::byte(299 & 0xff)};
+    input.insert(input.end(), payload.begin(), payload.end());
+    write("update_encoding", kinds[s].first, input);
+    input.resize(input.size() - 5);
+    write("update_encoding", std::string(kinds[s].first) + "_truncated", input);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: fuzz_make_seeds <corpus dir>\n";
@@ -334,6 +358,7 @@ int main(int argc, char** argv) {
   g_root = argv[1];
   frames();
   messages();
+  update_encodings();
   secagg_wire();
   params_and_checkpoints();
   configs();

@@ -60,9 +60,11 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
 
 // "compression": {"up": "int8", "int8_block": 256} / {"up": "topk", "topk_fraction": 0.01}.
 static result<protocol::CompressionTerms> parse_compression(const json& j, const JsonPath& at) {
-  StrictObject o(j, at, {"up", "int8_block", "topk_fraction"});
+  StrictObject o(j, at, {"up", "down", "int8_block", "topk_fraction"});
   std::string up = "none";
   o.choice("up", up, {"none", "f32", "f16", "int8", "topk"});
+  std::string down = "none";
+  o.choice("down", down, {"none", "f32", "f16"});
   protocol::CompressionTerms c;
   o.integer("int8_block", c.block, {protocol::kMinInt8Block, protocol::kMaxInt8Block});
   o.number("topk_fraction", c.topk_fraction, {0, 1, true});
@@ -70,6 +72,12 @@ static result<protocol::CompressionTerms> parse_compression(const json& j, const
     return done.error();
   }
   c.up = protocol::encoding_from_name(up).value_or(protocol::UpdateEncoding::f32);
+  c.down = down == "f16" ? protocol::UpdateEncoding::f16 : protocol::UpdateEncoding::f32;
+  if (c.down != protocol::UpdateEncoding::f32 && c.up == protocol::UpdateEncoding::f32) {
+    return at.key("down").bad(
+        "needs a compressed \"up\": a site's step is taken against the f16 model it received "
+        "and added to the model the server holds");
+  }
   if (o.has("int8_block") && c.up != protocol::UpdateEncoding::int8) {
     return at.key("int8_block").bad("applies only to \"up\": \"int8\"");
   }
@@ -77,6 +85,23 @@ static result<protocol::CompressionTerms> parse_compression(const json& j, const
     return at.key("topk_fraction").bad("applies only to \"up\": \"topk\"");
   }
   return c;
+}
+
+// The run config's "compression" as given back (API, history).
+static json compression_json(const protocol::CompressionTerms& c) {
+  json j{{"up", c.up == protocol::UpdateEncoding::f32
+                    ? std::string("none")
+                    : std::string(protocol::encoding_name(c.up))}};
+  if (c.up == protocol::UpdateEncoding::int8) {
+    j["int8_block"] = c.block;
+  }
+  if (c.up == protocol::UpdateEncoding::topk) {
+    j["topk_fraction"] = c.topk_fraction;
+  }
+  if (c.down == protocol::UpdateEncoding::f16) {
+    j["down"] = "f16";
+  }
+  return j;
 }
 
 result<RunConfig> run_config_from_json(const json& j) {
@@ -232,12 +257,7 @@ std::string to_json_text(const RunConfig& c) {
       {"model", c.model_json},
       {"strategy", c.strategy},
       {"strategy_options", strategy_options_json(c.strategy_config)},
-      {"compression", c.compression.up == protocol::UpdateEncoding::f32 ? json{{"up", "none"}}
-                      : c.compression.up == protocol::UpdateEncoding::int8
-                          ? json{{"up", "int8"}, {"int8_block", c.compression.block}}
-                      : c.compression.up == protocol::UpdateEncoding::topk
-                          ? json{{"up", "topk"}, {"topk_fraction", c.compression.topk_fraction}}
-                          : json{{"up", "f16"}}},
+      {"compression", compression_json(c.compression)},
       {"rounds", c.rounds},
       {"min_clients", c.min_clients},
       {"min_available_clients", c.min_available_clients},

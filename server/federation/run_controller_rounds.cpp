@@ -337,6 +337,12 @@ void RunController::begin_round() {
                candidates.size());
   event("round_started", run.record.id, round.number, "",
         json{{"clients", candidates.size()}, {"attempt", run.attempt + 1}}.dump());
+  // The TRAIN payload, one shared buffer for every site: the global model as it is, or as
+  // f16 words when the run compresses the download.
+  auto payload = model.global;
+  if (run.config.compression.down == protocol::UpdateEncoding::f16) {
+    payload = std::make_shared<const std::vector<float>>(protocol::encode_model_f16(*model.global));
+  }
   for (const auto& c : candidates) {
     protocol::TrainRequest request;
     request.run_id = run.record.id;
@@ -354,10 +360,13 @@ void RunController::begin_round() {
     request.privacy = privacy;
     request.scaling = *run.scaling;
     request.compression = run.config.compression;
+    if (request.compression.down != protocol::UpdateEncoding::f32) {
+      request.compression.parameters = model.global->size();
+    }
     auto metadata = protocol::to_metadata(request);
     round.judge->set_bytes_down(c.client_id, protocol::kFrameHeaderSize + metadata.size() +
-                                                 model.global->size() * sizeof(float));
-    env_.sessions.send_train(c.client_id, std::move(metadata), model.global,
+                                                 payload->size() * sizeof(float));
+    env_.sessions.send_train(c.client_id, std::move(metadata), payload,
                              [this, alive = std::weak_ptr<const char>(alive_), run = run.record.id,
                               number = round.number, attempt = run.attempt] {
                                if (!alive.expired()) {

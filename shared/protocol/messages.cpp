@@ -430,11 +430,20 @@ static result<CompressionTerms> parse_compression(const json& j) {
   const auto up = r.text("up", 8);
   c.block = r.integer<std::uint32_t>("block", kMinInt8Block, kMaxInt8Block, 256);
   c.topk_fraction = r.number("fraction", 1e-9, 1.0, 0.01);
+  const auto down = r.text("down", 8, "f32");
+  c.parameters = r.integer<std::uint64_t>("params", 0, std::uint64_t{1} << 32, 0);
   if (r.ok()) {
     if (auto known = encoding_from_name(up)) {
       c.up = *known;
     } else {
       r.fail_with("'up' must be f32, f16, int8 or topk");
+    }
+  }
+  if (r.ok()) {
+    if (down == "f16" && c.parameters > 0 && c.up != UpdateEncoding::f32) {
+      c.down = UpdateEncoding::f16;
+    } else if (down != "f32") {
+      r.fail_with("'down' must be f32, or f16 with 'params' > 0 and a compressed 'up'");
     }
   }
   if (!r.ok()) {
@@ -679,6 +688,10 @@ std::string to_metadata(const TrainRequest& m) {
     j["compression"] = {{"up", encoding_name(m.compression.up)},
                         {"block", m.compression.block},
                         {"fraction", m.compression.topk_fraction}};
+    if (m.compression.down != UpdateEncoding::f32) {
+      j["compression"]["down"] = encoding_name(m.compression.down);
+      j["compression"]["params"] = m.compression.parameters;
+    }
   }
   return j.dump();
 }

@@ -303,6 +303,24 @@ std::vector<std::byte> encode_step(std::span<const float> step, const Compressio
   return {};
 }
 
+std::vector<float> encode_model_f16(std::span<const float> model) {
+  auto bytes = encode_f16(model);
+  std::vector<float> words(bytes.size() / sizeof(float));
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  return words;
+}
+
+result<std::vector<float>> decode_model_f16(std::span<const std::byte> payload,
+                                            std::size_t parameters) {
+  // The same checks as an f16 step, around a zero model.
+  const std::vector<float> zero(parameters, 0.0f);
+  std::vector<float> out(parameters);
+  if (auto ok = decode_f16(payload, zero, out); !ok) {
+    return ok.error();
+  }
+  return out;
+}
+
 result<void> decode_step(UpdateEncoding encoding, std::span<const std::byte> payload,
                          std::span<const float> global, std::vector<float>& params) {
   params.resize(global.size());

@@ -40,11 +40,16 @@ enum class UpdateEncoding { f32, f16, int8, topk };
 std::string_view encoding_name(UpdateEncoding encoding) noexcept;
 std::optional<UpdateEncoding> encoding_from_name(std::string_view name) noexcept;
 
-// What a run asks its sites to send.
+// What a run asks its sites to send, and how its TRAIN payload comes down.
 struct CompressionTerms {
   UpdateEncoding up = UpdateEncoding::f32;
   std::uint32_t block = 256;    // int8: values per scale, 16..65536
   double topk_fraction = 0.01;  // topk: share of the entries sent, (0, 1]
+  // The global model in TRAIN: f32, or f16 (binary16, padded to 4 bytes), which needs a
+  // compressed upload: the site's step is then taken against the model it received and
+  // added by the server to the model it holds.
+  UpdateEncoding down = UpdateEncoding::f32;
+  std::uint64_t parameters = 0;  // with down = f16: the model's size (the payload is padded)
   friend bool operator==(const CompressionTerms&, const CompressionTerms&) = default;
 };
 
@@ -68,6 +73,13 @@ std::vector<std::byte> encode_step(std::span<const float> step, const Compressio
 
 // The payload's size for `n` parameters under `terms` (for limits and reports).
 std::size_t encoded_size(std::size_t n, const CompressionTerms& terms) noexcept;
+
+// The global model as f16 words for TRAIN (down = f16): 2n bytes padded to a multiple of 4.
+std::vector<float> encode_model_f16(std::span<const float> model);
+// Decodes a TRAIN payload of `parameters` f16 values. Errors: invalid_argument for a payload
+// of another length, non-zero padding, or a non-finite value.
+result<std::vector<float>> decode_model_f16(std::span<const std::byte> payload,
+                                            std::size_t parameters);
 
 // Writes global + decoded step into `params` (resized to global's size). Errors:
 // invalid_argument naming the problem (a payload of the wrong length, an index out of

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,22 @@ TEST(UpdateEncoding, Int8IsAQuarterOfTheBytesWithinOneQuantumAndUnbiased) {
   EXPECT_LT(worst, 4e-5);
 }
 
+// The global model as f16 for TRAIN (compression.down): half the bytes, every value within
+// half an ulp of binary16, and a payload of another size refused.
+TEST(UpdateEncoding, AModelGoesDownAsF16AndComesBackWithinHalfAnUlp) {
+  const auto model = normal(1001, 6, 1.0);
+  const auto words = encode_model_f16(model);
+  EXPECT_EQ(words.size() * 4, 2004u);
+  const auto bytes = std::as_bytes(std::span(words));
+  auto back = decode_model_f16(bytes, model.size());
+  ASSERT_TRUE(back) << back.error().message;
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    EXPECT_NEAR((*back)[i], model[i], std::abs(model[i]) * std::ldexp(1.0, -11) + 1e-7) << i;
+  }
+  EXPECT_FALSE(decode_model_f16(bytes, 1500));
+  EXPECT_FALSE(decode_model_f16(bytes.first(2000), model.size()));
+}
+
 TEST(UpdateEncoding, TopKSendsTheLargestEntriesAndKeepsTheRestAsResidual) {
   const std::vector<float> global{1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   const std::vector<float> step{0.1f, -5, 0.2f, 3, 0, 0, -0.3f, 0, 0.05f, 4};
@@ -180,6 +197,11 @@ TEST(UpdateEncoding, TrainAndUpdateCarryTheirEncodingAndOlderPeersSeeNone) {
   request.layout_fingerprint = std::string(16, 'b');
   request.compression = {UpdateEncoding::int8, 512, 0.01};
   auto parsed = parse_train_request(to_metadata(request));
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed->compression, request.compression);
+  request.compression.down = UpdateEncoding::f16;
+  request.compression.parameters = 1234;
+  parsed = parse_train_request(to_metadata(request));
   ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_EQ(parsed->compression, request.compression);
   request.compression = {};

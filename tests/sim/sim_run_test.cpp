@@ -349,6 +349,22 @@ TEST(SimRun, CompressedUpdatesCutTheBytesUpAndStillLearn) {
   const auto [plain_accuracy, plain_up, plain_down] = run_with("f32", "none");
   const auto [int8_accuracy, int8_up, int8_down] = run_with("int8", "int8");
   const auto [topk_accuracy, topk_up, topk_down] = run_with("topk", "topk");
+  // The global model down as f16 too: 31 parameters are 124 bytes as float32, 64 as f16;
+  // each TRAIN's "compression" grows by ,"down":"f16","params":31 (25 bytes).
+  auto both = small_run(dir, "both");
+  both.rounds = 5;
+  both.compression = "int8";
+  both.compression_down = "f16";
+  auto both_outcome = run(both);
+  ASSERT_TRUE(both_outcome) << both_outcome.error().to_string();
+  const auto both_rows = read_csv(both.out + "/rounds.csv");
+  std::int64_t both_down = 0;
+  for (const auto& b : column(both_rows, "bytes_down")) {
+    both_down += std::stoll(b);
+  }
+  EXPECT_NEAR(static_cast<double>(int8_down - both_down), 20 * (60.0 - 25.0), 20.0)
+      << both_down << " vs " << int8_down;
+  EXPECT_NEAR(std::stod(column(both_rows, "accuracy").back()), plain_accuracy, 0.03);
   // 4 sites x 5 rounds = 20 updates of 31 parameters: 124 payload bytes each as float32,
   // 4 + 4 + 31 = 39 -> 40 as int8, plus 18 metadata bytes (,"encoding":"int8"): 66 fewer
   // bytes per update, whatever else the metadata holds. Each TRAIN grows by its

@@ -173,6 +173,21 @@ class NumpySitesTest(unittest.TestCase):
         self.assertEqual([r["accepted"] for r in rounds], [3, 3])
         self.assertTrue(all(r["epsilon"] and 0 < r["epsilon"] <= 8 for r in rounds), rounds)
 
+    def test_python_sites_send_compressed_updates_and_take_an_f16_model(self):
+        self.start_sites()
+        run = self.fed.admin.start_run(run_config(3, compression={"up": "int8", "down": "f16"}))
+        ended = self.fed.admin.wait(run["id"], poll_seconds=0.2, timeout=120)
+        self.assertEqual(ended["state"], "finished", self.fed.log("server"))
+        rounds = self.fed.admin.rounds(run["id"])
+        self.assertEqual([r["accepted"] for r in rounds], [3, 3, 3])
+        # The sites speak protocol 3 (older ones would not have been selected), and their
+        # int8 steps against the f16 model they received still make a model that learns.
+        self.assertIn("protocol 3", self.fed.log("server"))
+        path = self.fed.admin.download_model(run["id"], os.path.join(self.tmp.name, "c.fcp"))
+        _, arrays, _ = fedcore.load_parameters(path)
+        _, test = numpy_site.load_share(numpy_site_data(), 0, 3)
+        self.assertGreater(numpy_site.loss_and_accuracy(arrays[0], arrays[1], *test)[1], 0.85)
+
     def test_a_run_for_another_model_is_refused_naming_the_tensor(self):
         self.start_sites()
         other = [("weight", (1, 30)), ("bias", (2,))]

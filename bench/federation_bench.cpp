@@ -77,6 +77,7 @@
 #include "shared/secagg/plan.hpp"
 #include "shared/tls/context.hpp"
 #include "shared/util/allocator_tuning.hpp"
+#include "shared/util/rng.hpp"
 #include "tests/support/build_outputs.hpp"
 
 extern char** environ;
@@ -322,6 +323,28 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
       report.nonce = request->nonce;
       report.layout_fingerprint = request->layout_fingerprint;
       report.samples = 100;
+      if (!request->privacy.secure_aggregation &&
+          request->compression.up != fedcore::protocol::UpdateEncoding::f32) {
+        // A no-op site of a compressing run: a small fixed step (not zero, so the encoder
+        // does a real site's work: int8 rounds every value, top-k selects), encoded as the
+        // run asks.
+        const std::size_t n = request->compression.down == fedcore::protocol::UpdateEncoding::f16
+                                  ? request->compression.parameters
+                                  : frame->payload.size() / sizeof(float);
+        std::vector<float> step(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          step[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 255) - 127);
+        }
+        fedcore::Rng rng(request->round);
+        const auto bytes = fedcore::protocol::encode_step(step, request->compression, rng);
+        report.encoding = request->compression.up;
+        const auto metadata = fedcore::protocol::to_metadata(report);
+        traffic.update += fedcore::protocol::kFrameHeaderSize + metadata.size() + bytes.size();
+        co_await channel.write_frame(MessageType::update, metadata, bytes);
+        traffic.mark(request->round, Traffic::last_answer);
+        ++traffic.completed;
+        continue;
+      }
       if (!request->privacy.secure_aggregation) {
         const auto metadata = fedcore::protocol::to_metadata(report);
         traffic.update +=
@@ -415,7 +438,20 @@ struct RunSpec {
   bool overlap = true;     // the server's overlap_checkpoints
   int max_inflight = 0;    // > 0: the server's max_inflight_updates, with no extra memory budget
   int workers = -1;        // >= 0: the server's worker_threads; -1: its default
+  // The run's compression: none, f16, int8, topk (1%), or int8+f16 (the model down as f16).
+  std::string compression = "none";
 };
+
+// The run config's "compression" for a RunSpec's name (empty for none).
+std::string compression_json(const std::string& name) {
+  if (name == "none")
+    return "";
+  if (name == "int8+f16")
+    return R"(,"compression":{"up":"int8","down":"f16"})";
+  if (name == "topk")
+    return R"(,"compression":{"up":"topk","topk_fraction":0.01})";
+  return R"(,"compression":{"up":")" + name + R"("})";
+}
 
 struct RunResult {
   bool finished = false;
@@ -493,7 +529,8 @@ RunResult run_federation(const std::string& server_bin, const Pki& pki,
                                   << R"(,"clients_per_round":)" << spec.clients
                                   << R"(,"min_clients":)" << spec.clients
                                   << R"(,"round_timeout_s":1200,"wait_for_clients_s":120,)"
-                                  << R"("federated_evaluation":false)" << privacy << "}";
+                                  << R"("federated_evaluation":false)" << privacy
+                                  << compression_json(spec.compression) << "}";
   std::string a0 = server_bin, a1 = "--config", a2 = (dir / "server.json").string(), a3 = "--run",
               a4 = (dir / "run.json").string(), a5 = "--log-level", a6 = "warn";
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(),
@@ -705,37 +742,41 @@ double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field f
 void rounds_bench(const std::string& server_bin, const std::vector<long>& param_counts,
                   const std::vector<int>& client_counts, int rounds, int client_threads,
                   const std::vector<bool>& overlaps, int max_inflight,
-                  const std::vector<int>& workers) {
+                  const std::vector<int>& workers, const std::vector<std::string>& compressions) {
   const int max_clients = *std::max_element(client_counts.begin(), client_counts.end());
   const auto root = bench_root();
   const Pki pki = make_pki((root / "pki").string(), max_clients);
   std::vector<std::pair<RunSpec, RunResult>> runs;
-  std::printf("%-10s %-8s %-8s %-8s %-18s %-19s %-18s %-14s %-14s\n", "params", "clients",
-              "overlap", "workers", "median round (ms)", "round period (ms)", "server peak RSS",
-              "model size", "target RSS");
+  std::printf("%-10s %-8s %-8s %-8s %-10s %-18s %-19s %-18s %-14s %-14s %-12s %-12s\n", "params",
+              "clients", "overlap", "workers", "compress", "median round (ms)", "round period (ms)",
+              "server peak RSS", "model size", "target RSS", "MB up/round", "MB down/round");
   for (long params : param_counts) {
     for (int clients : client_counts) {
       for (bool overlap : overlaps) {
         for (int worker_threads : workers) {
-          const RunSpec spec{params,         clients, rounds,       Mode::plain,
-                             client_threads, overlap, max_inflight, worker_threads};
-          const RunResult r = run_federation(server_bin, pki, root, spec);
-          const double model_mb = double(r.actual_params) * 4 / 1e6;
-          // Both in MB (10^6 bytes), the target's unit: a peak in MiB beside a target in MB
-          // read 5% low.
-          const double peak_mb = double(r.peak_rss_kib) * 1024 / 1e6;
-          const double target_mb = 3 * model_mb + 100;
-          std::printf("%-10ld %-8d %-8s %-8s %-18.1f %-19.1f %-18s %-14s %-14s%s%s\n",
-                      r.actual_params, clients, overlap ? "on" : "off",
-                      worker_threads < 0 ? "default" : std::to_string(worker_threads).c_str(),
-                      median(r.round_ms), median(r.period_ms),
-                      (std::to_string(int(peak_mb + 0.5)) + " MB").c_str(),
-                      (std::to_string(int(model_mb)) + " MB").c_str(),
-                      (std::to_string(int(target_mb)) + " MB").c_str(),
-                      peak_mb > target_mb ? "  (over the RSS target)" : "",
-                      r.finished ? "" : "  (did not finish)");
-          std::fflush(stdout);
-          runs.emplace_back(spec, r);
+          for (const auto& compression : compressions) {
+            const RunSpec spec{params,  clients,      rounds,         Mode::plain, client_threads,
+                               overlap, max_inflight, worker_threads, compression};
+            const RunResult r = run_federation(server_bin, pki, root, spec);
+            const double model_mb = double(r.actual_params) * 4 / 1e6;
+            // Both in MB (10^6 bytes), the target's unit: a peak in MiB beside a target in MB
+            // read 5% low.
+            const double peak_mb = double(r.peak_rss_kib) * 1024 / 1e6;
+            const double target_mb = 3 * model_mb + 100;
+            std::printf(
+                "%-10ld %-8d %-8s %-8s %-10s %-18.1f %-19.1f %-18s %-14s %-14s %-12.2f "
+                "%-12.2f%s%s\n",
+                r.actual_params, clients, overlap ? "on" : "off",
+                worker_threads < 0 ? "default" : std::to_string(worker_threads).c_str(),
+                compression.c_str(), median(r.round_ms), median(r.period_ms),
+                (std::to_string(int(peak_mb + 0.5)) + " MB").c_str(),
+                (std::to_string(int(model_mb)) + " MB").c_str(),
+                (std::to_string(int(target_mb)) + " MB").c_str(), median(r.round_mb_up),
+                median(r.round_mb_down), peak_mb > target_mb ? "  (over the RSS target)" : "",
+                r.finished ? "" : "  (did not finish)");
+            std::fflush(stdout);
+            runs.emplace_back(spec, r);
+          }
         }
       }
     }
@@ -1207,6 +1248,7 @@ int main(int argc, char** argv) {
   if (mode == "rounds") {
     // rounds [PARAMS...] [--clients 2,8,32] [--rounds R] [--client-threads T]
     //        [--overlap on|off|both] [--max-inflight N] [--workers N,...]
+    //        [--compression none,f16,int8,topk,int8+f16]
     std::vector<long> params;
     std::vector<int> clients;
     int rounds = 5;
@@ -1214,9 +1256,21 @@ int main(int argc, char** argv) {
     std::vector<bool> overlaps{true};
     int max_inflight = 0;
     std::vector<int> workers{-1};
+    std::vector<std::string> compressions{"none"};
     for (int i = 2; i < argc; ++i) {
       const std::string arg = argv[i];
-      if (arg == "--clients" && i + 1 < argc) {
+      if (arg == "--compression" && i + 1 < argc) {
+        compressions.clear();
+        std::istringstream list(argv[++i]);
+        for (std::string item; std::getline(list, item, ',');) {
+          if (item != "none" && item != "f16" && item != "int8" && item != "topk" &&
+              item != "int8+f16") {
+            std::fprintf(stderr, "rounds: --compression takes none, f16, int8, topk, int8+f16\n");
+            return 2;
+          }
+          compressions.push_back(item);
+        }
+      } else if (arg == "--clients" && i + 1 < argc) {
         std::istringstream list(argv[++i]);
         for (std::string item; std::getline(list, item, ',');) {
           clients.push_back(std::atoi(item.c_str()));
@@ -1255,7 +1309,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     rounds_bench(fedcore::testing::server_binary(), params, clients, rounds, client_threads,
-                 overlaps, max_inflight, workers);
+                 overlaps, max_inflight, workers, compressions);
     return 0;
   }
   if (mode == "secure") {
@@ -1297,12 +1351,12 @@ int main(int argc, char** argv) {
     secure_bench(fedcore::testing::server_binary(), options);
     return 0;
   }
-  std::fprintf(
-      stderr,
-      "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
-      "[--client-threads T] [--overlap on|off|both] [--max-inflight N] [--workers N,...] | secure "
-      "[--params P] [--clients "
-      "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
-      "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
+  std::fprintf(stderr,
+               "usage: federation_bench rounds [PARAMS...] [--clients N,...] [--rounds R] "
+               "[--client-threads T] [--overlap on|off|both] [--max-inflight N] [--workers N,...] "
+               "[--compression none,f16,int8,topk,int8+f16] | secure "
+               "[--params P] [--clients "
+               "N[:R],...] [--rounds R] [--client-threads T] [--no-unsigned] | transfer [MB] "
+               "[FRAMES] | transfer-tcp [MB] [FRAMES] | streams [MB] [FRAMES] [REPEATS]\n");
   return 2;
 }

@@ -23,8 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 3) {
     return 0;
   }
-  const protocol::UpdateEncoding encodings[] = {
-      protocol::UpdateEncoding::f16, protocol::UpdateEncoding::int8, protocol::UpdateEncoding::topk};
+  const protocol::UpdateEncoding encodings[] = {protocol::UpdateEncoding::f16,
+                                                protocol::UpdateEncoding::int8,
+                                                protocol::UpdateEncoding::topk};
   const auto encoding = encodings[data[0] % 3];
   const std::size_t n = 1 + (static_cast<std::size_t>(data[1]) << 8 | data[2]) % 4096;
   std::vector<float> global(n);
@@ -42,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::size_t changed = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(params[i])) {
-      fuzz::invariant_failed("update_encoding", "an accepted payload decodes to a non-finite value");
+      fuzz::invariant_failed("update_encoding",
+                             "an accepted payload decodes to a non-finite value");
     }
     changed += params[i] != global[i] ? 1 : 0;
   }

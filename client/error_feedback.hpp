@@ -17,8 +17,9 @@ namespace fedcore::client {
 
 class ErrorFeedback {
  public:
-  // `step` plus the residual carried for `run_id` (none for another run or another size).
-  std::vector<float> with_residual(std::int64_t run_id, std::span<const float> step);
+  // Adds the residual carried for `run_id` to `step`, in place (nothing for another run or
+  // another size).
+  void add_residual(std::int64_t run_id, std::span<float> step);
   // What this round did not send, for the next round of `run_id`.
   void keep(std::int64_t run_id, std::vector<float> residual);
 

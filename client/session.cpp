@@ -222,7 +222,7 @@ std::vector<float> ClientSession::compress(const protocol::TrainRequest& request
   }
   const bool topk = request.compression.up == protocol::UpdateEncoding::topk;
   if (topk && hooks_.error_feedback != nullptr) {
-    step = hooks_.error_feedback->with_residual(request.run_id, step);
+    hooks_.error_feedback->add_residual(request.run_id, step);
   }
   Rng rng(std::hash<std::string>{}(request.nonce) ^ request.settings.seed);
   std::vector<float> residual;

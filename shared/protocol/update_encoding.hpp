@@ -27,10 +27,7 @@
 #include <vector>
 
 #include "shared/util/error.hpp"
-
-namespace fedcore {
-class Rng;
-}
+#include "shared/util/rng.hpp"
 
 namespace fedcore::protocol {
 

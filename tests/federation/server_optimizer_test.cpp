@@ -1,18 +1,16 @@
 // Server optimizers (FedAvgM, FedAdagrad, FedAdam, FedYogi) against hand-computed steps,
-// their options, and their state: saved beside a checkpoint, restored, swept as an orphan.
+// their options, and their state: saved beside a checkpoint and restored (the orphan sweep of
+// state files is in orphan_checkpoints_test.cpp).
 #include "server/federation/server_optimizer.hpp"
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "server/federation/orphan_checkpoints.hpp"
 #include "server/federation/server_state_file.hpp"
 #include "server/federation/strategy_config.hpp"
-#include "tests/store/store_fixtures.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fedcore::federation {
@@ -242,31 +240,6 @@ TEST(ServerStateFile, RoundTripsBitForBitAndRefusesAnotherModelsSize) {
   auto missing = read_server_state(temp.path("run-1/round-5.state.fcp"), 3);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, errc::not_found);
-}
-
-// A state file lives and dies with its round's checkpoint.
-TEST(ServerStateFile, IsAnOrphanExactlyWhenItsRoundsCheckpointIs) {
-  fedcore::testing::TempDir temp;
-  auto store = store::HistoryStore::open(temp.path("history.db"));
-  ASSERT_TRUE(store) << store.error().to_string();
-  auto run = store->create_run("r", "{}", 5, 1);
-  ASSERT_TRUE(run);
-  ASSERT_TRUE(store->set_run_state(run->id, store::RunState::running, "", 2));
-  const auto dir = std::filesystem::path(temp.path("checkpoints")) / "run-1";
-  std::filesystem::create_directories(dir);
-  for (const char* name :
-       {"round-1.fcp", "round-1.state.fcp", "round-2.state.fcp", "round-2.state.fcp.tmp"}) {
-    std::ofstream(dir / name) << "x";
-  }
-  ASSERT_TRUE(store->commit_round(store::testing::make_round(run->id, 1), {},
-                                  store::testing::make_checkpoint((dir / "round-1.fcp").string())));
-  auto sweep = remove_orphan_checkpoints(*store, temp.path("checkpoints"));
-  ASSERT_TRUE(sweep) << sweep.error().message;
-  EXPECT_EQ(sweep->kept, 2u);
-  EXPECT_EQ(sweep->removed.size(), 2u);
-  EXPECT_TRUE(std::filesystem::exists(dir / "round-1.state.fcp"));
-  EXPECT_FALSE(std::filesystem::exists(dir / "round-2.state.fcp"));
-  EXPECT_FALSE(std::filesystem::exists(dir / "round-2.state.fcp.tmp"));
 }
 
 }  // namespace

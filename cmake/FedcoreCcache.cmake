@@ -8,7 +8,9 @@
 # paths under it are rewritten relative to the build directory, and CCACHE_NOHASHDIR drops
 # the working directory from the hash (it only matters for debug info, which then names
 # the first clone's paths: harmless for CI, and a developer's own tree always hits itself).
-# CCACHE_MAXSIZE: four trees of about 1.5 GB of objects each, with room to spare.
+# CCACHE_MAXSIZE: seven trees (CI's five, release, the previous version) of about 0.5 GB of
+# objects each with line-table debug information, with room to spare; kept well below
+# the free disk of a CI machine (a 20 GB cache once helped fill one).
 #
 # Why the CPU goes into the hash: ccache hashes the command line, and "-march=native"
 # means a different instruction set on another CPU. For native builds the flags GCC
@@ -26,7 +28,7 @@ if(FEDCORE_CCACHE AND FEDCORE_CCACHE_PROGRAM)
     file(WRITE "${cpu_file}" "-march=${FEDCORE_ARCH}\n")
   endif()
   set(launcher ${CMAKE_COMMAND} -E env
-    "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=20G
+    "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=8G
     "CCACHE_EXTRAFILES=${cpu_file}" ${FEDCORE_CCACHE_PROGRAM})
   set(CMAKE_CXX_COMPILER_LAUNCHER ${launcher})
   message(STATUS "Compiling through ccache (${FEDCORE_CCACHE_PROGRAM})")

@@ -17,8 +17,9 @@
 # frames ("may be used uninitialized" on a moved boost::system::result, "mismatched
 # new/delete" on Asio's frame allocator), which the dev build of the same code does not.
 #
-# Both are built at -O1 -g: -O0 makes the tests that train real models several times
-# slower, and -O1 keeps every report's stack readable. The numeric suites (model, training,
+# Both are built at -O1 -g1: -O0 makes the tests that train real models several times
+# slower, and -O1 keeps every report's stack readable; line tables (-g1) carry the file,
+# line and inlined frames of every report at a quarter of -g's size. The numeric suites (model, training,
 # data, sim, dist) are left out: they are single-threaded Eigen loops covered by the
 # release suite, and under ASan at -O1 they would double the run.
 #
@@ -87,7 +88,7 @@ locked() {
 
 start=$SECONDS
 locked cmake -S . -B "$dir" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
   -DFEDCORE_SANITIZE="$kind" -DFEDCORE_WERROR=OFF -DFEDCORE_BUILD_BENCH=OFF -DFEDCORE_MPI=OFF \
   >/dev/null
 # The binaries the suites start as processes (crash, fd and check-config tests run the

@@ -39,6 +39,7 @@ STRATEGIES = [
     ("multi_krum", {"byzantine": 2}),
     ("bulyan", {"byzantine": 1}),
     ("centered_clipping", {"clipping_radius": 1.0}),
+    ("scaffold", {}),
 ]
 
 

@@ -64,10 +64,11 @@ struct ClientDaemon::Impl {
   std::uint64_t connections = 0;
   std::shared_ptr<const Clock> clock;
   SitePolicyGate policy;
-  std::unique_ptr<AuditLog> audit;  // when options.audit_log names a file
-  SecureIdentity identity;          // empty for in-process sessions (no PKI)
-  RecordDpLedger dp_ledger{0};      // sized to the local records in create()
-  ErrorFeedback error_feedback;     // top-k's residual, across sessions
+  std::unique_ptr<AuditLog> audit;   // when options.audit_log names a file
+  SecureIdentity identity;           // empty for in-process sessions (no PKI)
+  RecordDpLedger dp_ledger{0};       // sized to the local records in create()
+  ErrorFeedback error_feedback;      // top-k's residual, across sessions
+  ControlVariates control_variates;  // SCAFFOLD's c_i, across sessions
 
   // How one connection went: how it ended, and whether it was a healthy session
   // (client/backoff.hpp) that resets the backoff.
@@ -231,15 +232,23 @@ SessionHooks ClientDaemon::Impl::hooks() {
   // coroutine spawned on the worker: a bare post() to the worker would resume the session
   // through its associated executor, the io_context, and training would block the
   // heartbeats (sessions of slow trainers then died of the idle timeout).
-  h.train = [this](const protocol::TrainRequest& request,
-                   std::span<const float> global) -> asio::awaitable<LocalResult> {
+  h.train = [this](const protocol::TrainRequest& request, std::span<const float> global,
+                   std::span<const float> correction) -> asio::awaitable<LocalResult> {
     co_return co_await asio::co_spawn(
         *worker,
         [&]() -> asio::awaitable<LocalResult> {
           if (options.external) {
+            if (!correction.empty()) {
+              LocalResult refused;
+              refused.failure = fail(errc::failed_precondition,
+                                     "this site trains with its own code, which does not apply "
+                                     "SCAFFOLD's control-variate correction");
+              co_return refused;
+            }
             co_return train_externally(*options.external, request, global);
           }
-          auto local = train_locally(request, global, *data.samples(), options.threads);
+          auto local =
+              train_locally(request, global, *data.samples(), options.threads, {}, correction);
           if (options.after_training && !local.failure) {
             options.after_training(request, global, local);
           }
@@ -273,6 +282,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
   h.secure = identity;
   h.dp_ledger = &dp_ledger;
   h.error_feedback = &error_feedback;
+  h.control_variates = &control_variates;
   // Feature statistics for the run's federated scale (client/feature_scaling.hpp), unless
   // the site's policy asks every run for protection its statistics would bypass.
   if (shares_feature_statistics(options.policy) && !options.external) {

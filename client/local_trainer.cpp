@@ -31,9 +31,19 @@ std::optional<error> check_record_dp(const protocol::PrivacyTerms& terms) {
 
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
                           const data::TrainTest& loaded, int threads,
-                          const std::optional<model::DpRandom>& dp_random) {
+                          const std::optional<model::DpRandom>& dp_random,
+                          std::span<const float> correction) {
   LocalResult out;
   const bool record_dp = request.privacy.dp == protocol::DpMode::record;
+  if (!correction.empty() && (record_dp || correction.size() != global.size())) {
+    out.failure =
+        fail(errc::invalid_argument,
+             record_dp ? std::string("SCAFFOLD's correction does not apply to "
+                                     "record-level DP-SGD")
+                       : "SCAFFOLD's control variate has " + std::to_string(correction.size()) +
+                             " values; the model " + std::to_string(global.size()));
+    return out;
+  }
   if (record_dp) {
     if (auto refused = check_record_dp(request.privacy)) {
       out.failure = std::move(refused);
@@ -111,7 +121,9 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
     config.batch_size = request.settings.batch_size;
     config.seed = request.settings.seed;
     config.proximal_mu = request.settings.proximal_mu;
+    config.gradient_correction = correction;
     report = model::train(model, loss, *optimizer, data.train, config, anchor);
+    out.steps = report.steps;
   }
   out.params.assign(model.params().begin(), model.params().end());
   out.report.run_id = request.run_id;

@@ -43,14 +43,18 @@ struct RecordDpSteps {
 struct LocalResult {
   std::optional<error> failure;  // set when the request could not be honoured
   std::vector<float> params;
+  std::uint64_t steps = 0;  // optimizer steps taken (SCAFFOLD's K)
   protocol::UpdateReport report;
   std::optional<RecordDpSteps> record_dp;  // set when trained with record-level DP
 };
 
 // `threads`: compute threads for this training (set_compute_threads).
 // `dp_random`: DP-SGD's randomness; nullopt means a CSPRNG (tests pass seeded sources).
+// `correction`: SCAFFOLD's c - c_i, added to every gradient (empty: none); a correction of
+// the wrong size, or one with record-level DP, is a failure invalid_argument.
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
                           const data::TrainTest& data, int threads,
-                          const std::optional<model::DpRandom>& dp_random = std::nullopt);
+                          const std::optional<model::DpRandom>& dp_random = std::nullopt,
+                          std::span<const float> correction = {});
 
 }  // namespace fedcore::client

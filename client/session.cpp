@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "shared/model/optimizer.hpp"
 #include "shared/util/rng.hpp"
 
 namespace fedcore::client {
@@ -213,6 +214,25 @@ void send_error(net::Link& link, errc code, std::string message) {
 // The run's encoding of this round's step (trained - global), as 4-byte words for the
 // frame (shared/protocol/update_encoding.hpp). int8's stochastic rounding is seeded from
 // the round's nonce: reproducible for a (round, site), different across both.
+result<std::vector<float>> ClientSession::scaffold_change(const protocol::TrainRequest& request,
+                                                          std::span<const float> global,
+                                                          const LocalResult& local,
+                                                          std::span<const float> server_control) {
+  auto optimizer = model::optimizer_config_from_json(request.settings.optimizer);
+  if (!optimizer || optimizer->kind != model::OptimizerKind::sgd || optimizer->momentum != 0.0f ||
+      !(optimizer->learning_rate > 0)) {
+    return fail(errc::invalid_argument,
+                "SCAFFOLD's control variate needs plain SGD steps at a positive learning rate");
+  }
+  if (local.steps == 0 || local.params.size() != global.size()) {
+    return fail(errc::failed_precondition,
+                "SCAFFOLD: local training took no step (or changed the model's size); no "
+                "control variate can be computed");
+  }
+  return control_variate_change(global, local.params, server_control, local.steps,
+                                optimizer->learning_rate);
+}
+
 std::vector<float> ClientSession::compress(const protocol::TrainRequest& request,
                                            std::span<const float> global,
                                            std::span<const float> trained) {
@@ -258,6 +278,24 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     received = std::move(*decoded);
     global = std::span<const float>(received);
   }
+  // SCAFFOLD: the payload is the model, then the server's control variate (as many values).
+  std::span<const float> server_control;
+  if (request->scaffold) {
+    if (global->empty() || global->size() % 2 != 0 || request->privacy.secure_aggregation) {
+      const std::string why =
+          request->privacy.secure_aggregation
+              ? "SCAFFOLD with secure aggregation is not a combination this site runs"
+              : "train payload: a SCAFFOLD model and control variate are two halves of equal "
+                "size; got " +
+                    std::to_string(global->size()) + " values";
+      spdlog::warn("run {} round {}: {}", request->run_id, request->round, why);
+      send_error(*link_, errc::invalid_argument, why);
+      co_return result<void>{};
+    }
+    const auto both = *global;
+    global = both.first(both.size() / 2);
+    server_control = both.subspan(both.size() / 2);
+  }
   // The site decides before anything is trained (client/site_policy.hpp).
   const std::size_t parameter_count = global->size();
   if (!audited(hooks_.audit, [&](AuditLog& log) {
@@ -282,7 +320,13 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
       co_return result<void>{};
     }
   }
-  LocalResult local = co_await hooks_.train(*request, *global);
+  std::vector<float> correction;
+  if (request->scaffold) {
+    correction = hooks_.control_variates != nullptr
+                     ? hooks_.control_variates->correction(request->run_id, server_control)
+                     : std::vector<float>(server_control.begin(), server_control.end());
+  }
+  LocalResult local = co_await hooks_.train(*request, *global, correction);
   if (hooks_.dp_ledger && local.record_dp) {
     // What DP-SGD really did, not what was asked, goes into the site's ledger.
     if (auto eps =
@@ -306,7 +350,8 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     co_return result<void>{};
   }
   if (hooks_.before_update) {
-    const TrainedRound trained{request->run_id, request->round, local.report.train_seconds};
+    const TrainedRound trained{request->run_id, request->round, local.report.train_seconds,
+                               &local.params};
     const UpdateAction action = co_await hooks_.before_update(trained);
     if (action == UpdateAction::drop) {
       link_->close();
@@ -334,6 +379,18 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     local.params = compress(*request, *global, local.params);
     local.report.encoding = request->compression.up;
   }
+  std::vector<float> control_change;
+  if (request->scaffold) {
+    auto change = scaffold_change(*request, *global, local, server_control);
+    if (!change) {
+      spdlog::warn("run {} round {}: {}", request->run_id, request->round, change.error().message);
+      send_error(*link_, change.error().code, change.error().message);
+      co_return result<void>{};
+    }
+    control_change = std::move(*change);
+    local.params.insert(local.params.end(), control_change.begin(), control_change.end());
+    local.report.scaffold = true;
+  }
   auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
   const auto bytes = payload->size() * sizeof(float);
   // Recorded before the bytes leave: the log may claim an update a broken link then lost,
@@ -349,6 +406,9 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     co_return result<void>{};
   }
   link_->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
+  if (request->scaffold && hooks_.control_variates != nullptr) {
+    hooks_.control_variates->advance(request->run_id, control_change);  // c_i += dc, once sent
+  }
   ++rounds_trained_;
   spdlog::info("run {} round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",
                request->run_id, request->round, with_commas(local.report.samples),

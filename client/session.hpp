@@ -34,6 +34,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "client/audit_log.hpp"
+#include "client/control_variates.hpp"
 #include "client/dp_ledger.hpp"
 #include "client/error_feedback.hpp"
 #include "client/local_trainer.hpp"
@@ -57,12 +58,17 @@ struct TrainedRound {
   std::int64_t run_id = 0;
   std::int64_t round = 0;
   double train_seconds = 0;
+  // The trained parameters about to be sent, which the seam may rewrite (fedcore-sim's
+  // colluding attackers, sim/collusion.hpp); valid until its awaitable completes.
+  std::vector<float>* update = nullptr;
 };
 
 struct SessionHooks {
-  // Trains for one request off the io thread and resumes on it. Required.
+  // Trains for one request off the io thread and resumes on it: the request, the global
+  // model, and SCAFFOLD's gradient correction (c - c_i; empty for other strategies).
+  // Required.
   std::function<boost::asio::awaitable<LocalResult>(const protocol::TrainRequest&,
-                                                    std::span<const float>)>
+                                                    std::span<const float>, std::span<const float>)>
       train;
   // Awaited after training succeeded and before the UPDATE goes out; may be empty.
   std::function<boost::asio::awaitable<UpdateAction>(const TrainedRound&)> before_update;
@@ -80,6 +86,9 @@ struct SessionHooks {
   RecordDpLedger* dp_ledger = nullptr;
   // Top-k compression's residual (client/error_feedback.hpp); may be null (no feedback).
   ErrorFeedback* error_feedback = nullptr;
+  // SCAFFOLD's control variate of this site (client/control_variates.hpp); may be null: the
+  // site then trains every round as if its c_i were zero.
+  ControlVariates* control_variates = nullptr;
   // The site's answer to a feature-statistics request (feature_stats_report over its
   // training split, client/feature_scaling.hpp). When set, the HELLO announces the
   // capability protocol::kFeatureStatsCapability; when empty (a site that does not share
@@ -128,6 +137,13 @@ class ClientSession {
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
   std::vector<float> compress(const protocol::TrainRequest& request, std::span<const float> global,
                               std::span<const float> trained);
+  // SCAFFOLD's dc for the update (client/control_variates.hpp), from the request's SGD
+  // learning rate and the steps taken. Errors: invalid_argument for another optimizer,
+  // failed_precondition when no step was taken.
+  static result<std::vector<float>> scaffold_change(const protocol::TrainRequest& request,
+                                                    std::span<const float> global,
+                                                    const LocalResult& local,
+                                                    std::span<const float> server_control);
   void on_feature_stats_request(const protocol::Frame& frame);
   boost::asio::awaitable<void> on_evaluate(const protocol::Frame& frame);
   void on_secure_message(const protocol::Frame& frame);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "shared/util/assert.hpp"
 #include "shared/util/rng.hpp"
 
 namespace fedcore::sim {
@@ -19,6 +20,8 @@ std::optional<AttackKind> attack_kind(std::string_view name) noexcept {
     return AttackKind::scaled;
   if (name == "noise")
     return AttackKind::noise;
+  if (name == "little_is_enough")
+    return AttackKind::little_is_enough;
   return std::nullopt;
 }
 
@@ -32,10 +35,29 @@ double default_attack_scale(AttackKind kind) noexcept {
       return 1;
     case AttackKind::none:
     case AttackKind::label_flip:
+    case AttackKind::little_is_enough:  // z from the paper's rule (collusion.hpp)
       return 0;
   }
   return 0;
 }
+
+namespace {
+
+boost::asio::awaitable<client::UpdateAction> rewrite_then(
+    std::shared_ptr<Collusion> collusion, std::chrono::milliseconds limit,
+    std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)> then,
+    client::TrainedRound trained) {
+  if (trained.update != nullptr) {
+    co_await collusion->rewrite(trained.round, *trained.update, limit,
+                                std::chrono::milliseconds(2));
+  }
+  if (then) {
+    co_return co_await then(trained);
+  }
+  co_return client::UpdateAction::send;
+}
+
+}  // namespace
 
 std::size_t AttackPlan::attackers() const noexcept {
   return static_cast<std::size_t>(std::count(malicious.begin(), malicious.end(), true));
@@ -90,19 +112,39 @@ void apply_attack(const AttackPlan& plan, std::size_t index, std::int64_t round,
     }
     case AttackKind::none:
     case AttackKind::label_flip:
+    case AttackKind::little_is_enough:  // crafted from the others' updates (collusion.hpp)
       return;
   }
 }
 
 std::function<void(const protocol::TrainRequest&, std::span<const float>, client::LocalResult&)>
-attack_seam(const AttackPlan& plan, std::size_t index) {
+attack_seam(const AttackPlan& plan, std::size_t index, std::shared_ptr<Collusion> collusion) {
   if (!plan.is_malicious(index) || plan.kind == AttackKind::none ||
       plan.kind == AttackKind::label_flip) {
     return {};
   }
+  if (plan.kind == AttackKind::little_is_enough) {
+    FEDCORE_ASSERT(collusion != nullptr, "attack_seam: little_is_enough needs a Collusion");
+    return [collusion, index](const protocol::TrainRequest& request, std::span<const float>,
+                              client::LocalResult& local) {
+      collusion->deposit(request.round, index, local.params);
+    };
+  }
   return [plan, index](const protocol::TrainRequest& request, std::span<const float> global,
                        client::LocalResult& local) {
     apply_attack(plan, index, request.round, global, local.params);
+  };
+}
+
+std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)>
+collusion_seam(
+    std::shared_ptr<Collusion> collusion, std::chrono::milliseconds limit,
+    std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)> then) {
+  // A plain function, not a capturing coroutine lambda: the coroutine's frame holds copies
+  // of what it needs, whatever becomes of the std::function that started it.
+  return [collusion = std::move(collusion), limit,
+          then = std::move(then)](const client::TrainedRound& trained) {
+    return rewrite_then(collusion, limit, then, trained);
   };
 }
 

@@ -9,18 +9,22 @@
 //   scaled      global + s * (local - global), s default 10: model replacement (Bagdasaryan
 //               et al. 2020) without the boosting's knowledge of the others
 //   noise       global + N(0, s^2) per parameter, s default 1: a site sending garbage
+//   little_is_enough  the malicious sites pool their honest updates and all send
+//               mu - z * sigma (Baruch et al. 2019; sim/collusion.hpp); s > 0 sets z, else
+//               z comes from the paper's rule for the number of sites and attackers
 //
 // Which sites are malicious: round(fraction * clients) of them, a seeded sample (the same
 // for every aggregator compared with the same seed). Each attacker sends in every round it
 // is selected for, with its true sample count (its weight under FedAvg).
-// Not modelled: attackers that collude on the honest updates' statistics ("a little is
-// enough", Baruch et al. 2019), which needs the malicious sites to see each other's
-// updates before sending.
+// little_is_enough needs every attacker in every round and one process (fedcore-sim refuses
+// it otherwise, sim/options.cpp): the attackers wait for each other's deposits.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,14 +32,17 @@
 #include <vector>
 
 #include "client/local_trainer.hpp"
+#include "client/session.hpp"
 #include "shared/protocol/messages.hpp"
 #include "shared/util/error.hpp"
+#include "sim/collusion.hpp"
 
 namespace fedcore::sim {
 
-enum class AttackKind { none, label_flip, sign_flip, scaled, noise };
+enum class AttackKind { none, label_flip, sign_flip, scaled, noise, little_is_enough };
 
-// "none", "label_flip", "sign_flip", "scaled", "noise"; nothing for other names.
+// "none", "label_flip", "sign_flip", "scaled", "noise", "little_is_enough"; nothing for
+// other names.
 std::optional<AttackKind> attack_kind(std::string_view name) noexcept;
 // The default strength s of an attack (see above); 0 for none and label_flip.
 double default_attack_scale(AttackKind kind) noexcept;
@@ -57,9 +64,19 @@ AttackPlan plan_attack(AttackKind kind, double scale, double fraction, std::size
                        std::uint64_t seed);
 
 // The after_training seam (client::ClientOptions::after_training) of site `index`: empty
-// for honest sites and for label flipping (done on the data, sim_data.hpp).
+// for honest sites and for label flipping (done on the data, sim_data.hpp). For
+// little_is_enough it deposits the honest update with `collusion` (required then), and the
+// before_update seam (collusion_seam) sends the crafted one.
 std::function<void(const protocol::TrainRequest&, std::span<const float>, client::LocalResult&)>
-attack_seam(const AttackPlan& plan, std::size_t index);
+attack_seam(const AttackPlan& plan, std::size_t index,
+            std::shared_ptr<Collusion> collusion = nullptr);
+
+// The before_update seam of a little_is_enough attacker: waits (at most `limit`) for the
+// crafted update and writes it over the one about to be sent, then runs `then`.
+std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)>
+collusion_seam(
+    std::shared_ptr<Collusion> collusion, std::chrono::milliseconds limit,
+    std::function<boost::asio::awaitable<client::UpdateAction>(const client::TrainedRound&)> then);
 
 // Rewrites `local.params` as the attack says; pure given (plan, index, round).
 void apply_attack(const AttackPlan& plan, std::size_t index, std::int64_t round,

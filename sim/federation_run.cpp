@@ -411,6 +411,16 @@ result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& d
   // Pure in the options: every rank of an MPI run draws the same attackers.
   const auto attack =
       plan_attack(*attack_kind(o.attack), o.attack_scale, o.attack_fraction, o.clients, o.seed);
+  // "A little is enough": the attackers meet here (one process, every site in every round:
+  // sim/options.cpp refuses the rest). They wait for each other at most half a round.
+  std::shared_ptr<Collusion> collusion;
+  if (attack.kind == AttackKind::little_is_enough && attack.attackers() > 0) {
+    const double z =
+        o.attack_scale > 0 ? o.attack_scale : little_is_enough_z(o.clients, attack.attackers());
+    collusion = std::make_shared<Collusion>(attack.attackers(), z);
+  }
+  const auto collusion_wait =
+      std::chrono::milliseconds(static_cast<std::int64_t>(o.round_timeout_s * 1000.0 / 2.0));
   for (std::size_t i = range.begin; i < range.end; ++i) {
     auto& io = fleet.io_for(i - range.begin);
     client::ClientOptions c;
@@ -435,7 +445,10 @@ result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& d
     c.healthy_session = std::chrono::milliseconds(0);
     c.seed = o.seed + i;
     c.before_update = behaviour.seam(i);
-    c.after_training = attack_seam(attack, i);
+    c.after_training = attack_seam(attack, i, collusion);
+    if (collusion && attack.is_malicious(i)) {
+      c.before_update = collusion_seam(collusion, collusion_wait, std::move(c.before_update));
+    }
     const bool flip = attack.kind == AttackKind::label_flip && attack.is_malicious(i);
     auto daemon = client::ClientDaemon::create(io, std::move(c), site_data(data, i, flip));
     if (!daemon) {

@@ -101,14 +101,15 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
                  "none | f16: how the global model goes down (f16 needs --compression)")
       ->capture_default_str();
   app.add_option("--attack", o.attack,
-                 "none | label_flip | sign_flip | scaled | noise: what malicious sites send "
-                 "(sim/attack.hpp)")
+                 "none | label_flip | sign_flip | scaled | noise | little_is_enough: what "
+                 "malicious sites send (sim/attack.hpp)")
       ->capture_default_str();
   app.add_option("--attack-fraction", o.attack_fraction,
                  "fraction of the sites that are malicious (a seeded sample)")
       ->capture_default_str();
   app.add_option("--attack-scale", o.attack_scale,
-                 "the attack's strength s (sign_flip 4, scaled 10, noise 1 when 0)")
+                 "the attack's strength s (sign_flip 4, scaled 10, noise 1 when 0; "
+                 "little_is_enough: z, the paper's rule when 0)")
       ->capture_default_str();
   app.add_option("--slow-factor", o.slow_factor, "a slow client takes this many times longer")
       ->capture_default_str();
@@ -269,14 +270,23 @@ result<void> validate(const SimOptions& o) {
         "quantized updates of its own)");
   }
   if (!attack_kind(o.attack)) {
-    return invalid("--attack must be none, label_flip, sign_flip, scaled or noise, got '" +
-                   o.attack + "'");
+    return invalid(
+        "--attack must be none, label_flip, sign_flip, scaled, noise or little_is_enough, got '" +
+        o.attack + "'");
   }
   if (!is_probability(o.attack_fraction)) {
     return invalid("--attack-fraction must be in [0, 1]");
   }
   if ((o.attack == "none") != (o.attack_fraction == 0.0)) {
     return invalid("--attack and --attack-fraction go together: give both or neither");
+  }
+  if (o.attack == "little_is_enough" &&
+      ((o.clients_per_round != 0 && o.clients_per_round != o.clients) || o.fraction < 1.0 ||
+       o.mpi)) {
+    return invalid(
+        "--attack little_is_enough has its attackers pool their honest updates each round: it "
+        "needs every site in every round (no --clients-per-round or --fraction below all) and "
+        "one process (no --mpi)");
   }
   if (!(o.attack_scale >= 0.0 && o.attack_scale <= 1e6)) {
     return invalid("--attack-scale must be in [0, 1e6]");

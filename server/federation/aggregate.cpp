@@ -4,6 +4,7 @@
 
 #include "server/federation/fixed_point_mean.hpp"
 #include "server/federation/robust_strategy.hpp"
+#include "server/federation/scaffold.hpp"
 #include "server/federation/server_optimizer.hpp"
 #include "shared/util/assert.hpp"
 
@@ -71,6 +72,8 @@ std::string_view rejection_name(Rejection reason) noexcept {
       return "samples_above_declared";
     case Rejection::norm:
       return "norm";
+    case Rejection::control:
+      return "control";
   }
   return "unknown";
 }
@@ -169,6 +172,9 @@ result<std::unique_ptr<Strategy>> make_strategy(const StrategyConfig& config,
   }
   if (is_robust_strategy(config.name)) {
     return make_robust_strategy(config, param_count);
+  }
+  if (config.name == "scaffold") {
+    return make_scaffold(config, param_count);
   }
   std::string known;
   for (const auto name : kStrategies) {

@@ -46,6 +46,10 @@ enum class Rejection {
   // Checked by Round (round.hpp), which knows the client: more samples than the client
   // declared in its HELLO.
   samples_above_declared,
+  // Checked by Round for a strategy that wants a control variate with each update
+  // (SCAFFOLD, scaffold.hpp): it is missing, of the wrong size or not finite, or one came
+  // that the strategy does not use.
+  control,
 };
 std::string_view rejection_name(Rejection reason) noexcept;
 
@@ -91,6 +95,15 @@ class Strategy {
   virtual void begin_round(std::span<const float> global, std::uint64_t max_total_weight) = 0;
   // How many clients the round selected (DP-FedAvg divides by it); most ignore it.
   virtual void expect_clients(std::size_t /*selected*/) {}
+  // How many clients were eligible when the round selected (SCAFFOLD divides the change
+  // of its control variate by it); most ignore it.
+  virtual void expect_population(std::size_t /*eligible*/) {}
+  // SCAFFOLD (scaffold.hpp): whether every update must come with the change of its site's
+  // control variate, one value per parameter; the control variate the sites are sent with
+  // each TRAIN (empty for strategies without one); and the change of one accepted update.
+  virtual bool wants_control() const noexcept { return false; }
+  virtual std::span<const float> control() const noexcept { return {}; }
+  virtual void add_control(std::span<const float> /*delta*/) {}
   // Folds in one validated update; the weights of a round stay within begin_round's bound.
   virtual void add_update(std::span<const float> update, std::uint64_t samples) = 0;
   // The fused path (Round, round.cpp): a strategy that can measure an update's squared

@@ -729,8 +729,16 @@ void FederationServer::Impl::handle_update(Session& session, protocol::Frame& fr
     return;
   }
   auto floats = protocol::payload_floats(frame.payload);
-  const std::span<const float> params = floats ? *floats : std::span<const float>();
-  controller.on_update(session.client_id, *report, params, bytes);
+  std::span<const float> params = floats ? *floats : std::span<const float>();
+  std::span<const float> control;
+  if (report->scaffold) {
+    // SCAFFOLD: the parameters, then as many values of the control variate's change; an odd
+    // count leaves the halves unequal and the round rejects the update for its shape.
+    const std::size_t half = (params.size() + 1) / 2;
+    control = params.subspan(half);
+    params = params.first(half);
+  }
+  controller.on_update(session.client_id, *report, params, bytes, control);
   // The caller drives the controller once the payload is back with the gate.
 }
 

@@ -1,6 +1,7 @@
 #include "server/federation/round.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "shared/util/assert.hpp"
 
@@ -80,7 +81,8 @@ std::string_view stale_reason_name(StaleReason reason) noexcept {
 
 UpdateVerdict Round::on_update(std::string_view client_id, const protocol::UpdateReport& report,
                                std::span<const float> params, std::uint64_t bytes_up,
-                               std::string* why, StaleReason* stale_reason) {
+                               std::string* why, StaleReason* stale_reason,
+                               std::span<const float> control) {
   auto set_why = [&](std::string text) {
     if (why != nullptr) {
       *why = std::move(text);
@@ -131,6 +133,13 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   const auto weight = drawn != settings_.weights.end() ? drawn->second
                       : cap > 0                        ? std::min(report.samples, cap)
                                                        : report.samples;
+  if (auto mismatch = control_mismatch(control)) {
+    outcome->status = ClientStatus::rejected;
+    outcome->reason = std::move(*mismatch);
+    outcome->rejection = Rejection::control;
+    set_why(outcome->reason);
+    return UpdateVerdict::rejected;
+  }
   const auto declared = settings_.declared_samples.find(std::string(client_id));
   const bool above_declared =
       declared != settings_.declared_samples.end() && report.samples > declared->second;
@@ -149,7 +158,7 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
       timer_->add(&store::RoundPhases::aggregate_ms, folding);
     }
     if (squared && distance_allowed(*squared, settings_.checks)) {
-      return accept(*outcome);
+      return accept(*outcome, control);
     }
     if (squared) {
       strategy_.remove_update(params, weight);
@@ -183,14 +192,40 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   if (timer_ != nullptr) {
     timer_->add(&store::RoundPhases::aggregate_ms, folding);
   }
-  return accept(*outcome);
+  return accept(*outcome, control);
 }
 
-UpdateVerdict Round::accept(ClientOutcome& outcome) {
+UpdateVerdict Round::accept(ClientOutcome& outcome, std::span<const float> control) {
   outcome.status = ClientStatus::ok;
   outcome.reason.clear();
   ++accepted_;
+  if (strategy_.wants_control()) {
+    strategy_.add_control(control);
+  }
   return UpdateVerdict::accepted;
+}
+
+std::optional<std::string> Round::control_mismatch(std::span<const float> control) const {
+  if (!strategy_.wants_control()) {
+    if (control.empty()) {
+      return std::nullopt;
+    }
+    return "the update carries a control variate (" + std::to_string(control.size()) +
+           " values), which strategy " + std::string(strategy_.name()) + " does not use";
+  }
+  if (control.size() != layout_.total()) {
+    return "strategy " + std::string(strategy_.name()) +
+           " needs the change of the site's control variate with the update, one value per "
+           "parameter (" +
+           std::to_string(layout_.total()) + "); the update carries " +
+           std::to_string(control.size());
+  }
+  for (std::size_t i = 0; i < control.size(); ++i) {
+    if (!std::isfinite(control[i])) {
+      return "the change of the site's control variate is not finite at index " + std::to_string(i);
+    }
+  }
+  return std::nullopt;
 }
 
 void Round::on_dropped(std::string_view client_id, std::string reason) {

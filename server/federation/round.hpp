@@ -112,10 +112,13 @@ class Round {
 
   // Judges one update. For `stale`, `why` says what was wrong and `stale_reason` (when not
   // null) gets the reason as a code; for `rejected` the reason and its code are also in the
-  // client's outcome.
+  // client's outcome. `control` is the change of the site's control variate the update
+  // carries (SCAFFOLD): it must be one finite value per parameter when the strategy wants
+  // one, and empty otherwise (else the update is rejected, Rejection::control); an
+  // accepted update's control goes to the strategy after its parameters.
   UpdateVerdict on_update(std::string_view client_id, const protocol::UpdateReport& report,
                           std::span<const float> params, std::uint64_t bytes_up, std::string* why,
-                          StaleReason* stale_reason = nullptr);
+                          StaleReason* stale_reason = nullptr, std::span<const float> control = {});
   // A selected client's session ended before it answered.
   void on_dropped(std::string_view client_id, std::string reason);
   void set_bytes_down(std::string_view client_id, std::uint64_t bytes);
@@ -145,8 +148,10 @@ class Round {
 
  private:
   ClientOutcome* find(std::string_view client_id);
-  // Marks a folded update's client ok and counts it.
-  UpdateVerdict accept(ClientOutcome& outcome);
+  // Marks a folded update's client ok, counts it and hands the strategy its control.
+  UpdateVerdict accept(ClientOutcome& outcome, std::span<const float> control);
+  // Why `control` does not fit the strategy (nothing when it does).
+  std::optional<std::string> control_mismatch(std::span<const float> control) const;
 
   RoundSettings settings_;
   std::map<std::string, std::string> nonces_;

@@ -59,6 +59,32 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
 }
 
 // "compression": {"up": "int8", "int8_block": 256} / {"up": "topk", "topk_fraction": 0.01}.
+// What SCAFFOLD cannot run with (scaffold.hpp), in words; null when it can.
+static const char* scaffold_refusal(const RunConfig& c) {
+  // Option II's control variate, (x - y) / (K * lr), is the mean local gradient only when the
+  // sites take plain SGD steps at that learning rate.
+  if (c.optimizer.kind != model::OptimizerKind::sgd || c.optimizer.momentum != 0.0f ||
+      c.optimizer.nesterov) {
+    return "its control variates assume plain local SGD (optimizer kind \"sgd\" without "
+           "momentum)";
+  }
+  if (c.proximal_mu > 0) {
+    return "'proximal_mu' is FedProx's correction; SCAFFOLD corrects with control variates";
+  }
+  if (c.compression.up != protocol::UpdateEncoding::f32) {
+    return "the update and the control variate travel as f32; 'compression' applies to other "
+           "strategies";
+  }
+  if (c.model.type == model::ModelType::external) {
+    return "an external model trains in the site's own code, which does not apply the "
+           "control variates' correction";
+  }
+  if (c.privacy.dp.mode == protocol::DpMode::record) {
+    return "record-level DP-SGD does not apply the control variates' correction";
+  }
+  return nullptr;
+}
+
 static result<protocol::CompressionTerms> parse_compression(const json& j, const JsonPath& at) {
   StrictObject o(j, at, {"up", "down", "int8_block", "topk_fraction"});
   std::string up = "none";
@@ -223,6 +249,11 @@ result<RunConfig> run_config_from_json(const json& j) {
     // The sites would add the proximal term all the same, training FedProx under the name
     // FedAvg (fedcore-sim refuses --mu without --strategy fedprox for the same reason).
     return kRoot.bad("'proximal_mu' applies only to strategy \"fedprox\"");
+  }
+  if (c.strategy == "scaffold") {
+    if (auto why = scaffold_refusal(c)) {
+      return kRoot.bad(std::string("strategy \"scaffold\": ") + why);
+    }
   }
   // A robust aggregator that cannot work with the round's size is refused now; with a
   // fraction the size is known only per round, where Strategy::refuse_finish fails a round

@@ -322,7 +322,8 @@ void RunController::end_run(store::RunState state, const std::string& why) {
 // ---------------------------------------------------------------- inputs from sessions
 
 void RunController::on_update(const std::string& client_id, const protocol::UpdateReport& report,
-                              std::span<const float> params, std::uint64_t bytes) {
+                              std::span<const float> params, std::uint64_t bytes,
+                              std::span<const float> control) {
   // A site late for an earlier round has answered it (stale, below): it is free again.
   still_training_.erase(client_id);
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
@@ -351,7 +352,7 @@ void RunController::on_update(const std::string& client_id, const protocol::Upda
   std::string why;
   StaleReason stale_reason = StaleReason::replay;
   const auto verdict =
-      round->judge->on_update(client_id, report, params, bytes, &why, &stale_reason);
+      round->judge->on_update(client_id, report, params, bytes, &why, &stale_reason, control);
   if (verdict != UpdateVerdict::stale) {
     round->timer->update_received();
   }
@@ -514,6 +515,9 @@ RunController::UploadAllowance RunController::upload_allowance(const std::string
     allowance.max_payload_bytes = std::max<std::uint64_t>(
         model_bytes,
         protocol::encoded_size(active_->model->global->size(), active_->config.compression));
+    if (active_->model->strategy->wants_control()) {
+      allowance.max_payload_bytes = 2 * model_bytes;  // SCAFFOLD: parameters, then the control
+    }
   } else if (type == protocol::MessageType::secagg_masked) {
     allowance.max_payload_bytes = model_bytes + kExtraWords * sizeof(std::uint32_t);
   }

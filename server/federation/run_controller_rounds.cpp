@@ -92,14 +92,16 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
   }
   const auto& spec = active_->model->spec;
   const bool compressed = active_->config.compression.up != protocol::UpdateEncoding::f32;
+  const bool scaffold = active_->model->strategy->wants_control();
   std::erase_if(online, [&](const Candidate& c) {
     // A client whose data does not fit this model cannot train it, nor can a client of a
     // protocol version before external models train one, nor one before compressed updates
-    // take part in a run that compresses.
+    // take part in a run that compresses, nor one before SCAFFOLD in a SCAFFOLD run.
     return c.input_shape != spec.input_shape || c.num_classes > spec.num_classes ||
            (spec.type == model::ModelType::external &&
             c.protocol_version < protocol::kExternalModelsProtocolVersion) ||
-           (compressed && c.protocol_version < protocol::kCompressionProtocolVersion);
+           (compressed && c.protocol_version < protocol::kCompressionProtocolVersion) ||
+           (scaffold && c.protocol_version < protocol::kScaffoldProtocolVersion);
   });
   return online;
 }
@@ -254,7 +256,8 @@ void RunController::begin_round() {
                       env_.cpu_times ? env_.cpu_times : CpuTimeSource(process_cpu_times));
   test_point("round.begin", std::to_string(round.number));
 
-  const auto needed = clients_to_sample(run.config, eligible(true).size());
+  const auto population = eligible(true).size();
+  const auto needed = clients_to_sample(run.config, population);
   std::map<std::string, std::uint64_t> draws;  // weighted sampling only
   auto candidates = select_clients(round.number, &draws);
   if (!spend_privacy_budget(candidates)) {
@@ -301,6 +304,7 @@ void RunController::begin_round() {
   }
   model.strategy->begin_round(*model.global, max_total_weight);
   model.strategy->expect_clients(candidates.size());
+  model.strategy->expect_population(std::max(population, candidates.size()));
   round.judge.emplace(settings, nonces, *model.global, model.layout, *model.strategy,
                       &*round.timer);
   protocol::PrivacyTerms privacy;
@@ -343,6 +347,16 @@ void RunController::begin_round() {
   if (run.config.compression.down == protocol::UpdateEncoding::f16) {
     payload = std::make_shared<const std::vector<float>>(protocol::encode_model_f16(*model.global));
   }
+  const bool scaffold = model.strategy->wants_control();
+  if (scaffold) {
+    // SCAFFOLD: the global model, then the server's control variate (scaffold.hpp).
+    const auto control = model.strategy->control();
+    auto both = std::make_shared<std::vector<float>>();
+    both->reserve(model.global->size() + control.size());
+    both->insert(both->end(), model.global->begin(), model.global->end());
+    both->insert(both->end(), control.begin(), control.end());
+    payload = std::move(both);
+  }
   for (const auto& c : candidates) {
     protocol::TrainRequest request;
     request.run_id = run.record.id;
@@ -360,6 +374,7 @@ void RunController::begin_round() {
     request.privacy = privacy;
     request.scaling = *run.scaling;
     request.compression = run.config.compression;
+    request.scaffold = scaffold;
     if (request.compression.down != protocol::UpdateEncoding::f32) {
       request.compression.parameters = model.global->size();
     }

@@ -46,6 +46,8 @@ std::span<const std::string_view> options_of(std::string_view name) {
     return kMultiKrum;
   if (name == "centered_clipping")
     return kClipping;
+  if (name == "scaffold")
+    return std::span<const std::string_view>(kMomentum).first(1);  // server_lr
   return kNone;
 }
 

@@ -12,6 +12,8 @@
 //   median, trimmed_mean, krum,     robust aggregators: every update of the round is held
 //   multi_krum, bulyan,             (within memory_budget_bytes, beyond it in a scratch
 //   centered_clipping               file under the run's directory); unweighted
+//   scaffold                        control variates at the server and every site
+//                                   (scaffold.hpp; Karimireddy et al. 2020)
 #pragma once
 
 #include <cstddef>
@@ -29,15 +31,16 @@ namespace fedcore::federation {
 
 // Every strategy's name, as the run config and fedcore-sim --strategy accept them.
 inline constexpr std::string_view kStrategies[] = {
-    "fedavg", "fedprox",      "fedavgm", "fedadam",    "fedyogi", "fedadagrad",
-    "median", "trimmed_mean", "krum",    "multi_krum", "bulyan",  "centered_clipping"};
+    "fedavg",       "fedprox", "fedavgm",    "fedadam", "fedyogi",           "fedadagrad", "median",
+    "trimmed_mean", "krum",    "multi_krum", "bulyan",  "centered_clipping", "scaffold"};
 
 struct StrategyConfig {
   std::string name = "fedavg";
 
-  // Server optimizers: x <- x + server_lr * step(m, v), with the round's pseudo-gradient
-  // delta = mean - x. fedavgm: m = server_momentum * m + delta (no v). The adaptive three
-  // keep m = beta1 * m + (1 - beta1) * delta and their own v; tau is their epsilon.
+  // Server optimizers: x <- x + server_lr * step(m, v); scaffold: x <- x + server_lr * delta, with
+  // the round's pseudo-gradient delta = mean - x. fedavgm: m = server_momentum * m + delta (no v).
+  // The adaptive three keep m = beta1 * m + (1 - beta1) * delta and their own v; tau is their
+  // epsilon.
   double server_lr = 1.0;
   double server_momentum = 0.9;
   double beta1 = 0.9;

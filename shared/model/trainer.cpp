@@ -32,6 +32,9 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
   FEDCORE_ASSERT(config.batch_size > 0 && config.epochs >= 0, "train: bad config");
   FEDCORE_ASSERT(anchor.empty() || anchor.size() == model.param_count(),
                  "train: anchor size differs");
+  FEDCORE_ASSERT(config.gradient_correction.empty() ||
+                     config.gradient_correction.size() == model.param_count(),
+                 "train: gradient correction size differs");
   const auto start = std::chrono::steady_clock::now();
   const bool proximal = config.proximal_mu > 0 && !anchor.empty();
 
@@ -60,6 +63,12 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
       model.backward(grad_logits);
       if (proximal) {
         add_proximal_term(model.params(), anchor, model.grads(), config.proximal_mu);
+      }
+      if (!config.gradient_correction.empty()) {
+        const auto grads = model.grads();
+        for (std::size_t i = 0; i < grads.size(); ++i) {
+          grads[i] += config.gradient_correction[i];
+        }
       }
       optimizer.step(model.params(), model.grads());
       loss_sum += value.loss * double(count);

@@ -3,8 +3,9 @@
 //
 // Each epoch visits every sample once in an order shuffled by an Rng seeded from
 // (seed, epoch), in batches of `batch_size` (the last batch may be smaller). A step is
-// forward, loss, backward, optional proximal term, optimizer step. Given the same model
-// state, data, config and compute-thread count of 1, the result is bit-for-bit the same.
+// forward, loss, backward, optional proximal term and SCAFFOLD correction, optimizer step. Given
+// the same model state, data, config and compute-thread count of 1, the result is bit-for-bit the
+// same.
 //
 // Thread safety: none; the model, optimizer and scratch belong to the calling thread.
 #pragma once
@@ -27,6 +28,10 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   // FedProx: pull toward `anchor` with strength mu (no-op when mu is 0 or anchor empty).
   float proximal_mu = 0.0f;
+  // SCAFFOLD (Karimireddy et al. 2020): added to every step's gradient, c - c_i (the
+  // server's control variate minus the site's); empty: none. REQUIRES: empty or one value
+  // per parameter, alive for the call.
+  std::span<const float> gradient_correction{};
   // Stop after this many steps in total (0 = no limit); for smoke tests and benchmarks.
   std::size_t max_steps = 0;
 };

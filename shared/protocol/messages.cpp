@@ -477,6 +477,10 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
     }
     m.compression = *parsed;
   }
+  m.scaffold = r.boolean("scaffold", false);
+  if (r.ok() && m.scaffold && m.compression.down != UpdateEncoding::f32) {
+    r.fail_with("'scaffold' sends the model and the control variate as f32: no 'down' encoding");
+  }
   if (!r.ok()) {
     return r.take_error();
   }
@@ -501,6 +505,10 @@ result<UpdateReport> parse_update_report(std::string_view metadata) {
     } else {
       r.fail_with("'encoding' must be f32, f16, int8 or topk");
     }
+  }
+  m.scaffold = r.boolean("scaffold", false);
+  if (r.ok() && m.scaffold && m.encoding != UpdateEncoding::f32) {
+    r.fail_with("'scaffold' updates carry f32 parameters and control: no 'encoding'");
   }
   if (r.ok() && r.has("evaluation")) {
     const auto& e = r.raw()["evaluation"];
@@ -693,6 +701,9 @@ std::string to_metadata(const TrainRequest& m) {
       j["compression"]["params"] = m.compression.parameters;
     }
   }
+  if (m.scaffold) {
+    j["scaffold"] = true;
+  }
   return j.dump();
 }
 
@@ -703,6 +714,9 @@ std::string to_metadata(const UpdateReport& m) {
          {"accuracy", m.accuracy}, {"train_seconds", m.train_seconds}};
   if (m.encoding != UpdateEncoding::f32) {
     j["encoding"] = encoding_name(m.encoding);
+  }
+  if (m.scaffold) {
+    j["scaffold"] = true;
   }
   if (m.evaluation) {
     j["evaluation"] = {{"loss", m.evaluation->loss},

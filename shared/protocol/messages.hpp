@@ -31,10 +31,12 @@ using fedcore::is_valid_client_id;  // util/client_id.hpp
 //   1  the protocol before versions were announced: a HELLO or WELCOME without "protocol"
 //   2  external models (a model spec of "type": "external", trained by the site's own code)
 //   3  compressed updates (TRAIN "compression", UPDATE "encoding"; update_encoding.hpp)
-inline constexpr std::uint32_t kProtocolVersion = 3;
+//   4  SCAFFOLD (TRAIN and UPDATE "scaffold": a control variate after the parameters)
+inline constexpr std::uint32_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint32_t kExternalModelsProtocolVersion = 2;
 inline constexpr std::uint32_t kCompressionProtocolVersion = 3;
+inline constexpr std::uint32_t kScaffoldProtocolVersion = 4;
 // The version a session with a peer of `peer_version` speaks. REQUIRES: peer_version >= 1.
 constexpr std::uint32_t negotiated_protocol(std::uint32_t peer_version) noexcept {
   return peer_version < kProtocolVersion ? peer_version : kProtocolVersion;
@@ -106,7 +108,8 @@ struct FeatureScaling {
   std::vector<double> stddev;  // "std" in the metadata: one per feature, finite and > 0
 };
 
-// The payload of a train frame is the global model's parameters.
+// The payload of a train frame is the global model's parameters (and, for SCAFFOLD, the
+// server's control variate after them).
 struct TrainRequest {
   std::int64_t run_id = 0;
   std::int64_t round = 0;
@@ -119,6 +122,11 @@ struct TrainRequest {
   FeatureScaling scaling;  // "scaling" in the metadata; absent means none
   // "compression": how the update is to be sent; absent means f32 (protocol 3).
   CompressionTerms compression;
+  // "scaffold" (protocol 4): the payload is the global model followed by the server's
+  // control variate, as many f32 values; the site trains with SCAFFOLD's correction and
+  // answers with a "scaffold" update (server/federation/scaffold.hpp). Never with a
+  // compressed download.
+  bool scaffold = false;
 };
 
 struct LocalEvaluation {
@@ -127,7 +135,8 @@ struct LocalEvaluation {
   std::uint64_t samples = 0;
 };
 
-// The payload of an update frame is the locally trained parameters.
+// The payload of an update frame is the locally trained parameters (and, for SCAFFOLD, the
+// change of the site's control variate after them).
 struct UpdateReport {
   std::int64_t run_id = 0;
   std::int64_t round = 0;
@@ -141,6 +150,9 @@ struct UpdateReport {
   // "encoding": what the payload holds (update_encoding.hpp); absent means f32, the
   // trained parameters themselves.
   UpdateEncoding encoding = UpdateEncoding::f32;
+  // "scaffold" (protocol 4): the payload is the trained parameters followed by the change
+  // of the site's control variate, as many f32 values (never with an encoding).
+  bool scaffold = false;
 };
 
 // The HELLO capability of a client that answers feature_stats_request and applies TRAIN's

@@ -54,7 +54,7 @@ class EvaluationSessionTest : public ::testing::Test {
     server_ = link_over(std::move(server_end));
     asio::co_spawn(io_, read_all(), asio::detached);
     SessionHooks hooks;
-    hooks.train = [](const protocol::TrainRequest&,
+    hooks.train = [](const protocol::TrainRequest&, std::span<const float>,
                      std::span<const float>) -> asio::awaitable<LocalResult> {
       ADD_FAILURE() << "an evaluation must not train";
       co_return LocalResult{};

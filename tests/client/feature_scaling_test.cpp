@@ -201,8 +201,8 @@ class SessionScalingTest : public ::testing::Test {
     auto [client_end, server_end] = testing::socket_pair(io_);
     server_ = std::make_unique<FakeServer>(io_, std::move(server_end));
     SessionHooks hooks;
-    hooks.train = [this](const protocol::TrainRequest& request,
-                         std::span<const float> global) -> asio::awaitable<LocalResult> {
+    hooks.train = [this](const protocol::TrainRequest& request, std::span<const float> global,
+                         std::span<const float>) -> asio::awaitable<LocalResult> {
       co_return train_locally(request, global, data_, 1);
     };
     if (shares) {

@@ -1,13 +1,16 @@
 // One server and three hospital daemons over real mutual TLS on loopback, real SQLite, on
 // the breast-cancer set split three ways: 5 FedAvg rounds of logistic regression to a
 // held-out accuracy; the server's worker threads changing no bit of a run; FedProx's mu
-// reaching the sites' training.
+// reaching the sites' training; SCAFFOLD's control variates travelling both ways.
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include <gtest/gtest.h>
 
 #include "server/federation/aggregate.hpp"
 #include "server/federation/fixed_point_mean.hpp"
+#include "server/federation/server_state_file.hpp"
 #include "shared/data/csv.hpp"
 #include "shared/data/feature_stats.hpp"
 #include "shared/data/normalize.hpp"
@@ -147,9 +150,11 @@ TEST(Federation, ThreeHospitalsTrainBreastCancerLogregToHeldOutAccuracyOf93Perce
 // MLP of 660k parameters, 2.6 MB per TRAIN and UPDATE (TLS jobs from 64 KiB) and three
 // chunks of the fold (FixedPointMean::kChunkValues).
 // Three breast-cancer hospitals run `run_json` (which names its rounds); returns the last
-// committed checkpoint's parameters.
+// committed checkpoint's parameters, and the strategy's saved state beside it in `state`
+// when that is not null.
 std::vector<float> final_model_of_a_run(const std::string& run_json, std::size_t rounds,
-                                        int worker_threads = 0) {
+                                        int worker_threads = 0,
+                                        federation::ServerState* state = nullptr) {
   TempDir dir;
   auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
@@ -190,6 +195,16 @@ std::vector<float> final_model_of_a_run(const std::string& run_json, std::size_t
   }
   auto bundle = model::load_params(checkpoints->back().ref.path);
   EXPECT_TRUE(bundle) << bundle.error().to_string();
+  if (bundle && state != nullptr) {
+    const auto run_dir = std::filesystem::path(checkpoints->back().ref.path).parent_path();
+    auto saved = federation::read_server_state(
+        federation::server_state_path(run_dir, static_cast<std::int64_t>(rounds)),
+        bundle->params.size());
+    EXPECT_TRUE(saved) << saved.error().to_string();
+    if (saved) {
+      *state = std::move(*saved);
+    }
+  }
   return bundle ? bundle->params : std::vector<float>{};
 }
 
@@ -238,6 +253,44 @@ TEST(Federation, FedProxMuTravelsToTheSitesAndHoldsTheirTrainingNearTheGlobalMod
   EXPECT_LT(d_strong, 0.5 * d_mild);
   std::printf("distance moved in one round: fedavg %.4f, mu 0.1 %.4f, mu 5 %.4f\n", d_avg, d_mild,
               d_strong);
+}
+
+// SCAFFOLD over the wire (Karimireddy et al. 2020): the server's control variate travels
+// in every TRAIN after the model, each site trains with the correction c - c_i and answers
+// with its parameters and the change of its c_i. Round 1 starts from c = c_i = 0, so its
+// model is FedAvg's bit for bit (this also checks that the two halves of both payloads are
+// told apart); the sites' changes reach the server's c; and from round 2 the corrections
+// change the sites' training, so three rounds end elsewhere than FedAvg's three.
+TEST(Federation, ScaffoldControlVariatesTravelBothWaysAndCorrectTheSitesTraining) {
+  const auto run_with = [](const std::string& strategy, int rounds) {
+    return R"({"name":"scaffold","model":{"type":"logreg"},"rounds":)" + std::to_string(rounds) +
+           R"(,"clients_per_round":3,"min_clients":3,"local_epochs":2,"batch_size":16,
+        "optimizer":{"kind":"sgd","lr":0.1},"round_timeout_s":60,"seed":3,
+        "wait_for_clients_s":60,"strategy":")" +
+           strategy + "\"}";
+  };
+  federation::ServerState first, third;
+  const auto fedavg_1 = final_model_of_a_run(run_with("fedavg", 1), 1);
+  const auto scaffold_1 = final_model_of_a_run(run_with("scaffold", 1), 1, 0, &first);
+  ASSERT_EQ(fedavg_1.size(), 31u);
+  EXPECT_TRUE(scaffold_1 == fedavg_1);
+  ASSERT_EQ(first.names, (std::vector<std::string>{"c"}));
+  ASSERT_EQ(first.values.size(), 31u);
+  double c_norm = 0;
+  for (float v : first.values) {
+    ASSERT_TRUE(std::isfinite(v));
+    c_norm += double(v) * v;
+  }
+  EXPECT_GT(std::sqrt(c_norm), 1e-3) << "the sites' control changes must reach the server";
+
+  const auto fedavg_3 = final_model_of_a_run(run_with("fedavg", 3), 3);
+  const auto scaffold_3 = final_model_of_a_run(run_with("scaffold", 3), 3, 0, &third);
+  ASSERT_EQ(scaffold_3.size(), fedavg_3.size());
+  EXPECT_EQ(third.steps, 3);
+  const double apart = federation::update_distance(scaffold_3, fedavg_3);
+  EXPECT_GT(apart, 1e-4) << "from round 2 the corrections must change the sites' training";
+  std::printf("SCAFFOLD vs FedAvg after 3 rounds: L2 %.5f apart; |c| after round 1 %.5f\n", apart,
+              std::sqrt(c_norm));
 }
 
 }  // namespace

@@ -206,6 +206,25 @@ TEST(FederationFaults, AClientOneProtocolVersionOlderTrainsBuiltInModelsOnly) {
   EXPECT_EQ(compressed_results.count("older"), 0u);
   EXPECT_EQ(compressed_results["current"].status, store::ResultStatus::ok)
       << compressed_results["current"].reason;
+  // A SCAFFOLD run (protocol 4): the same; the current client's update carries its control
+  // variate's change and is accepted.
+  auto scaffold = federation.start_run(R"({"model": {"type": "logreg"}, "rounds": 1,
+      "clients_per_round": 2, "min_clients": 1, "round_timeout_s": 60, "wait_for_clients_s": 1,
+      "seed": 3, "strategy": "scaffold", "optimizer": {"kind": "sgd", "lr": 0.1}})");
+  ASSERT_TRUE(scaffold) << scaffold.error().to_string();
+  ASSERT_TRUE(federation.wait_until(
+      [&] {
+        auto history = federation.open_store();
+        auto rounds = history.list_rounds(*scaffold);
+        return rounds && !rounds->empty();
+      },
+      std::chrono::seconds(60)));
+  EXPECT_EQ(older.trains_received(), 1);
+  auto scaffold_history = federation.open_store();
+  auto scaffold_results = results_by_client(scaffold_history, *scaffold, 1);
+  EXPECT_EQ(scaffold_results.count("older"), 0u);
+  EXPECT_EQ(scaffold_results["current"].status, store::ResultStatus::ok)
+      << scaffold_results["current"].reason;
 }
 
 // A compressed update whose payload does not match its encoding is refused with the reason,

@@ -174,7 +174,21 @@ TEST(RunConfigStrict, EveryProblemNamesItsFullKeyPath) {
       {R"({"model":{"type":"logreg"},"strategy":"FedAvg"})",
        "run config: 'strategy' must be one of \"fedavg\", \"fedprox\", \"fedavgm\", \"fedadam\", "
        "\"fedyogi\", \"fedadagrad\", \"median\", \"trimmed_mean\", \"krum\", \"multi_krum\", "
-       "\"bulyan\", \"centered_clipping\", got \"FedAvg\"; did you mean \"fedavg\"?"},
+       "\"bulyan\", \"centered_clipping\", \"scaffold\", got \"FedAvg\"; did you mean "
+       "\"fedavg\"?"},
+      // SCAFFOLD's control variates assume plain local SGD steps on a model Fedcore trains.
+      {R"({"model":{"type":"logreg"},"strategy":"scaffold",)"
+       R"("optimizer":{"kind":"sgd","lr":0.1,"momentum":0.9}})",
+       "run config: strategy \"scaffold\": its control variates assume plain local SGD "
+       "(optimizer kind \"sgd\" without momentum)"},
+      {R"({"model":{"type":"logreg"},"strategy":"scaffold","compression":{"up":"int8"}})",
+       "run config: strategy \"scaffold\": the update and the control variate travel as f32; "
+       "'compression' applies to other strategies"},
+      {R"({"model":{"type":"logreg"},"strategy":"scaffold","proximal_mu":0.1})",
+       "run config: strategy \"scaffold\": 'proximal_mu' is FedProx's correction; SCAFFOLD "
+       "corrects with control variates"},
+      {R"({"model":{"type":"logreg"},"strategy":"scaffold","strategy_options":{"tau":0.1}})",
+       "run config: 'strategy_options.tau' does not apply to strategy \"scaffold\""},
       {R"({"model":{"type":"logreg"},"strategy":"krum","clients_per_round":4,)"
        R"("strategy_options":{"byzantine":1}})",
        "run config: krum with byzantine = 1 needs more than 2f + 2 = 4 updates per round; "

@@ -31,6 +31,29 @@ UpdateReport sample_update() {
   return m;
 }
 
+// SCAFFOLD (protocol 4): "scaffold" says the payload carries a control variate after the
+// parameters; absent means it does not, and it never goes with a compressed encoding.
+TEST(Messages, ScaffoldFlagRoundTripsAndRefusesCompression) {
+  auto train = sample_train();
+  EXPECT_FALSE(parse_train_request(to_metadata(train))->scaffold);
+  train.scaffold = true;
+  auto parsed_train = parse_train_request(to_metadata(train));
+  ASSERT_TRUE(parsed_train) << parsed_train.error().message;
+  EXPECT_TRUE(parsed_train->scaffold);
+  auto update = sample_update();
+  EXPECT_FALSE(parse_update_report(to_metadata(update))->scaffold);
+  update.scaffold = true;
+  auto parsed_update = parse_update_report(to_metadata(update));
+  ASSERT_TRUE(parsed_update) << parsed_update.error().message;
+  EXPECT_TRUE(parsed_update->scaffold);
+  update.encoding = UpdateEncoding::int8;
+  auto refused = parse_update_report(to_metadata(update));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("'scaffold' updates carry f32"), std::string::npos)
+      << refused.error().message;
+  EXPECT_GE(kProtocolVersion, kScaffoldProtocolVersion);
+}
+
 TEST(Messages, ProtocolVersionsNegotiateDownToTheOlderPeer) {
   Hello hello{10, 0, {4}, 2, {"train"}, "fedcore-client 0.1.0"};
   auto h = parse_hello(to_metadata(hello));

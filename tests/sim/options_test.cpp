@@ -126,6 +126,9 @@ TEST(SimOptions, ErrorsNameTheOption) {
               HasSubstr("--attack and --attack-fraction go together"));
   EXPECT_THAT(refusal({"--attack", "backdoor", "--attack-fraction", "0.1"}),
               HasSubstr("--attack must be none, label_flip"));
+  EXPECT_THAT(
+      refusal({"--attack", "little_is_enough", "--attack-fraction", "0.2", "--fraction", "0.5"}),
+      HasSubstr("needs every site in every round"));
   EXPECT_THAT(refusal({"--strategy", "fedprox"}), HasSubstr("needs --mu"));
   EXPECT_THAT(refusal({"--mu", "0.1"}), HasSubstr("fedprox only"));
   EXPECT_THAT(refusal({"--lr", "-1"}), HasSubstr("optimizer"));

@@ -6,7 +6,8 @@
   attacks      accuracy after N rounds per aggregator x attack x malicious fraction, with an
                SVG chart (the reference for choosing an aggregator)
 
-    bench/strategy_eval.py strategies --sim build/release/sim/fedcore-sim --out runs/strategies
+    bench/strategy_eval.py strategies --sim build/release/sim/fedcore-sim --out runs/strategies \\
+        [--strategies fedavg,scaffold]
     bench/strategy_eval.py compression --sim build/release/sim/fedcore-sim --out runs/compression
     bench/strategy_eval.py attacks --sim build/release/sim/fedcore-sim --out runs/attacks \\
         [--aggregators fedavg,median,...] [--attacks sign_flip,scaled] [--fractions 0,0.2]
@@ -96,7 +97,10 @@ def run_cell(args, folder, strategy, options, attack="none", fraction=0.0, clien
 def strategies(args):
     lines = ["| strategy | options | accuracy after %d rounds | best round |" % args.rounds,
              "|---|---|---:|---:|"]
+    chosen = args.strategies.split(",") if args.strategies else None
     for name, options in STRATEGIES:
+        if chosen is not None and name not in chosen:
+            continue
         cell = run_cell(args, name, name, options)
         text = "failed" if cell is None else f"{100 * cell['final']:.2f}%"
         best = "" if cell is None else f"{100 * cell['best']:.2f}%"
@@ -212,6 +216,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--strategies", default="",
+                        help="strategies table: only these (comma-separated); default all")
     parser.add_argument("--aggregators",
                         default="fedavg,median,trimmed_mean,multi_krum,centered_clipping")
     parser.add_argument("--attacks", default="sign_flip,scaled")

@@ -78,6 +78,8 @@ def run_cell(args, folder, strategy, options, attack="none", fraction=0.0, clien
             command += ["--compression", compression[0], "--topk-fraction", str(compression[1])]
         if attack != "none" and fraction > 0:
             command += ["--attack", attack, "--attack-fraction", str(fraction)]
+            if args.attack_scale > 0:
+                command += ["--attack-scale", str(args.attack_scale)]
         started = time.monotonic()
         done = subprocess.run(command, capture_output=True, text=True)
         seconds = time.monotonic() - started
@@ -178,9 +180,10 @@ def attacks(args):
         clean = run_cell(args, f"{agg}-clean", agg, options)
         for attack in attack_names:
             for fraction in fractions:
+                scale = f"-s{args.attack_scale:g}" if args.attack_scale > 0 else ""
                 cell = clean if fraction == 0 else run_cell(
-                    args, f"{agg}-{attack}-{int(round(100 * fraction))}", agg, options, attack,
-                    fraction)
+                    args, f"{agg}-{attack}{scale}-{int(round(100 * fraction))}", agg, options,
+                    attack, fraction)
                 results[(agg, attack, fraction)] = None if cell is None else cell["final"]
     header = "| aggregator | no attack | " + " | ".join(
         f"{a} {fr:.0%}" for a in attack_names for fr in fractions if fr > 0) + " |"
@@ -222,6 +225,8 @@ def main():
                         default="fedavg,median,trimmed_mean,multi_krum,centered_clipping")
     parser.add_argument("--attacks", default="sign_flip,scaled")
     parser.add_argument("--fractions", default="0,0.2")
+    parser.add_argument("--attack-scale", type=float, default=0,
+                        help="fedcore-sim --attack-scale for every attack (0: each one's default)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     lines = {"strategies": strategies, "attacks": attacks, "compression": compression}[args.table](args)

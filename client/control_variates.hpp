@@ -43,7 +43,7 @@ class ControlVariates {
 
  private:
   std::mutex mutex_;
-  std::int64_t run_id_ = 0;   // guarded by mutex_
+  std::int64_t run_id_ = 0;  // guarded by mutex_
   std::vector<float> mine_;  // c_i, guarded by mutex_
 };
 

@@ -25,8 +25,7 @@ double little_is_enough_z(std::size_t sites, std::size_t malicious) {
   if (p >= 0.9987) {
     return 3.0;  // Phi^-1(0.9987) = 3: the clamp
   }
-  return std::clamp(boost::math::quantile(boost::math::normal_distribution<double>(), p), 0.0,
-                    3.0);
+  return std::clamp(boost::math::quantile(boost::math::normal_distribution<double>(), p), 0.0, 3.0);
 }
 
 std::vector<float> little_is_enough_update(const std::vector<std::vector<float>>& updates,

@@ -37,6 +37,13 @@ class FedAvg final : public Strategy {
   void remove_update(std::span<const float> update, std::uint64_t samples) override {
     average_.remove(update, samples);
   }
+  std::optional<double> add_update_measured(const UpdateChunks& update,
+                                            std::uint64_t samples) override {
+    return average_.add_measured(update, samples);
+  }
+  void remove_update(const UpdateChunks& update, std::uint64_t samples) override {
+    average_.remove(update, samples);
+  }
   void use_workers(WorkerPool* workers) noexcept override { average_.use_workers(workers); }
   std::size_t updates() const noexcept override { return average_.count(); }
   std::vector<float> finish_round() override {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -73,6 +74,10 @@ bool distance_allowed(double squared, const UpdateChecks& checks) noexcept;
     std::span<const float> update, std::string_view claimed_fingerprint, std::uint64_t samples,
     std::span<const float> global, const model::ParamLayout& layout, const UpdateChecks& checks);
 
+// An update's values made a chunk at a time: writes values [begin, begin + out.size()) into
+// `out` (the same type as FixedPointMean::ChunkSource).
+using UpdateChunks = std::function<void(std::size_t begin, std::span<float> out)>;
+
 // What a strategy carries from one round to the next (a server optimizer's moments), saved
 // beside each round's checkpoint and restored when a run resumes (run_model.hpp).
 struct ServerState {
@@ -116,6 +121,16 @@ class Strategy {
     return std::nullopt;
   }
   virtual void remove_update(std::span<const float> /*update*/, std::uint64_t /*samples*/) {}
+  // The fused path for an update that is never held whole (a compressed step decoded as it
+  // is folded, protocol::StepDecoder): `update(begin, out)` writes its values [begin,
+  // begin + out.size()) into `out`, a chunk at a time (FixedPointMean::ChunkSource). Same
+  // contract as the span versions; the strategies that need the whole update return
+  // nothing, and the Round decodes it whole for them.
+  virtual std::optional<double> add_update_measured(const UpdateChunks& /*update*/,
+                                                    std::uint64_t /*samples*/) {
+    return std::nullopt;
+  }
+  virtual void remove_update(const UpdateChunks& /*update*/, std::uint64_t /*samples*/) {}
   // Threads the strategy may fold on besides the caller's (WorkerPool::parallel_for), with
   // results that do not depend on them; null: none. Most ignore it.
   virtual void use_workers(WorkerPool* /*workers*/) noexcept {}

@@ -706,26 +706,28 @@ void FederationServer::Impl::handle_update(Session& session, protocol::Frame& fr
   const std::uint64_t bytes =
       protocol::kFrameHeaderSize + frame.metadata.size() + frame.payload.size();
   if (report->encoding != protocol::UpdateEncoding::f32) {
-    // A compressed step: the parameters are the round's global model plus the decoded step
-    // (one model-sized buffer per update being judged; the payload itself is smaller).
-    std::vector<float> decoded;
+    // A compressed step against the round's global model. The payload is checked whole
+    // here (every malformation is refused before anything is folded), then decoded a chunk
+    // at a time straight into the round's sum (Round::on_update): no parameter vector is
+    // built for it unless its strategy needs every update whole.
     const auto global = controller.round_global();
     if (global == nullptr) {
       controller.on_update(session.client_id, *report, {}, bytes);  // no round: refused there
       return;
     }
-    if (auto ok = protocol::decode_step(report->encoding, frame.payload, *global, decoded); !ok) {
+    auto step = protocol::StepDecoder::open(report->encoding, frame.payload, global->size());
+    if (!step) {
       spdlog::warn("client '{}': malformed update refused: {}", session.client_id,
-                   ok.error().message);
-      event("update_refused", session.client_id, {{"reason", ok.error().message}});
+                   step.error().message);
+      event("update_refused", session.client_id, {{"reason", step.error().message}});
       session.link->send(
           protocol::MessageType::error,
-          protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", ok.error().message}));
+          protocol::to_metadata(protocol::ErrorMessage{"invalid_argument", step.error().message}));
       controller.on_client_error(session.client_id,
-                                 "malformed update refused: " + ok.error().message);
+                                 "malformed update refused: " + step.error().message);
       return;
     }
-    controller.on_update(session.client_id, *report, decoded, bytes);
+    controller.on_update(session.client_id, *report, {}, bytes, {}, &*step);
     return;
   }
   auto floats = protocol::payload_floats(frame.payload);

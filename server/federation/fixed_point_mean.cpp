@@ -137,8 +137,25 @@ double FixedPointMean::squared_distance(std::span<const float> x,
 }
 
 double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t weight) {
-  FEDCORE_ASSERT(begun_, "FixedPointMean::add_measured before begin");
   FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::add_measured: size mismatch");
+  return add_measured_with(
+      [&](std::size_t begin, std::size_t, std::vector<float>&) { return values.data() + begin; },
+      weight);
+}
+
+double FixedPointMean::add_measured(const ChunkSource& values_of, std::uint64_t weight) {
+  return add_measured_with(
+      [&](std::size_t begin, std::size_t length, std::vector<float>& scratch) {
+        scratch.resize(length);
+        values_of(begin, scratch);
+        return static_cast<const float*>(scratch.data());
+      },
+      weight);
+}
+
+template <class ValuesOf>
+double FixedPointMean::add_measured_with(ValuesOf&& values_of, std::uint64_t weight) {
+  FEDCORE_ASSERT(begun_, "FixedPointMean::add_measured before begin");
   FEDCORE_ASSERT(weight >= 1 && weight <= max_total_weight_ - total_weight_,
                  "FixedPointMean::add_measured: the weight exceeds what begin() was promised");
   // The round's first update writes the sum (begin() leaves it as the last round left it).
@@ -151,7 +168,6 @@ double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t
   // term is (x - g) * scale, rounded by the hardware the same way whenever it is computed,
   // and truncated toward zero into the integer sum.
   const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
-  const float* x = values.data();
   const float* g = reference_.data();
   // Unsigned: a bad update's terms may wrap the sum until remove() takes them back.
   auto* sum = reinterpret_cast<std::uint64_t*>(sum_.data());
@@ -160,12 +176,13 @@ double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t
   // squared_distance, whichever thread measured which chunk.
   std::vector<double> squares(chunk_count(n));
   for_chunks([&](std::size_t first, std::size_t end) {
+    std::vector<float> scratch;  // a chunk of decoded values (ChunkSource) on this thread
     for (std::size_t c = first; c < end; ++c) {
       const std::size_t begin = c * kChunkValues;
       const std::size_t length = std::min(kChunkValues, n - begin);
-      squares[c] = overwrite
-                       ? chunk_pass<Fold::write>(x + begin, g + begin, length, sum + begin, scale)
-                       : chunk_pass<Fold::add>(x + begin, g + begin, length, sum + begin, scale);
+      const float* x = values_of(begin, length, scratch);
+      squares[c] = overwrite ? chunk_pass<Fold::write>(x, g + begin, length, sum + begin, scale)
+                             : chunk_pass<Fold::add>(x, g + begin, length, sum + begin, scale);
     }
   });
   double squared = 0;
@@ -177,18 +194,41 @@ double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t
 
 void FixedPointMean::remove(std::span<const float> values, std::uint64_t weight) {
   FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::remove: size mismatch");
+  remove_with(
+      [&](std::size_t begin, std::size_t, std::vector<float>&) { return values.data() + begin; },
+      weight);
+}
+
+void FixedPointMean::remove(const ChunkSource& values_of, std::uint64_t weight) {
+  remove_with(
+      [&](std::size_t begin, std::size_t length, std::vector<float>& scratch) {
+        scratch.resize(length);
+        values_of(begin, scratch);
+        return static_cast<const float*>(scratch.data());
+      },
+      weight);
+}
+
+template <class ValuesOf>
+void FixedPointMean::remove_with(ValuesOf&& values_of, std::uint64_t weight) {
   FEDCORE_ASSERT(count_ > 0 && weight <= total_weight_,
                  "FixedPointMean::remove: more than was added");
   total_weight_ -= weight;
   --count_;
   const double scale = std::ldexp(static_cast<double>(weight), fraction_bits_);
-  const float* x = values.data();
   const float* g = reference_.data();
   auto* sum = reinterpret_cast<std::uint64_t*>(sum_.data());
   const std::size_t n = size_;
   for_chunks([&](std::size_t first, std::size_t end) {
-    for (std::size_t i = first * kChunkValues; i < std::min(n, end * kChunkValues); ++i) {
-      sum[i] -= term_bits((static_cast<double>(x[i]) - static_cast<double>(g[i])) * scale);
+    std::vector<float> scratch;
+    for (std::size_t c = first; c < end; ++c) {
+      const std::size_t begin = c * kChunkValues;
+      const std::size_t length = std::min(kChunkValues, n - begin);
+      const float* x = values_of(begin, length, scratch);
+      for (std::size_t i = 0; i < length; ++i) {
+        sum[begin + i] -=
+            term_bits((static_cast<double>(x[i]) - static_cast<double>(g[begin + i])) * scale);
+      }
     }
   });
 }

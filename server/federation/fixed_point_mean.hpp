@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -84,6 +85,16 @@ class FixedPointMean {
   // Takes back exactly what add_measured(values, weight) added (same values and weight).
   void remove(std::span<const float> values, std::uint64_t weight);
 
+  // The same two for an update that is never held whole (a compressed step decoded as it
+  // is folded, protocol::StepDecoder): `values_of(begin, out)` writes the update's values
+  // [begin, begin + out.size()) into `out`, one chunk of at most kChunkValues at a time, in
+  // any order and from any of the fold's threads, the same values each time it is asked.
+  // Bit for bit the result of the span versions on the whole vector; the scratch is one
+  // chunk (1 MiB) per folding thread.
+  using ChunkSource = std::function<void(std::size_t begin, std::span<float> out)>;
+  double add_measured(const ChunkSource& values_of, std::uint64_t weight);
+  void remove(const ChunkSource& values_of, std::uint64_t weight);
+
   std::size_t size() const noexcept { return size_; }
   std::size_t count() const noexcept { return count_; }
   std::uint64_t total_weight() const noexcept { return total_weight_; }
@@ -106,6 +117,11 @@ class FixedPointMean {
   // there is more than one chunk.
   template <class Body>
   void for_chunks(Body&& body) const;
+  // The folds, over chunks whose values values_of(begin, length, scratch) points to.
+  template <class ValuesOf>
+  double add_measured_with(ValuesOf&& values_of, std::uint64_t weight);
+  template <class ValuesOf>
+  void remove_with(ValuesOf&& values_of, std::uint64_t weight);
 
   WorkerPool* workers_ = nullptr;
   std::size_t size_;

@@ -82,7 +82,7 @@ std::string_view stale_reason_name(StaleReason reason) noexcept {
 UpdateVerdict Round::on_update(std::string_view client_id, const protocol::UpdateReport& report,
                                std::span<const float> params, std::uint64_t bytes_up,
                                std::string* why, StaleReason* stale_reason,
-                               std::span<const float> control) {
+                               std::span<const float> control, const protocol::StepDecoder* step) {
   auto set_why = [&](std::string text) {
     if (why != nullptr) {
       *why = std::move(text);
@@ -147,13 +147,20 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
   // distance is measured, and taken back if that distance is not allowed (the fused path,
   // aggregate.hpp). Anything else goes the long way, so every refusal names the first
   // failing check in validate_update's order.
-  const bool cheap_checks_pass = !above_declared && params.size() == layout_.total() &&
+  const std::size_t value_count = step != nullptr ? step->size() : params.size();
+  const bool cheap_checks_pass = !above_declared && value_count == layout_.total() &&
                                  report.samples >= 1 &&
                                  report.samples <= settings_.checks.max_samples &&
                                  report.layout_fingerprint == layout_.fingerprint_hex();
   if (cheap_checks_pass) {
     const auto folding = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
-    const auto squared = strategy_.add_update_measured(params, weight);
+    // An encoded update is decoded a chunk at a time as it is folded: no parameter vector
+    // of its own (protocol::StepDecoder).
+    const UpdateChunks chunks = [&](std::size_t begin, std::span<float> out) {
+      step->decode_range(begin, global_.subspan(begin, out.size()), out);
+    };
+    const auto squared = step != nullptr ? strategy_.add_update_measured(chunks, weight)
+                                         : strategy_.add_update_measured(params, weight);
     if (timer_ != nullptr) {
       timer_->add(&store::RoundPhases::aggregate_ms, folding);
     }
@@ -161,8 +168,22 @@ UpdateVerdict Round::on_update(std::string_view client_id, const protocol::Updat
       return accept(*outcome, control);
     }
     if (squared) {
-      strategy_.remove_update(params, weight);
+      if (step != nullptr) {
+        strategy_.remove_update(chunks, weight);
+      } else {
+        strategy_.remove_update(params, weight);
+      }
     }
+  }
+  // The long way needs the update whole: an encoded one is decoded here (the strategies
+  // that keep every update, and the rejections, which name the first failing check).
+  std::vector<float> decoded;
+  if (step != nullptr) {
+    if (step->size() == global_.size()) {
+      decoded.resize(step->size());
+      step->decode_range(0, global_, decoded);
+    }
+    params = decoded;
   }
   const auto checking = timer_ != nullptr ? timer_->now() : Clock::steady_time{};
   auto refused = validate_update(params, report.layout_fingerprint, report.samples, global_,

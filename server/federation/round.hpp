@@ -115,10 +115,14 @@ class Round {
   // client's outcome. `control` is the change of the site's control variate the update
   // carries (SCAFFOLD): it must be one finite value per parameter when the strategy wants
   // one, and empty otherwise (else the update is rejected, Rejection::control); an
-  // accepted update's control goes to the strategy after its parameters.
+  // accepted update's control goes to the strategy after its parameters. `step`, when not
+  // null, is the update as a compressed step against the round's global model (then
+  // `params` is ignored): a strategy that can fold it a chunk at a time does so, decoding
+  // as it goes; for the others it is decoded whole first.
   UpdateVerdict on_update(std::string_view client_id, const protocol::UpdateReport& report,
                           std::span<const float> params, std::uint64_t bytes_up, std::string* why,
-                          StaleReason* stale_reason = nullptr, std::span<const float> control = {});
+                          StaleReason* stale_reason = nullptr, std::span<const float> control = {},
+                          const protocol::StepDecoder* step = nullptr);
   // A selected client's session ended before it answered.
   void on_dropped(std::string_view client_id, std::string reason);
   void set_bytes_down(std::string_view client_id, std::uint64_t bytes);

@@ -323,7 +323,7 @@ void RunController::end_run(store::RunState state, const std::string& why) {
 
 void RunController::on_update(const std::string& client_id, const protocol::UpdateReport& report,
                               std::span<const float> params, std::uint64_t bytes,
-                              std::span<const float> control) {
+                              std::span<const float> control, const protocol::StepDecoder* step) {
   // A site late for an earlier round has answered it (stale, below): it is free again.
   still_training_.erase(client_id);
   RoundInFlight* round = active_ && active_->round ? &*active_->round : nullptr;
@@ -352,7 +352,7 @@ void RunController::on_update(const std::string& client_id, const protocol::Upda
   std::string why;
   StaleReason stale_reason = StaleReason::replay;
   const auto verdict =
-      round->judge->on_update(client_id, report, params, bytes, &why, &stale_reason, control);
+      round->judge->on_update(client_id, report, params, bytes, &why, &stale_reason, control, step);
   if (verdict != UpdateVerdict::stale) {
     round->timer->update_received();
   }

@@ -226,10 +226,11 @@ class RunController {
 
   // Inputs from the sessions. Each may move the run; call poll() after them.
   // `control`: the change of the site's control variate a SCAFFOLD update carries after its
-  // parameters (empty otherwise; Round::on_update).
+  // parameters (empty otherwise); `step`: a compressed update, decoded as it is folded
+  // (then `params` is empty; Round::on_update).
   void on_update(const std::string& client_id, const protocol::UpdateReport& report,
                  std::span<const float> params, std::uint64_t bytes,
-                 std::span<const float> control = {});
+                 std::span<const float> control = {}, const protocol::StepDecoder* step = nullptr);
   void on_client_error(const std::string& client_id, const std::string& message);
   void on_session_lost(const std::string& client_id, const std::string& reason);
   // A secure-aggregation message (secagg_keys, _shares, _masked, _revealed). A message

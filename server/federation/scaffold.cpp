@@ -78,13 +78,12 @@ class Scaffold final : public Strategy {
   std::shared_ptr<const ServerState> state() const override { return state_; }
 
   result<void> restore(const ServerState& saved) override {
-    if (saved.strategy != "scaffold" || saved.names != state_->names ||
-        saved.values.size() != n_ || saved.steps < 0) {
-      return fail(errc::invalid_argument,
-                  "the saved state (" + saved.strategy + ", " +
-                      std::to_string(saved.values.size()) +
-                      " values) is not a scaffold control variate of " + std::to_string(n_) +
-                      " parameters");
+    if (saved.strategy != "scaffold" || saved.names != state_->names || saved.values.size() != n_ ||
+        saved.steps < 0) {
+      return fail(errc::invalid_argument, "the saved state (" + saved.strategy + ", " +
+                                              std::to_string(saved.values.size()) +
+                                              " values) is not a scaffold control variate of " +
+                                              std::to_string(n_) + " parameters");
     }
     const auto bad = std::find_if(saved.values.begin(), saved.values.end(),
                                   [](float v) { return !std::isfinite(v); });

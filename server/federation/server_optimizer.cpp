@@ -63,6 +63,13 @@ class ServerOptimizer final : public Strategy {
   void remove_update(std::span<const float> update, std::uint64_t samples) override {
     mean_->remove_update(update, samples);
   }
+  std::optional<double> add_update_measured(const UpdateChunks& update,
+                                            std::uint64_t samples) override {
+    return mean_->add_update_measured(update, samples);
+  }
+  void remove_update(const UpdateChunks& update, std::uint64_t samples) override {
+    mean_->remove_update(update, samples);
+  }
   void use_workers(WorkerPool* workers) noexcept override { mean_->use_workers(workers); }
   std::size_t updates() const noexcept override { return mean_->updates(); }
 

@@ -135,26 +135,22 @@ std::vector<std::byte> encode_topk(std::span<const float> step, double fraction,
   return out;
 }
 
-result<void> decode_f16(std::span<const std::byte> in, std::span<const float> global,
-                        std::vector<float>& params) {
-  if (!fits(in, 2 * global.size())) {
-    return bad(UpdateEncoding::f16, std::to_string(in.size()) + " bytes for " +
-                                        std::to_string(global.size()) + " parameters; expected " +
-                                        std::to_string(padded(2 * global.size())));
+// The structural checks of each encoding, done once when a payload is opened: after them,
+// every range of the payload decodes to finite values without another check.
+result<void> check_f16(std::span<const std::byte> in, std::size_t n) {
+  if (!fits(in, 2 * n)) {
+    return bad(UpdateEncoding::f16, std::to_string(in.size()) + " bytes for " + std::to_string(n) +
+                                        " parameters; expected " + std::to_string(padded(2 * n)));
   }
-  for (std::size_t i = 0; i < global.size(); ++i) {
-    const float step = half_to_float(get<std::uint16_t>(in, 2 * i));
-    if (!std::isfinite(step)) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(half_to_float(get<std::uint16_t>(in, 2 * i)))) {
       return bad(UpdateEncoding::f16, "a non-finite step at parameter " + std::to_string(i));
     }
-    params[i] = global[i] + step;
   }
   return {};
 }
 
-result<void> decode_int8(std::span<const std::byte> in, std::span<const float> global,
-                         std::vector<float>& params) {
-  const auto n = global.size();
+result<std::uint32_t> check_int8(std::span<const std::byte> in, std::size_t n) {
   if (in.size() < 4) {
     return bad(UpdateEncoding::int8, "no block size");
   }
@@ -164,31 +160,24 @@ result<void> decode_int8(std::span<const std::byte> in, std::span<const float> g
                                          std::to_string(kMinInt8Block) + ", " +
                                          std::to_string(kMaxInt8Block) + "]");
   }
-  const auto expected = 4 + 4 * int8_blocks(n, block) + n;
+  const auto blocks = int8_blocks(n, block);
+  const auto expected = 4 + 4 * blocks + n;
   if (!fits(in, expected)) {
     return bad(UpdateEncoding::int8, std::to_string(in.size()) + " bytes for " + std::to_string(n) +
                                          " parameters in blocks of " + std::to_string(block) +
                                          "; expected " + std::to_string(padded(expected)));
   }
-  std::size_t at = 4;
-  for (std::size_t start = 0; start < n; start += block) {
-    const float scale = get<float>(in, at);
-    at += 4;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float scale = get<float>(in, 4 + (block + 4) * b);
     if (!std::isfinite(scale) || scale < 0) {
       return bad(UpdateEncoding::int8,
-                 "block " + std::to_string(start / block) + " has a negative or non-finite scale");
-    }
-    const auto end = std::min<std::size_t>(start + block, n);
-    for (std::size_t i = start; i < end; ++i, ++at) {
-      params[i] = global[i] + scale * static_cast<float>(get<std::int8_t>(in, at));
+                 "block " + std::to_string(b) + " has a negative or non-finite scale");
     }
   }
-  return {};
+  return block;
 }
 
-result<void> decode_topk(std::span<const std::byte> in, std::span<const float> global,
-                         std::vector<float>& params) {
-  const auto n = global.size();
+result<std::size_t> check_topk(std::span<const std::byte> in, std::size_t n) {
   if (in.size() < 4) {
     return bad(UpdateEncoding::topk, "no entry count");
   }
@@ -198,23 +187,20 @@ result<void> decode_topk(std::span<const std::byte> in, std::span<const float> g
                                          std::to_string(k) + " entries of " + std::to_string(n) +
                                          " parameters; expected 1 to n entries in 4 + 8k bytes");
   }
-  std::copy(global.begin(), global.end(), params.begin());
   std::int64_t previous = -1;
   for (std::size_t j = 0; j < k; ++j) {
     const auto index = get<std::uint32_t>(in, 4 + 4 * j);
-    const float value = get<float>(in, 4 + 4 * k + 4 * j);
     if (index >= n || static_cast<std::int64_t>(index) <= previous) {
       return bad(UpdateEncoding::topk, "index " + std::to_string(index) + " (entry " +
                                            std::to_string(j) +
                                            ") is out of range or not above the one before");
     }
-    if (!std::isfinite(value)) {
+    if (!std::isfinite(get<float>(in, 4 + 4 * k + 4 * j))) {
       return bad(UpdateEncoding::topk, "a non-finite value at parameter " + std::to_string(index));
     }
     previous = index;
-    params[index] = global[index] + value;
   }
-  return {};
+  return k;
 }
 
 }  // namespace
@@ -322,29 +308,115 @@ std::vector<float> encode_model_f16(std::span<const float> model) {
 
 result<std::vector<float>> decode_model_f16(std::span<const std::byte> payload,
                                             std::size_t parameters) {
-  // The same checks as an f16 step, around a zero model.
-  const std::vector<float> zero(parameters, 0.0f);
-  std::vector<float> out(parameters);
-  if (auto ok = decode_f16(payload, zero, out); !ok) {
+  // The same checks as an f16 step; the values are the step itself (a zero model).
+  if (auto ok = check_f16(payload, parameters); !ok) {
     return ok.error();
+  }
+  std::vector<float> out(parameters);
+  for (std::size_t i = 0; i < parameters; ++i) {
+    out[i] = half_to_float(get<std::uint16_t>(payload, 2 * i));
   }
   return out;
 }
 
-result<void> decode_step(UpdateEncoding encoding, std::span<const std::byte> payload,
-                         std::span<const float> global, std::vector<float>& params) {
-  params.resize(global.size());
+result<StepDecoder> StepDecoder::open(UpdateEncoding encoding, std::span<const std::byte> payload,
+                                      std::size_t parameters) {
+  StepDecoder d;
+  d.encoding_ = encoding;
+  d.payload_ = payload;
+  d.size_ = parameters;
   switch (encoding) {
     case UpdateEncoding::f16:
-      return decode_f16(payload, global, params);
-    case UpdateEncoding::int8:
-      return decode_int8(payload, global, params);
-    case UpdateEncoding::topk:
-      return decode_topk(payload, global, params);
+      if (auto ok = check_f16(payload, parameters); !ok) {
+        return ok.error();
+      }
+      return d;
+    case UpdateEncoding::int8: {
+      auto block = check_int8(payload, parameters);
+      if (!block) {
+        return block.error();
+      }
+      d.block_ = *block;
+      return d;
+    }
+    case UpdateEncoding::topk: {
+      auto k = check_topk(payload, parameters);
+      if (!k) {
+        return k.error();
+      }
+      d.entries_ = *k;
+      return d;
+    }
     case UpdateEncoding::f32:
       break;
   }
-  return fail(errc::invalid_argument, "decode_step: f32 payloads are the parameters themselves");
+  return fail(errc::invalid_argument, "StepDecoder: f32 payloads are the parameters themselves");
+}
+
+void StepDecoder::decode_range(std::size_t begin, std::span<const float> global,
+                               std::span<float> out) const {
+  FEDCORE_ASSERT(global.size() == out.size() && begin + out.size() <= size_,
+                 "StepDecoder::decode_range: range outside the model");
+  const auto in = payload_;
+  const std::size_t count = out.size();
+  switch (encoding_) {
+    case UpdateEncoding::f16:
+      for (std::size_t i = 0; i < count; ++i) {
+        out[i] = global[i] + half_to_float(get<std::uint16_t>(in, 2 * (begin + i)));
+      }
+      return;
+    case UpdateEncoding::int8: {
+      // Block b holds a scale at 4 + (block + 4) * b, then its int8 values.
+      const std::size_t block = block_;
+      for (std::size_t i = 0; i < count;) {
+        const std::size_t at = begin + i;
+        const std::size_t b = at / block;
+        const std::size_t base = 4 + (block + 4) * b;
+        const float scale = get<float>(in, base);
+        const std::size_t end = std::min(count, (b + 1) * block - begin);
+        for (; i < end; ++i) {
+          const auto q = get<std::int8_t>(in, base + 4 + (begin + i - b * block));
+          out[i] = global[i] + scale * static_cast<float>(q);
+        }
+      }
+      return;
+    }
+    case UpdateEncoding::topk: {
+      std::copy(global.begin(), global.end(), out.begin());
+      // The first entry at or after `begin`: the indices ascend (checked in open()).
+      std::size_t lo = 0, hi = entries_;
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (get<std::uint32_t>(in, 4 + 4 * mid) < begin) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      for (std::size_t j = lo; j < entries_; ++j) {
+        const std::size_t index = get<std::uint32_t>(in, 4 + 4 * j);
+        if (index >= begin + count) {
+          break;
+        }
+        out[index - begin] = global[index - begin] + get<float>(in, 4 + 4 * entries_ + 4 * j);
+      }
+      return;
+    }
+    case UpdateEncoding::f32:
+      break;
+  }
+  FEDCORE_ASSERT(false, "StepDecoder::decode_range: f32 has no decoder");
+}
+
+result<void> decode_step(UpdateEncoding encoding, std::span<const std::byte> payload,
+                         std::span<const float> global, std::vector<float>& params) {
+  auto decoder = StepDecoder::open(encoding, payload, global.size());
+  if (!decoder) {
+    return decoder.error();
+  }
+  params.resize(global.size());
+  decoder->decode_range(0, global, params);
+  return {};
 }
 
 }  // namespace fedcore::protocol

@@ -78,6 +78,32 @@ std::vector<float> encode_model_f16(std::span<const float> model);
 result<std::vector<float>> decode_model_f16(std::span<const std::byte> payload,
                                             std::size_t parameters);
 
+// A compressed step, checked once and then decoded any range at a time, so that the server
+// folds an encoded update into its sum chunk by chunk without building the whole parameter
+// vector first (server/federation/fixed_point_mean.hpp, the chunked add_measured).
+class StepDecoder {
+ public:
+  // Checks everything about `payload` as a step of `parameters` values (length, padding,
+  // block size, every int8 scale, topk's count, index order and values, every f16 value):
+  // after it, every range decodes to finite values. Errors: invalid_argument naming the
+  // problem, as decode_step. REQUIRES: encoding != f32; `payload` outlives the decoder.
+  static result<StepDecoder> open(UpdateEncoding encoding, std::span<const std::byte> payload,
+                                  std::size_t parameters);
+  std::size_t size() const noexcept { return size_; }
+  // Writes global + step for parameters [begin, begin + out.size()) into `out`; `global`
+  // is that range of the global model. Any range, in any order, from any thread.
+  // REQUIRES: global.size() == out.size(), begin + out.size() <= size().
+  void decode_range(std::size_t begin, std::span<const float> global, std::span<float> out) const;
+
+ private:
+  StepDecoder() = default;
+  UpdateEncoding encoding_ = UpdateEncoding::f16;
+  std::span<const std::byte> payload_;
+  std::size_t size_ = 0;
+  std::size_t block_ = 0;    // int8
+  std::size_t entries_ = 0;  // topk: k
+};
+
 // Writes global + decoded step into `params` (resized to global's size). Errors:
 // invalid_argument naming the problem (a payload of the wrong length, an index out of
 // range or out of order, a non-finite scale or value). REQUIRES: encoding != f32.

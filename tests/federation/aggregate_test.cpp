@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "server/federation/fixed_point_mean.hpp"
+#include "shared/protocol/update_encoding.hpp"
 #include "shared/util/rng.hpp"
 #include "shared/util/worker_pool.hpp"
 
@@ -210,6 +211,59 @@ TEST(FixedPointMean, ParallelChunksGiveTheSameBitsAsOneThread) {
   parallel.remove(bad, 7);
   EXPECT_EQ(parallel.count(), alone.count());
   EXPECT_EQ(parallel.mean(), alone.mean());
+}
+
+// A compressed update folded a chunk at a time, straight from its payload
+// (protocol::StepDecoder through FixedPointMean::ChunkSource), gives the bits and distance
+// of the decoded vector's fold, alone and on workers; removing it that way takes it back.
+TEST(FixedPointMean, ChunkedFoldFromAnEncodedStepEqualsTheDecodedVectorsFold) {
+  Rng rng(21);
+  const std::size_t n = 2 * FixedPointMean::kChunkValues + 777;
+  std::vector<float> global(n), step(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    global[i] = static_cast<float>(rng.normal());
+    step[i] = static_cast<float>(0.01 * rng.normal());
+  }
+  WorkerPool pool(2);
+  for (const auto encoding : {protocol::UpdateEncoding::f16, protocol::UpdateEncoding::int8,
+                              protocol::UpdateEncoding::topk}) {
+    protocol::CompressionTerms terms;
+    terms.up = encoding;
+    terms.block = 300;  // not a divisor of the chunk: blocks straddle chunk borders
+    terms.topk_fraction = 0.05;
+    Rng rounding(5);
+    std::vector<float> residual;
+    const auto payload = protocol::encode_step(step, terms, rounding, &residual);
+    std::vector<float> decoded;
+    ASSERT_TRUE(protocol::decode_step(encoding, payload, global, decoded));
+    auto decoder = protocol::StepDecoder::open(encoding, payload, n);
+    ASSERT_TRUE(decoder) << decoder.error().message;
+    const FixedPointMean::ChunkSource chunks = [&](std::size_t begin, std::span<float> out) {
+      decoder->decode_range(begin, std::span<const float>(global).subspan(begin, out.size()), out);
+    };
+    for (WorkerPool* workers : {static_cast<WorkerPool*>(nullptr), &pool}) {
+      FixedPointMean whole(n), streamed(n);
+      whole.use_workers(workers);
+      streamed.use_workers(workers);
+      whole.begin(global, 100);
+      streamed.begin(global, 100);
+      const double a = whole.add_measured(decoded, 7);
+      const double b = streamed.add_measured(chunks, 7);
+      EXPECT_EQ(a, b) << protocol::encoding_name(encoding);
+      EXPECT_EQ(whole.mean(), streamed.mean()) << protocol::encoding_name(encoding);
+      // A second update, then the encoded one taken back chunk by chunk: only the second stays.
+      auto other = global;
+      other[0] += 1.0f;
+      whole.add(other, 2);
+      streamed.add(other, 2);
+      streamed.remove(chunks, 7);
+      FixedPointMean only_other(n);
+      only_other.begin(global, 100);
+      only_other.add(other, 2);
+      EXPECT_EQ(streamed.mean(), only_other.mean()) << protocol::encoding_name(encoding);
+      EXPECT_EQ(streamed.count(), 1u);
+    }
+  }
 }
 
 TEST(FixedPointMean, RemoveTakesABadUpdateBackToTheLastBit) {

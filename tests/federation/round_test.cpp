@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/util/rng.hpp"
+
 namespace fedcore::federation {
 namespace {
 
@@ -108,6 +110,43 @@ TEST(Round, NanAndWrongLayoutAreRejectedAndRecordedYetTheRoundCompletes) {
   EXPECT_NE(round.outcomes()[0].reason.find("NaN"), std::string::npos);
   EXPECT_EQ(round.outcomes()[0].rejection, Rejection::non_finite);
   EXPECT_EQ(f.strategy->updates(), 2u);  // the rejected ones never touched the aggregate
+}
+
+// A compressed update reaches the Round as a StepDecoder: FedAvg folds it chunk by chunk
+// and ends with the model the decoded vector gives; a step past the round's norm bound is
+// taken back and rejected naming the norm, as a plain update would be; a strategy that
+// keeps every update (median) gets it decoded whole.
+TEST(Round, EncodedUpdatesAreFoldedFromTheirPayloadOrDecodedForStrategiesThatKeepThem) {
+  protocol::CompressionTerms f16;
+  f16.up = protocol::UpdateEncoding::f16;
+  Rng rounding(1);
+  const std::vector<float> small_step{0.5f, -0.25f, 1.0f}, big_step{0, 0, 100.0f};
+  const auto small = protocol::encode_step(small_step, f16, rounding);
+  const auto big = protocol::encode_step(big_step, f16, rounding);
+  for (const char* name : {"fedavg", "median"}) {
+    Fixture f;
+    StrategyConfig config;
+    config.name = name;
+    f.strategy = std::move(*make_strategy(config, 3));
+    f.strategy->begin_round(f.global, 1u << 20);
+    auto settings = Fixture::settings(1);
+    settings.checks.max_update_norm = 10;
+    Round round(settings, f.nonces, f.global, f.layout, *f.strategy);
+    auto step = protocol::StepDecoder::open(protocol::UpdateEncoding::f16, small, 3);
+    ASSERT_TRUE(step);
+    std::string why;
+    EXPECT_EQ(round.on_update("h0", f.report(0), {}, 8, &why, nullptr, {}, &*step),
+              UpdateVerdict::accepted)
+        << name << ": " << why;
+    auto too_far = protocol::StepDecoder::open(protocol::UpdateEncoding::f16, big, 3);
+    ASSERT_TRUE(too_far);
+    EXPECT_EQ(round.on_update("h1", f.report(1), {}, 8, &why, nullptr, {}, &*too_far),
+              UpdateVerdict::rejected);
+    EXPECT_NE(why.find("norm"), std::string::npos) << name << ": " << why;
+    EXPECT_EQ(round.outcomes()[1].rejection, Rejection::norm);
+    EXPECT_EQ(f.strategy->updates(), 1u) << name;
+    EXPECT_EQ(f.strategy->finish_round(), small_step) << name;  // global is 0: the step
+  }
 }
 
 TEST(Round, ReplaysWrongNoncesAndDuplicatesAreStaleAndDoNotConsumeTheAnswer) {

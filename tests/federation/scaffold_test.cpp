@@ -77,8 +77,8 @@ TEST(Scaffold, FirstRoundIsFedAvgBitForBit) {
   auto scaffold = make_scaffold_of(4);
   auto fedavg = std::move(*make_strategy("fedavg", 4));
   const Vector x{0.1f, -0.2f, 0.3f, 0.7f};
-  const std::vector<std::pair<Vector, std::uint64_t>> updates{
-      {{0.13f, -0.25f, 0.31f, 0.69f}, 17}, {{0.09f, -0.1f, 0.2f, 0.8f}, 5}};
+  const std::vector<std::pair<Vector, std::uint64_t>> updates{{{0.13f, -0.25f, 0.31f, 0.69f}, 17},
+                                                              {{0.09f, -0.1f, 0.2f, 0.8f}, 5}};
   scaffold->begin_round(x, 23);
   fedavg->begin_round(x, 23);
   for (const auto& [u, w] : updates) {
@@ -143,9 +143,8 @@ struct RoundFixture {
   model::ParamLayout layout;
   Vector global{0, 0, 0};
   std::unique_ptr<Strategy> strategy;
-  std::map<std::string, std::string> nonces{{"a", std::string(32, 'a')},
-                                            {"b", std::string(32, 'b')},
-                                            {"c", std::string(32, 'c')}};
+  std::map<std::string, std::string> nonces{
+      {"a", std::string(32, 'a')}, {"b", std::string(32, 'b')}, {"c", std::string(32, 'c')}};
 
   explicit RoundFixture(std::unique_ptr<Strategy> s) : strategy(std::move(s)) {
     layout.append("w", {3});

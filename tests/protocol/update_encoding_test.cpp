@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 
 #include <gtest/gtest.h>
@@ -137,6 +138,45 @@ TEST(UpdateEncoding, TopKSendsTheLargestEntriesAndKeepsTheRestAsResidual) {
 }
 
 // Every payload that does not match its encoding exactly is refused, saying why.
+// A StepDecoder decodes any range on its own, in any order, to the values decode_step gives
+// for the whole model: ranges that start and end inside int8 blocks and between topk
+// entries, one value, and the last values.
+TEST(UpdateEncoding, StepDecoderDecodesAnyRangeAsTheWholeDecode) {
+  const std::size_t n = 5000;
+  const auto global = normal(n, 3, 1.0);
+  const auto step = normal(n, 4);
+  for (const auto encoding : {UpdateEncoding::f16, UpdateEncoding::int8, UpdateEncoding::topk}) {
+    CompressionTerms terms;
+    terms.up = encoding;
+    terms.block = 37;
+    terms.topk_fraction = 0.03;
+    Rng rng(9);
+    std::vector<float> residual;
+    const auto payload = encode_step(step, terms, rng, &residual);
+    const auto whole = decode(encoding, payload, global);
+    auto decoder = StepDecoder::open(encoding, payload, n);
+    ASSERT_TRUE(decoder) << decoder.error().message;
+    EXPECT_EQ(decoder->size(), n);
+    for (const auto& [begin, length] : std::vector<std::pair<std::size_t, std::size_t>>{
+             {4000, 1000}, {0, 1}, {36, 2}, {100, 1234}, {4999, 1}, {0, n}}) {
+      std::vector<float> out(length);
+      decoder->decode_range(begin, std::span<const float>(global).subspan(begin, length), out);
+      for (std::size_t i = 0; i < length; ++i) {
+        ASSERT_EQ(out[i], whole[begin + i]) << encoding_name(encoding) << " at " << begin + i;
+      }
+    }
+  }
+  // What decode_step refuses, open() refuses: a bad payload never reaches a fold.
+  auto payload =
+      encode_step(step, CompressionTerms{UpdateEncoding::f16}, *std::make_unique<Rng>(1));
+  const std::uint16_t infinity = 0x7c00;
+  std::memcpy(payload.data() + 2 * 17, &infinity, 2);
+  auto refused = StepDecoder::open(UpdateEncoding::f16, payload, n);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("non-finite step at parameter 17"), std::string::npos)
+      << refused.error().message;
+}
+
 TEST(UpdateEncoding, RefusesMalformedPayloads) {
   const std::vector<float> global(10, 0.0f);
   const auto refused = [&](UpdateEncoding e, const std::vector<std::byte>& bytes) {

@@ -299,5 +299,29 @@ TEST(Round, DrawnWeightsReplaceTheSampleCounts) {
   }
 }
 
+// Weighted client sampling with a robust aggregator: each drawn site's update counts once,
+// whatever its draws (the robust rules are unweighted; the draws weigh only in the mean).
+// Three sites drawn 3, 1 and 1 times send 4, 0 and 1: the coordinate-wise median is 1, where
+// a median that repeated the first site's update for its draws would give 4.
+TEST(Round, WeightedDrawsDoNotRepeatAnUpdateInARobustAggregator) {
+  Fixture f;
+  StrategyConfig median;
+  median.name = "median";
+  f.strategy = std::move(*make_strategy(median, 3));
+  f.strategy->begin_round(f.global, 1u << 20);
+  auto settings = Fixture::settings(3);
+  settings.weights = {{"h0", 3}, {"h1", 1}, {"h2", 1}};
+  f.nonces.erase("h3");
+  Round round(settings, f.nonces, f.global, f.layout, *f.strategy);
+  const float sent[] = {4.0f, 0.0f, 1.0f};
+  for (std::size_t c = 0; c < 3; ++c) {
+    EXPECT_EQ(round.on_update("h" + std::to_string(c), f.report(c), std::vector<float>(3, sent[c]),
+                              12, nullptr),
+              UpdateVerdict::accepted);
+  }
+  ASSERT_TRUE(round.close().succeeded);
+  EXPECT_EQ(f.strategy->finish_round(), std::vector<float>(3, 1.0f));
+}
+
 }  // namespace
 }  // namespace fedcore::federation

@@ -4,22 +4,20 @@
 
 namespace fedcore::client {
 
-std::vector<float> control_variate_change(std::span<const float> global,
-                                          std::span<const float> trained,
-                                          std::span<const float> server_control,
-                                          std::uint64_t steps, double lr) {
-  FEDCORE_ASSERT(global.size() == trained.size() && global.size() == server_control.size(),
+void control_variate_change(std::span<const float> global, std::span<const float> trained,
+                            std::span<const float> server_control, std::uint64_t steps, double lr,
+                            std::span<float> change) {
+  FEDCORE_ASSERT(global.size() == trained.size() && global.size() == server_control.size() &&
+                     global.size() == change.size(),
                  "control_variate_change: sizes differ");
   FEDCORE_ASSERT(steps > 0 && lr > 0, "control_variate_change: no steps or no learning rate");
   // (x - y) / (K lr) is the mean corrected gradient of the K steps; removing c leaves the
   // mean of the site's own gradients minus c_i, i.e. c_i+ - c_i.
   const double scale = 1.0 / (static_cast<double>(steps) * lr);
-  std::vector<float> change(global.size());
   for (std::size_t i = 0; i < global.size(); ++i) {
     const double moved = static_cast<double>(global[i]) - static_cast<double>(trained[i]);
     change[i] = static_cast<float>(moved * scale - static_cast<double>(server_control[i]));
   }
-  return change;
 }
 
 std::vector<float> ControlVariates::correction(std::int64_t run_id,

@@ -24,12 +24,11 @@
 
 namespace fedcore::client {
 
-// dc = (x - y) / (steps * lr) - c, in double per value. REQUIRES: equal sizes, steps > 0,
-// lr > 0.
-std::vector<float> control_variate_change(std::span<const float> global,
-                                          std::span<const float> trained,
-                                          std::span<const float> server_control,
-                                          std::uint64_t steps, double lr);
+// dc = (x - y) / (steps * lr) - c into `change`, in double per value. REQUIRES: equal sizes,
+// steps > 0, lr > 0; `change` overlaps none of the inputs.
+void control_variate_change(std::span<const float> global, std::span<const float> trained,
+                            std::span<const float> server_control, std::uint64_t steps, double lr,
+                            std::span<float> change);
 
 class ControlVariates {
  public:

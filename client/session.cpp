@@ -211,13 +211,10 @@ void send_error(net::Link& link, errc code, std::string message) {
 
 }  // namespace
 
-// The run's encoding of this round's step (trained - global), as 4-byte words for the
-// frame (shared/protocol/update_encoding.hpp). int8's stochastic rounding is seeded from
-// the round's nonce: reproducible for a (round, site), different across both.
-result<std::vector<float>> ClientSession::scaffold_change(const protocol::TrainRequest& request,
-                                                          std::span<const float> global,
-                                                          const LocalResult& local,
-                                                          std::span<const float> server_control) {
+result<void> ClientSession::append_scaffold_change(const protocol::TrainRequest& request,
+                                                   std::span<const float> global,
+                                                   LocalResult& local,
+                                                   std::span<const float> server_control) {
   auto optimizer = model::optimizer_config_from_json(request.settings.optimizer);
   if (!optimizer || optimizer->kind != model::OptimizerKind::sgd || optimizer->momentum != 0.0f ||
       !(optimizer->learning_rate > 0)) {
@@ -229,9 +226,18 @@ result<std::vector<float>> ClientSession::scaffold_change(const protocol::TrainR
                 "SCAFFOLD: local training took no step (or changed the model's size); no "
                 "control variate can be computed");
   }
-  return control_variate_change(global, local.params, server_control, local.steps,
-                                optimizer->learning_rate);
+  // dc is written straight after the parameters, into the buffer the frame sends.
+  const std::size_t n = global.size();
+  local.params.resize(2 * n);
+  const std::span<float> both(local.params);
+  control_variate_change(global, both.first(n), server_control, local.steps,
+                         optimizer->learning_rate, both.subspan(n));
+  return {};
 }
+
+// The run's encoding of this round's step (trained - global), as 4-byte words for the
+// frame (shared/protocol/update_encoding.hpp). int8's stochastic rounding is seeded from
+// the round's nonce: reproducible for a (round, site), different across both.
 
 std::vector<float> ClientSession::compress(const protocol::TrainRequest& request,
                                            std::span<const float> global,
@@ -379,16 +385,14 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
     local.params = compress(*request, *global, local.params);
     local.report.encoding = request->compression.up;
   }
-  std::vector<float> control_change;
   if (request->scaffold) {
-    auto change = scaffold_change(*request, *global, local, server_control);
-    if (!change) {
-      spdlog::warn("run {} round {}: {}", request->run_id, request->round, change.error().message);
-      send_error(*link_, change.error().code, change.error().message);
+    if (auto appended = append_scaffold_change(*request, *global, local, server_control);
+        !appended) {
+      spdlog::warn("run {} round {}: {}", request->run_id, request->round,
+                   appended.error().message);
+      send_error(*link_, appended.error().code, appended.error().message);
       co_return result<void>{};
     }
-    control_change = std::move(*change);
-    local.params.insert(local.params.end(), control_change.begin(), control_change.end());
     local.report.scaffold = true;
   }
   auto payload = std::make_shared<const std::vector<float>>(std::move(local.params));
@@ -407,7 +411,9 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
   }
   link_->send(protocol::MessageType::update, protocol::to_metadata(local.report), payload);
   if (request->scaffold && hooks_.control_variates != nullptr) {
-    hooks_.control_variates->advance(request->run_id, control_change);  // c_i += dc, once sent
+    // c_i += dc, once sent; dc is the payload's second half.
+    const std::span<const float> sent(*payload);
+    hooks_.control_variates->advance(request->run_id, sent.subspan(sent.size() / 2));
   }
   ++rounds_trained_;
   spdlog::info("run {} round {}: trained {} samples in {:.1f} s, loss {:.2f}, update sent ({})",

@@ -137,13 +137,13 @@ class ClientSession {
   boost::asio::awaitable<result<void>> on_train(const protocol::Frame& frame);
   std::vector<float> compress(const protocol::TrainRequest& request, std::span<const float> global,
                               std::span<const float> trained);
-  // SCAFFOLD's dc for the update (client/control_variates.hpp), from the request's SGD
-  // learning rate and the steps taken. Errors: invalid_argument for another optimizer,
-  // failed_precondition when no step was taken.
-  static result<std::vector<float>> scaffold_change(const protocol::TrainRequest& request,
-                                                    std::span<const float> global,
-                                                    const LocalResult& local,
-                                                    std::span<const float> server_control);
+  // Appends SCAFFOLD's dc to `local.params` (client/control_variates.hpp), from the
+  // request's SGD learning rate and the steps taken: the UPDATE payload, parameters then dc.
+  // Errors: invalid_argument for another optimizer, failed_precondition when no step was
+  // taken (local.params unchanged).
+  static result<void> append_scaffold_change(const protocol::TrainRequest& request,
+                                             std::span<const float> global, LocalResult& local,
+                                             std::span<const float> server_control);
   void on_feature_stats_request(const protocol::Frame& frame);
   boost::asio::awaitable<void> on_evaluate(const protocol::Frame& frame);
   void on_secure_message(const protocol::Frame& frame);

@@ -19,9 +19,9 @@
 #
 # Both are built at -O1 -g1: -O0 makes the tests that train real models several times
 # slower, and -O1 keeps every report's stack readable; line tables (-g1) carry the file,
-# line and inlined frames of every report at a quarter of -g's size. The numeric suites (model, training,
-# data, sim, dist) are left out: they are single-threaded Eigen loops covered by the
-# release suite, and under ASan at -O1 they would double the run.
+# line and inlined frames of every report at a quarter of -g's size. The numeric suites
+# (model, training, data, sim, dist) are left out: they are single-threaded Eigen loops
+# covered by the release suite, and under ASan at -O1 they would double the run.
 #
 # Under TSan, OpenMP and OpenBLAS run one thread (OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1):
 # libgomp is not built with TSan, and its barriers would be reported as races that are not

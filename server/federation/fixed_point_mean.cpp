@@ -136,21 +136,33 @@ double FixedPointMean::squared_distance(std::span<const float> x,
   return squared;
 }
 
+namespace {
+
+// The two ways a fold reads a chunk of an update: where it lies in a whole vector, or made
+// into the folding thread's scratch by a ChunkSource.
+auto in_place(std::span<const float> values) {
+  return [values](std::size_t begin, std::size_t, std::vector<float>&) {
+    return values.data() + begin;
+  };
+}
+
+auto made_by(const FixedPointMean::ChunkSource& values_of) {
+  return [&values_of](std::size_t begin, std::size_t length, std::vector<float>& scratch) {
+    scratch.resize(length);
+    values_of(begin, scratch);
+    return static_cast<const float*>(scratch.data());
+  };
+}
+
+}  // namespace
+
 double FixedPointMean::add_measured(std::span<const float> values, std::uint64_t weight) {
   FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::add_measured: size mismatch");
-  return add_measured_with(
-      [&](std::size_t begin, std::size_t, std::vector<float>&) { return values.data() + begin; },
-      weight);
+  return add_measured_with(in_place(values), weight);
 }
 
 double FixedPointMean::add_measured(const ChunkSource& values_of, std::uint64_t weight) {
-  return add_measured_with(
-      [&](std::size_t begin, std::size_t length, std::vector<float>& scratch) {
-        scratch.resize(length);
-        values_of(begin, scratch);
-        return static_cast<const float*>(scratch.data());
-      },
-      weight);
+  return add_measured_with(made_by(values_of), weight);
 }
 
 template <class ValuesOf>
@@ -194,19 +206,11 @@ double FixedPointMean::add_measured_with(ValuesOf&& values_of, std::uint64_t wei
 
 void FixedPointMean::remove(std::span<const float> values, std::uint64_t weight) {
   FEDCORE_ASSERT(values.size() == size_, "FixedPointMean::remove: size mismatch");
-  remove_with(
-      [&](std::size_t begin, std::size_t, std::vector<float>&) { return values.data() + begin; },
-      weight);
+  remove_with(in_place(values), weight);
 }
 
 void FixedPointMean::remove(const ChunkSource& values_of, std::uint64_t weight) {
-  remove_with(
-      [&](std::size_t begin, std::size_t length, std::vector<float>& scratch) {
-        scratch.resize(length);
-        values_of(begin, scratch);
-        return static_cast<const float*>(scratch.data());
-      },
-      weight);
+  remove_with(made_by(values_of), weight);
 }
 
 template <class ValuesOf>

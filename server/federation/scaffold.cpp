@@ -6,15 +6,16 @@
 #include <utility>
 #include <vector>
 
+#include "server/federation/stepped_mean.hpp"
 #include "shared/util/assert.hpp"
 
 namespace fedcore::federation {
 namespace {
 
-class Scaffold final : public Strategy {
+class Scaffold final : public SteppedMean {
  public:
   Scaffold(double server_lr, std::size_t n, std::unique_ptr<Strategy> mean)
-      : server_lr_(server_lr), n_(n), mean_(std::move(mean)) {
+      : SteppedMean(std::move(mean)), server_lr_(server_lr), n_(n) {
     auto initial = std::make_shared<ServerState>();
     initial->strategy = "scaffold";
     initial->names = {"c"};
@@ -24,22 +25,11 @@ class Scaffold final : public Strategy {
 
   std::string_view name() const noexcept override { return "scaffold"; }
   void begin_round(std::span<const float> global, std::uint64_t max_total_weight) override {
-    global_ = global;
-    mean_->begin_round(global, max_total_weight);
+    SteppedMean::begin_round(global, max_total_weight);
     control_sum_.assign(n_, 0.0);
     controls_ = 0;
   }
   void expect_population(std::size_t eligible) override { population_ = eligible; }
-  void add_update(std::span<const float> update, std::uint64_t samples) override {
-    mean_->add_update(update, samples);
-  }
-  std::optional<double> add_update_measured(std::span<const float> update,
-                                            std::uint64_t samples) override {
-    return mean_->add_update_measured(update, samples);
-  }
-  void remove_update(std::span<const float> update, std::uint64_t samples) override {
-    mean_->remove_update(update, samples);
-  }
   bool wants_control() const noexcept override { return true; }
   std::span<const float> control() const noexcept override { return state_->values; }
   void add_control(std::span<const float> delta) override {
@@ -49,14 +39,11 @@ class Scaffold final : public Strategy {
     }
     ++controls_;
   }
-  void use_workers(WorkerPool* workers) noexcept override { mean_->use_workers(workers); }
-  std::size_t updates() const noexcept override { return mean_->updates(); }
-
   std::vector<float> finish_round() override {
-    auto next = mean_->finish_round();
+    auto next = finish_mean();
     if (server_lr_ != 1.0) {
       for (std::size_t i = 0; i < next.size(); ++i) {
-        const double x = global_[i];
+        const double x = round_global()[i];
         next[i] = static_cast<float>(x + server_lr_ * (static_cast<double>(next[i]) - x));
       }
     }
@@ -98,8 +85,6 @@ class Scaffold final : public Strategy {
  private:
   double server_lr_;
   std::size_t n_;
-  std::unique_ptr<Strategy> mean_;
-  std::span<const float> global_;
   std::shared_ptr<const ServerState> state_;
   std::vector<double> control_sum_;
   std::size_t controls_ = 0;

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/federation/stepped_mean.hpp"
+
 namespace fedcore::federation {
 namespace {
 
@@ -29,12 +31,12 @@ struct StepRule {
   double lr, momentum, beta1, beta2, tau;
 };
 
-class ServerOptimizer final : public Strategy {
+class ServerOptimizer final : public SteppedMean {
  public:
   ServerOptimizer(ServerOptimizerKind kind, const StrategyConfig& c, std::size_t n,
                   std::unique_ptr<Strategy> mean)
-      : rule_{kind, c.server_lr, c.server_momentum, c.beta1, c.beta2, c.tau},
-        mean_(std::move(mean)) {
+      : SteppedMean(std::move(mean)), rule_{kind,    c.server_lr, c.server_momentum,
+                                            c.beta1, c.beta2,     c.tau} {
     auto initial = std::make_shared<ServerState>();
     initial->strategy = std::string(kind_name(kind));
     initial->names = {"m"};
@@ -49,32 +51,8 @@ class ServerOptimizer final : public Strategy {
   }
 
   std::string_view name() const noexcept override { return kind_name(rule_.kind); }
-  void begin_round(std::span<const float> global, std::uint64_t max_total_weight) override {
-    global_ = global;
-    mean_->begin_round(global, max_total_weight);
-  }
-  void add_update(std::span<const float> update, std::uint64_t samples) override {
-    mean_->add_update(update, samples);
-  }
-  std::optional<double> add_update_measured(std::span<const float> update,
-                                            std::uint64_t samples) override {
-    return mean_->add_update_measured(update, samples);
-  }
-  void remove_update(std::span<const float> update, std::uint64_t samples) override {
-    mean_->remove_update(update, samples);
-  }
-  std::optional<double> add_update_measured(const UpdateChunks& update,
-                                            std::uint64_t samples) override {
-    return mean_->add_update_measured(update, samples);
-  }
-  void remove_update(const UpdateChunks& update, std::uint64_t samples) override {
-    mean_->remove_update(update, samples);
-  }
-  void use_workers(WorkerPool* workers) noexcept override { mean_->use_workers(workers); }
-  std::size_t updates() const noexcept override { return mean_->updates(); }
-
   std::vector<float> finish_round() override {
-    auto next = mean_->finish_round();
+    auto next = finish_mean();
     // A new snapshot each round: the previous one may still be in the checkpoint writer's
     // hands (the round before this one commits in the background).
     auto state = std::make_shared<ServerState>();
@@ -83,7 +61,7 @@ class ServerOptimizer final : public Strategy {
     state->names = state_->names;
     state->values.resize(state_->values.size());
     for (std::size_t i = 0; i < next.size(); ++i) {
-      const double x = global_[i];
+      const double x = round_global()[i];
       const double delta = static_cast<double>(next[i]) - x;
       next[i] = static_cast<float>(x + step(i, delta, *state));
     }
@@ -156,8 +134,6 @@ class ServerOptimizer final : public Strategy {
 
   StepRule rule_;
   std::size_t n_ = 0;  // parameters
-  std::unique_ptr<Strategy> mean_;
-  std::span<const float> global_;
   std::shared_ptr<const ServerState> state_;
 };
 

@@ -87,11 +87,13 @@ result<SitePolicy> parse_site_policy(const nlohmann::json& j, const JsonPath& at
   SitePolicy p;
   if (const auto* types = o.ok() ? o.find("allowed_model_types") : nullptr) {
     // Only names a model spec can have: a misspelt one would refuse every run of the type.
-    static constexpr std::string_view kTypes[] = {"logreg", "mlp", "cnn", "external"};
+    static constexpr std::string_view kTypes[] = {"logreg", "mlp", "cnn", "external",
+                                                  "mobilenetv2"};
     const auto where = o.at("allowed_model_types");
     if (!types->is_array()) {
-      o.fail(where.bad("must be a list of model types (logreg, mlp, cnn, external), got " +
-                       describe_json(*types)));
+      o.fail(where.bad(
+          "must be a list of model types (logreg, mlp, cnn, external, mobilenetv2), got " +
+          describe_json(*types)));
     }
     for (std::size_t i = 0; o.ok() && i < types->size(); ++i) {
       auto type = json_choice((*types)[i], where.index(i), kTypes);

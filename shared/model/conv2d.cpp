@@ -52,19 +52,24 @@ std::unique_ptr<Layer> Conv2d::clone() const {
 
 std::vector<ParamShape> Conv2d::param_shapes() const {
   const auto k = options_.kernel;
-  return {{"weight", {k, k, in_c_, options_.out_channels}}, {"bias", {options_.out_channels}}};
+  std::vector<ParamShape> shapes{{"weight", {k, k, in_c_, options_.out_channels}}};
+  if (options_.bias) {
+    shapes.push_back({"bias", {options_.out_channels}});
+  }
+  return shapes;
 }
 
 void Conv2d::bind(std::span<float> params, std::span<float> grads) {
   const auto cout = options_.out_channels;
   const auto weights = static_cast<std::size_t>(patch_size_ * cout);
+  const auto biases = options_.bias ? cout : 0;
   FEDCORE_ASSERT(
-      params.size() == weights + static_cast<std::size_t>(cout) && grads.size() == params.size(),
+      params.size() == weights + static_cast<std::size_t>(biases) && grads.size() == params.size(),
       "Conv2d::bind: slice size mismatch");
   new (&weight_) MatrixMap(params.data(), cout, patch_size_);
-  new (&bias_) VectorMap(params.data() + weights, cout);
+  new (&bias_) VectorMap(params.data() + weights, biases);
   new (&weight_grad_) MatrixMap(grads.data(), cout, patch_size_);
-  new (&bias_grad_) VectorMap(grads.data() + weights, cout);
+  new (&bias_grad_) VectorMap(grads.data() + weights, biases);
 }
 
 void Conv2d::initialize(Rng& rng) {
@@ -204,7 +209,9 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
     MatrixMap out(output.col(first).data(), cout, positions * count);
     gemm::multiply({weight_.data(), cout, patch_size_},
                    {columns.data(), patch_size_, positions * count}, out.data());
-    out.colwise() += bias_;
+    if (options_.bias) {
+      out.colwise() += bias_;
+    }
   });
 }
 
@@ -235,7 +242,9 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
   for (Eigen::Index c = 1; c < chunks.count; ++c) {
     weight_grad_ += chunk_weight_grads_[static_cast<std::size_t>(c)];
   }
-  bias_grad_ = dy.rowwise().sum();
+  if (options_.bias) {
+    bias_grad_ = dy.rowwise().sum();
+  }
 }
 
 void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_output,

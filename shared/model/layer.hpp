@@ -17,6 +17,11 @@
 // `backward` and `gradient` use the input and output of the latest `forward` call (layers
 // may cache intermediate results of that call, e.g. im2col columns or max indices).
 //
+// Non-trainable state (BatchNorm's running statistics) lives in a second flat buffer of the
+// model, laid out the same way (`state_shapes`, `bind_state`): it checkpoints and broadcasts
+// with the parameters but no optimizer, gradient or clipping ever touches it. A layer with
+// state updates it in `forward` during training and reads it in evaluation.
+//
 // Thread safety: none; a layer belongs to one model used by one thread.
 #pragma once
 
@@ -66,7 +71,11 @@ class Layer {
   virtual std::vector<ParamShape> param_shapes() const { return {}; }
   // Seats the views. REQUIRES: both spans have the total size of param_shapes().
   virtual void bind(std::span<float> /*params*/, std::span<float> /*grads*/) {}
-  // Writes initial values into the bound parameters.
+  // Non-trainable state tensors, in the order they occupy the layer's state slice.
+  virtual std::vector<ParamShape> state_shapes() const { return {}; }
+  // Seats the state views. REQUIRES: the span has the total size of state_shapes().
+  virtual void bind_state(std::span<float> /*state*/) {}
+  // Writes initial values into the bound parameters (and state).
   virtual void initialize(Rng& /*rng*/) {}
 
   virtual void forward(const Matrix& input, Matrix& output, Phase phase) = 0;
@@ -79,6 +88,8 @@ class Layer {
       : input_shape_(std::move(input_shape)), output_shape_(std::move(output_shape)) {}
   Layer(const Layer&) = default;
   Layer& operator=(const Layer&) = delete;
+  // For a layer made of layers, whose output shape is known once its parts are built.
+  void set_output_shape(Shape shape) { output_shape_ = std::move(shape); }
 
  private:
   std::string name_;

@@ -6,7 +6,7 @@
 //
 // Parameter layout, row-major (see layout.hpp):
 //   Dense   weight {in, out}              bias {out}
-//   Conv2d  weight {kh, kw, cin, cout}    bias {cout}    (HWIO)
+//   Conv2d  weight {kh, kw, cin, cout}    bias {cout} unless options.bias is false (HWIO)
 // Initialisation: Glorot-uniform weights, zero biases.
 #pragma once
 
@@ -50,6 +50,7 @@ struct Conv2dOptions {
   std::int64_t kernel = 3;  // square kernel
   std::int64_t stride = 1;
   std::int64_t padding = 0;  // zero padding on each side
+  bool bias = true;          // false before a BatchNorm, which makes a bias redundant
 };
 
 // 2-D convolution over HWC inputs, by im2col and GEMM over chunks of the batch.

@@ -20,10 +20,14 @@ Model::Model(Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
     for (const auto& p : layer.param_shapes()) {
       layout_.append(layer.name() + "." + p.name, p.shape);
     }
+    for (const auto& p : layer.state_shapes()) {
+      state_layout_.append(layer.name() + "." + p.name, p.shape);
+    }
     previous = &layer.output_shape();
   }
   params_.assign(layout_.total(), 0.0f);
   grads_.assign(layout_.total(), 0.0f);
+  state_.assign(state_layout_.total(), 0.0f);
   activations_.resize(layers_.size());
   input_grads_.resize(layers_.size());
   bind_all();
@@ -32,8 +36,10 @@ Model::Model(Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
 Model::Model(const Model& other)
     : input_shape_(other.input_shape_),
       layout_(other.layout_),
+      state_layout_(other.state_layout_),
       params_(other.params_),
       grads_(other.grads_),
+      state_(other.state_),
       activations_(other.layers_.size()),
       input_grads_(other.layers_.size()) {
   layers_.reserve(other.layers_.size());
@@ -70,6 +76,16 @@ void Model::bind_all() {
   }
   FEDCORE_ASSERT(offset == params_.size() && entry == entries.size(),
                  "layer slices do not add up to the parameter buffer");
+  std::size_t state_offset = 0;
+  for (auto& layer : layers_) {
+    std::size_t size = 0;
+    for (const auto& s : layer->state_shapes()) {
+      size += element_count(s.shape);
+    }
+    layer->bind_state(std::span<float>(state_).subspan(state_offset, size));
+    state_offset += size;
+  }
+  FEDCORE_ASSERT(state_offset == state_.size(), "layer state slices do not add up to the state");
 }
 
 void Model::initialize(std::uint64_t seed) {

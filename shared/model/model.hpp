@@ -8,6 +8,11 @@
 // `params()` and `grads()` are the spans that everything else works on: optimizers,
 // FedAvg, serialization, clipping, allreduce. Writing into `params()` changes the model.
 //
+// Layers with non-trainable state (BatchNorm's running mean and variance) get a slice of a
+// third buffer, `state()`, laid out by `state_layout()` the same way ("bn1.running_mean").
+// It is empty for models without such layers. Training updates it in forward(); whoever
+// ships a model to another process (checkpoints, broadcasts, federation) ships it too.
+//
 // Copying a model deep-copies layers and buffers and re-binds the copy's views to the
 // copy's own buffers; moving keeps the heap buffers, so the views stay valid. Either way
 // a model never aliases another's parameters.
@@ -45,6 +50,9 @@ class Model {
   std::span<float> grads() noexcept { return grads_; }
   std::span<const float> grads() const noexcept { return grads_; }
   std::size_t param_count() const noexcept { return params_.size(); }
+  const ParamLayout& state_layout() const noexcept { return state_layout_; }
+  std::span<float> state() noexcept { return state_; }
+  std::span<const float> state() const noexcept { return state_; }
 
   const Shape& input_shape() const noexcept { return input_shape_; }
   const Shape& output_shape() const noexcept { return layers_.back()->output_shape(); }
@@ -75,9 +83,11 @@ class Model {
   Shape input_shape_;
   std::vector<std::unique_ptr<Layer>> layers_;
   ParamLayout layout_;
+  ParamLayout state_layout_;
   // 64-byte aligned, so every layer slice sits at the same alignment in every process.
   AlignedVector<float> params_;
   AlignedVector<float> grads_;
+  AlignedVector<float> state_;
   // activations_[i] is layer i's output; input_ points at the caller's batch.
   std::vector<Matrix> activations_;
   const Matrix* input_ = nullptr;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/model/layers.hpp"
+#include "shared/model/mobilenet_v2.hpp"
 #include "shared/model/model.hpp"
 #include "shared/util/rng.hpp"
 
@@ -87,6 +88,18 @@ result<std::vector<std::unique_ptr<Layer>>> make_layers(const ModelSpec& spec) {
       return fail(errc::failed_precondition,
                   "model spec: an external model is trained by the site's own code (the Python "
                   "SDK); Fedcore cannot build it");
+    case ModelType::mobilenetv2: {
+      if (shape.size() != 3) {
+        return bad("a mobilenetv2 needs an image input_shape [H, W, C], got " +
+                   shape_to_string(shape));
+      }
+      // Five stride-2 stages halve an ImageNet-sized input 32 times; three (the CIFAR
+      // strides) halve a small one 8 times. Either way the last map is at least 1x1.
+      const bool small = shape[0] <= 64 && shape[1] <= 64;
+      layers = mobilenet_v2_layers(shape, output_units(spec),
+                                   MobileNetV2Options{spec.width, spec.dropout, small});
+      break;
+    }
     case ModelType::cnn: {
       if (shape.size() != 3) {
         return bad("a cnn needs an image input_shape [H, W, C], got " + shape_to_string(shape));
@@ -193,20 +206,21 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
 result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) {
   StrictObject o(j, at,
                  {"type", "input_shape", "num_classes", "hidden", "channels", "kernel", "dense",
-                  "dropout", "layout", "initial"});
+                  "dropout", "layout", "initial", "width"});
   if (o.ok() && !o.has("type")) {
-    o.reject("type", "is required: \"logreg\", \"mlp\", \"cnn\" or \"external\"");
+    o.reject("type", "is required: \"logreg\", \"mlp\", \"cnn\", \"mobilenetv2\" or \"external\"");
   }
   std::string type;
-  o.choice("type", type, {"logreg", "mlp", "cnn", "external"});
+  o.choice("type", type, {"logreg", "mlp", "cnn", "external", "mobilenetv2"});
   if (!o.ok()) {
     return o.status().error();
   }
   ModelSpec spec;
-  spec.type = type == "mlp"        ? ModelType::mlp
-              : type == "cnn"      ? ModelType::cnn
-              : type == "external" ? ModelType::external
-                                   : ModelType::logreg;
+  spec.type = type == "mlp"           ? ModelType::mlp
+              : type == "cnn"         ? ModelType::cnn
+              : type == "external"    ? ModelType::external
+              : type == "mobilenetv2" ? ModelType::mobilenetv2
+                                      : ModelType::logreg;
   for (const char* key : {"layout", "initial"}) {
     if (spec.type != ModelType::external && o.has(key)) {
       o.reject(key, "applies only to an external model");
@@ -240,7 +254,13 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
     }
   }
   if (spec.type == ModelType::logreg && o.has("dropout")) {
-    o.reject("dropout", "applies only to an mlp or a cnn");
+    o.reject("dropout", "applies only to an mlp, a cnn or a mobilenetv2");
+  }
+  if (spec.type != ModelType::mobilenetv2 && o.has("width")) {
+    o.reject("width", "applies only to a mobilenetv2");
+  }
+  if (spec.type == ModelType::mobilenetv2) {
+    spec.dropout = 0.2f;
   }
   if (spec.type == ModelType::mlp && !o.has("hidden")) {
     o.reject("hidden", "is required for an mlp, e.g. [256, 128]");
@@ -260,6 +280,7 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
   o.integer("kernel", spec.kernel, {1, 15});
   o.integer("dense", spec.dense, {1, kMaxWidth});
   o.number("dropout", spec.dropout, {0, 1, false, true});
+  o.number("width", spec.width, {0, 4, true, false});
   if (!o.ok()) {
     return o.status().error();
   }
@@ -284,7 +305,7 @@ result<ModelSpec> parse_model_spec(std::string_view json_text) {
 }
 
 void to_json(nlohmann::json& j, const ModelSpec& spec) {
-  static const char* const kTypes[] = {"logreg", "mlp", "cnn", "external"};
+  static const char* const kTypes[] = {"logreg", "mlp", "cnn", "external", "mobilenetv2"};
   j = {{"type", kTypes[static_cast<int>(spec.type)]}};
   if (!spec.input_shape.empty()) {
     j["input_shape"] = spec.input_shape;
@@ -300,7 +321,11 @@ void to_json(nlohmann::json& j, const ModelSpec& spec) {
     j["kernel"] = spec.kernel;
     j["dense"] = spec.dense;
   }
-  if (spec.type == ModelType::mlp || spec.type == ModelType::cnn) {
+  if (spec.type == ModelType::mobilenetv2) {
+    j["width"] = spec.width;
+  }
+  if (spec.type == ModelType::mlp || spec.type == ModelType::cnn ||
+      spec.type == ModelType::mobilenetv2) {
     j["dropout"] = spec.dropout;
   }
   if (spec.type == ModelType::external) {

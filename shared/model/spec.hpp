@@ -18,7 +18,12 @@
 // with `complete_spec`. A two-class problem gets one output logit and binary
 // cross-entropy; more classes get one logit per class and softmax cross-entropy.
 //
+//   {"type": "mobilenetv2", "width": 0.5}
+//                       MobileNetV2 with BatchNorm (shared/model/mobilenet_v2.hpp); inputs of
+//                       at most 64x64 get the CIFAR strides (stem and second stage at stride 1)
+//
 // Optional cnn keys: "channels": [32, 64], "kernel": 5, "dense": 512, "dropout": 0.0.
+// Optional mobilenetv2 keys: "width": 1.0 (in (0, 4]), "dropout": 0.2.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +42,7 @@ namespace fedcore::model {
 
 class Model;  // shared/model/model.hpp: to use build_model's result (it needs Eigen)
 
-enum class ModelType { logreg, mlp, cnn, external };
+enum class ModelType { logreg, mlp, cnn, external, mobilenetv2 };
 
 struct ModelSpec {
   ModelType type = ModelType::logreg;
@@ -47,9 +52,12 @@ struct ModelSpec {
   std::vector<std::int64_t> channels{32, 64};  // cnn
   std::int64_t kernel = 5;                     // cnn
   std::int64_t dense = 512;                    // cnn
-  float dropout = 0.0f;  // mlp (after each hidden layer) and cnn (before the last dense)
-  ParamLayout layout;    // external: its tensors, in flat-buffer order
-  std::string initial;   // external: the server's parameter file to start from ("" = none)
+  float width = 1.0f;                          // mobilenetv2: width multiplier
+  // mlp (after each hidden layer), cnn and mobilenetv2 (before the last dense); unset means
+  // 0 for an mlp or a cnn and 0.2 for a mobilenetv2 (torchvision's)
+  float dropout = 0.0f;
+  ParamLayout layout;   // external: its tensors, in flat-buffer order
+  std::string initial;  // external: the server's parameter file to start from ("" = none)
 
   bool complete() const noexcept { return !input_shape.empty() && num_classes > 0; }
 };

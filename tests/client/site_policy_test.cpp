@@ -65,16 +65,16 @@ TEST(SitePolicyParse, EveryBadFieldIsNamed) {
       {R"([])", "client config: 'policy' must be a JSON object, got an array"},
       {R"({"allowed_model_types": "logreg"})",
        "client config: 'policy.allowed_model_types' must be a list of model types (logreg, mlp, "
-       "cnn, external), got \"logreg\""},
+       "cnn, external, mobilenetv2), got \"logreg\""},
       {R"({"allowed_model_types": ["logreg", 3]})",
        "client config: 'policy.allowed_model_types[1]' must be one of \"logreg\", \"mlp\", "
-       "\"cnn\", \"external\", got 3"},
+       "\"cnn\", \"external\", \"mobilenetv2\", got 3"},
       {R"({"allowed_model_types": [""]})",
        "client config: 'policy.allowed_model_types[0]' must be one of \"logreg\", \"mlp\", "
-       "\"cnn\", \"external\", got \"\""},
+       "\"cnn\", \"external\", \"mobilenetv2\", got \"\""},
       {R"({"allowed_model_types": ["lgoreg"]})",
        "client config: 'policy.allowed_model_types[0]' must be one of \"logreg\", \"mlp\", "
-       "\"cnn\", \"external\", got \"lgoreg\"; did you mean \"logreg\"?"},
+       "\"cnn\", \"external\", \"mobilenetv2\", got \"lgoreg\"; did you mean \"logreg\"?"},
       {R"({"max_parameters": 0})",
        "client config: 'policy.max_parameters' must be an integer in [1, 1099511627776], got 0"},
       {R"({"max_parameters": -5})",

@@ -211,7 +211,8 @@ TEST(ModelSpec, StrictReadingNamesEveryProblem) {
       {R"({"type":"mlp","hidden":[8],"dropout":-0.1})",
        "model spec: 'dropout' must be a number in [0, 1), got -0.1"},
       {R"({"type":"MLP","hidden":[8]})",
-       "model spec: 'type' must be one of \"logreg\", \"mlp\", \"cnn\", \"external\", got \"MLP\"; "
+       "model spec: 'type' must be one of \"logreg\", \"mlp\", \"cnn\", \"external\", "
+       "\"mobilenetv2\", got \"MLP\"; "
        "did you mean "
        "\"mlp\"?"},
       {R"({"type":"logreg","type":"mlp"})", "model spec: duplicate key 'type'"},

@@ -15,6 +15,7 @@
 #include "shared/model/trainer.hpp"
 #include "shared/util/aligned_vector.hpp"
 #include "shared/util/checksum.hpp"
+#include "shared/util/rng.hpp"
 
 namespace fedcore::distributed {
 namespace {
@@ -74,11 +75,18 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
                                   *optimizer);
   if (!start)
     return start.error();
-  // Rank 0's parameters are the truth, whether fresh or resumed.
+  // Rank 0's parameters (and state) are the truth, whether fresh or resumed.
   if (auto ok =
           collective::broadcast(comm, {.data = std::as_writable_bytes(stack.params()), .root = 0});
       !ok) {
     return ok.error();
+  }
+  if (!stack.state().empty()) {
+    if (auto ok =
+            collective::broadcast(comm, {.data = std::as_writable_bytes(stack.state()), .root = 0});
+        !ok) {
+      return ok.error();
+    }
   }
 
   // Synchronous SGD averages gradients every step; EASGD trains locally and pulls every
@@ -97,6 +105,8 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   double epoch_loss = 0;
   std::size_t epoch_steps = 0;
 
+  std::vector<EpochPoint> curve;
+  double eval_seconds = 0;  // evaluations, left out of the training time
   const auto meters = RunMeters::now(comm);
   const auto wall_before = Clock::now();
   for (std::size_t step = *start; step < total_steps; ++step) {
@@ -105,6 +115,10 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
       epoch_steps = 0;
     }
     shards.fill(step, rank, batch, labels);
+    if (options.augmentation.enabled()) {
+      Rng augment_rng(options.seed ^ (0x9e3779b97f4a7c15ULL * (step * 65537 + rank + 1)));
+      data::augment_images(batch, data.train.sample_shape, options.augmentation, augment_rng);
+    }
     const Matrix& logits = stack.forward(batch, model::Phase::train);
     epoch_loss += model::evaluate_loss(loss, logits, labels, &grad_logits).loss;
     ++epoch_steps;
@@ -134,12 +148,31 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
         return ok.error();
       }
     }
+    if (options.evaluate_every_epoch && done % steps_per_epoch == 0) {
+      const auto paused = Clock::now();
+      if (auto ok = average_state(comm, stack.state()); !ok)
+        return ok.error();
+      const std::span<const float> params = easgd ? std::span<const float>(center) : stack.params();
+      auto eval = evaluate_everywhere(comm, params, stack.state(), reference, loss, data.test);
+      if (!eval)
+        return eval.error();
+      const double train_seconds =
+          std::chrono::duration<double>(paused - wall_before).count() - eval_seconds;
+      curve.push_back({static_cast<int>(done / steps_per_epoch), train_seconds,
+                       epoch_steps > 0 ? epoch_loss / epoch_steps : 0, eval->accuracy, eval->loss});
+      eval_seconds += std::chrono::duration<double>(Clock::now() - paused).count();
+      spdlog::info("rank {}: epoch {}: test accuracy {:.4f}, loss {:.4f} ({:.1f} s training)", rank,
+                   curve.back().epoch, eval->accuracy, eval->loss, train_seconds);
+    }
     if (options.test_crash_after_step > 0 && done == options.test_crash_after_step && *start == 0) {
       spdlog::warn("rank {}: test hook: crashing after step {}", rank, done);
       std::_Exit(17);
     }
   }
-  const double wall = std::chrono::duration<double>(Clock::now() - wall_before).count();
+  const double wall =
+      std::chrono::duration<double>(Clock::now() - wall_before).count() - eval_seconds;
+  if (auto ok = average_state(comm, stack.state()); !ok)
+    return ok.error();
   // EASGD's model is the center variable, the same on every rank.
   if (easgd)
     std::copy(center.begin(), center.end(), stack.params().begin());
@@ -149,6 +182,7 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   out.start_step = *start;
   out.steps = total_steps;
   out.final_train_loss = epoch_steps > 0 ? epoch_loss / epoch_steps : 0;
+  out.curve = std::move(curve);
   RankStats mine;
   mine.rank = rank;
   mine.wall_seconds = wall;

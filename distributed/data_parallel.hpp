@@ -22,6 +22,14 @@
 // SGD with momentum and for Adam; tested). A checkpoint for another model, or whose
 // optimizer state does not fit the configured optimizer, is refused with an error.
 //
+// BatchNorm (models with state, e.g. MobileNetV2): each rank normalises with the
+// statistics of its own local batch, as PyTorch's DDP does without SyncBatchNorm, so the
+// local batch, not the global one, is what BatchNorm sees. The running statistics each rank
+// accumulates are averaged over the ranks (one allreduce of the small state buffer) before
+// every evaluation and at the end, so every rank ends with the same state and the
+// evaluated model has statistics from all shards (PyTorch's DDP instead copies rank 0's
+// buffers to the others at every forward).
+//
 // Asynchronous modes: EASGD (easgd_alpha > 0, below) and parameter-server ASGD
 // (async = parameter_server, distributed/param_server.hpp; train_data_parallel runs it).
 #pragma once
@@ -33,6 +41,7 @@
 #include "distributed/grad_reducer.hpp"
 #include "shared/collective/communicator.hpp"
 #include "shared/data/dataset.hpp"
+#include "shared/data/image_transforms.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 
@@ -57,6 +66,12 @@ struct TrainOptions {
   std::string checkpoint_dir;  // empty: no checkpoints
   std::size_t checkpoint_every = 0;
   bool evaluate = true;  // rank 0 evaluates on the test set at the end
+  // Also at the end of every epoch, for the accuracy-per-epoch curve (TrainResult::curve).
+  // The time spent evaluating is left out of the training times.
+  bool evaluate_every_epoch = false;
+  // Random crop and flip of each rank's local batch (images only), seeded by (seed, step,
+  // rank).
+  data::Augmentation augmentation{};
   // Elastic averaging SGD (EASGD, synchronous form) instead of synchronous SGD when
   // alpha > 0: every rank takes local SGD steps on its own shard, and every `period`
   // steps all ranks and a center variable c are pulled together by one allreduce:
@@ -103,6 +118,15 @@ struct PsStats {
   std::vector<std::size_t> staleness_histogram;
 };
 
+// One point of the accuracy-per-epoch curve.
+struct EpochPoint {
+  int epoch = 0;             // 1-based: after this many epochs
+  double train_seconds = 0;  // training time so far, evaluations left out (rank 0's clock)
+  double train_loss = 0;     // mean over the epoch's steps on rank 0
+  double test_accuracy = 0;
+  double test_loss = 0;
+};
+
 struct TrainResult {
   int world = 1;
   std::size_t start_step = 0;  // > 0 when resumed from a checkpoint
@@ -113,8 +137,10 @@ struct TrainResult {
   double final_train_loss = 0;  // mean over the last epoch's steps on this rank
   double test_accuracy = -1;    // rank 0 only when evaluate (else -1)
   double test_loss = -1;
-  std::vector<RankStats> ranks;  // every rank's, on every rank
-  std::vector<float> params;     // this rank's final parameters
+  std::vector<EpochPoint> curve;  // evaluate_every_epoch: every rank's copy of rank 0's
+  std::vector<RankStats> ranks;   // every rank's, on every rank
+  std::vector<float> params;      // this rank's final parameters
+  std::vector<float> state;       // and state (running statistics, averaged over the ranks)
   AsyncMode async = AsyncMode::none;
   PsStats ps;  // parameter server: filled on rank 0 (workers only `workers`)
 };

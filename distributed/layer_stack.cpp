@@ -14,17 +14,30 @@ std::size_t param_count(const model::Layer& layer) {
   return n;
 }
 
+std::size_t state_count(const model::Layer& layer) {
+  std::size_t n = 0;
+  for (const auto& p : layer.state_shapes())
+    n += model::element_count(p.shape);
+  return n;
+}
+
 }  // namespace
 
 LayerStack::LayerStack(const model::Model& model, std::size_t first, std::size_t last) {
   FEDCORE_ASSERT(first < last && last <= model.layer_count(), "bad layer range");
-  for (std::size_t i = 0; i < first; ++i)
+  for (std::size_t i = 0; i < first; ++i) {
     model_offset_ += param_count(model.layer(i));
+    model_state_offset_ += state_count(model.layer(i));
+  }
   offsets_.push_back(0);
+  std::vector<std::size_t> state_offsets{0};
   for (std::size_t i = first; i < last; ++i) {
     layers_.push_back(model.layer(i).clone());
     offsets_.push_back(offsets_.back() + param_count(*layers_.back()));
+    state_offsets.push_back(state_offsets.back() + state_count(*layers_.back()));
   }
+  const auto state_source = model.state().subspan(model_state_offset_, state_offsets.back());
+  state_.assign(state_source.begin(), state_source.end());
   const auto source = model.params().subspan(model_offset_, offsets_.back());
   params_.assign(source.begin(), source.end());
   grads_.assign(params_.size(), 0.0f);
@@ -32,6 +45,8 @@ LayerStack::LayerStack(const model::Model& model, std::size_t first, std::size_t
     const std::size_t n = offsets_[i + 1] - offsets_[i];
     layers_[i]->bind(std::span<float>(params_).subspan(offsets_[i], n),
                      std::span<float>(grads_).subspan(offsets_[i], n));
+    layers_[i]->bind_state(std::span<float>(state_).subspan(
+        state_offsets[i], state_offsets[i + 1] - state_offsets[i]));
   }
   activations_.resize(layers_.size());
   input_grads_.resize(layers_.size());
@@ -44,9 +59,14 @@ std::size_t LayerStack::output_size() const noexcept {
   return layers_.back()->output_size();
 }
 
-const Matrix& LayerStack::forward(const Matrix& input, model::Phase phase) {
+const Matrix& LayerStack::forward(const Matrix& input, model::Phase phase, bool track_state) {
   FEDCORE_ASSERT(static_cast<std::size_t>(input.rows()) == input_size(),
                  "LayerStack::forward: input rows differ from the stack's input size");
+  if (track_state != tracking_state_) {
+    for (auto& layer : layers_)
+      layer->set_track_state(track_state);
+    tracking_state_ = track_state;
+  }
   input_ = &input;
   const Matrix* x = &input;
   for (std::size_t i = 0; i < layers_.size(); ++i) {

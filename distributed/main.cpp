@@ -38,6 +38,7 @@ struct JobFlags {
   WorkerOptions worker;
   std::string transport = "tcp";
   std::string model = R"({"type":"cnn"})";
+  std::string data = "fashion-mnist";
   std::string optimizer = "sgd";
   float lr = 0.05f;
   float momentum = 0.0f;
@@ -86,7 +87,21 @@ void add_job_options(CLI::App& app, JobFlags& f) {
   app.add_option("--bind-host", w.bind_host, "address this worker listens on for its peers");
   app.add_option("--join-timeout-ms", f.join_timeout_ms);
   app.add_option("--op-timeout-ms", f.op_timeout_ms, "deadline of every collective");
-  app.add_option("--data-dir", w.data_dir, "Fashion-MNIST IDX folder");
+  app.add_option("--data", f.data,
+                 "fashion-mnist (28x28x1), fashion-mnist-32 (padded to 32x32: the CIFAR-10 "
+                 "stand-in), fashion-mnist-32x3 (the same in 3 channels), or cifar10 (binary "
+                 "version from --data-dir)")
+      ->check(
+          CLI::IsMember({"fashion-mnist", "fashion-mnist-32", "fashion-mnist-32x3", "cifar10"}));
+  app.add_option("--data-dir", w.data_dir, "Fashion-MNIST IDX or CIFAR-10 binary folder");
+  app.add_option("--augment-crop", w.train.augmentation.crop_padding,
+                 "random crop with this much zero padding on each side (0 = off; 4 is the CIFAR "
+                 "recipe)")
+      ->check(CLI::Range(0, 16));
+  app.add_flag("--augment-flip", w.train.augmentation.horizontal_flip,
+               "random horizontal flip of half the training images");
+  app.add_flag("--eval-every-epoch", w.train.evaluate_every_epoch,
+               "test after every epoch: the report's accuracy-per-epoch curve");
   app.add_option("--train-samples", w.train_samples, "use the first N training samples (0 = all)");
   app.add_option("--test-samples", w.test_samples);
   app.add_option("--threads", w.compute_threads, "compute threads per worker");
@@ -136,6 +151,10 @@ void add_job_options(CLI::App& app, JobFlags& f) {
 
 int finish_job_flags(JobFlags& f) {
   auto& w = f.worker;
+  w.data = f.data == "fashion-mnist-32"     ? WorkerOptions::Data::fashion_mnist_32
+           : f.data == "fashion-mnist-32x3" ? WorkerOptions::Data::fashion_mnist_32x3
+           : f.data == "cifar10"            ? WorkerOptions::Data::cifar10
+                                            : WorkerOptions::Data::fashion_mnist;
   w.transport = f.transport == "tls"   ? TransportKind::tls
                 : f.transport == "mpi" ? TransportKind::mpi
                                        : TransportKind::tcp;

@@ -322,6 +322,13 @@ result<TrainResult> train_parameter_server(collective::Communicator& comm,
   if (!built)
     return built.error();
   model::Model reference = std::move(*built);
+  if (!reference.state().empty()) {
+    // The server steps the parameters but never runs the model, so BatchNorm's running
+    // statistics (which the workers' forwards update) would never reach it.
+    return fail(errc::invalid_argument,
+                "parameter-server ASGD does not carry BatchNorm running statistics; train this "
+                "model with synchronous data parallelism (--async none) or a pipeline");
+  }
   reference.initialize(options.seed);
   LayerStack stack(reference, 0, reference.layer_count());
   const model::LossKind loss = model::loss_for(options.spec);

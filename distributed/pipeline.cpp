@@ -6,6 +6,7 @@
 #include "distributed/layer_stack.hpp"
 #include "distributed/stage_balance.hpp"
 #include "distributed/subgroup.hpp"
+#include "distributed/train_support.hpp"
 #include "shared/collective/collectives.hpp"
 #include "shared/model/loss.hpp"
 #include "shared/util/aligned_vector.hpp"
@@ -17,6 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::uint32_t kActivationTag = 0;
 constexpr std::uint32_t kGradientTag = 1u << 20;
+constexpr std::uint32_t kGatherTag = 2u << 20;
 
 std::span<std::byte> bytes(Matrix& m) {
   return std::as_writable_bytes(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
@@ -39,6 +41,70 @@ result<std::vector<std::size_t>> stage_bounds(collective::Communicator& world,
       return ok.error();
   }
   return balance_stages(costs, static_cast<std::size_t>(o.stages));
+}
+
+// Where stage t's parameters and state sit in the whole model's buffers.
+struct StageSlice {
+  std::size_t param_offset = 0, param_size = 0, state_offset = 0, state_size = 0;
+};
+
+StageSlice slice_of(const model::Model& m, std::size_t first, std::size_t last) {
+  StageSlice slice;
+  for (std::size_t i = 0; i < last; ++i) {
+    std::size_t params = 0, state = 0;
+    for (const auto& p : m.layer(i).param_shapes())
+      params += model::element_count(p.shape);
+    for (const auto& p : m.layer(i).state_shapes())
+      state += model::element_count(p.shape);
+    (i < first ? slice.param_offset : slice.param_size) += params;
+    (i < first ? slice.state_offset : slice.state_size) += state;
+  }
+  return slice;
+}
+
+// Replica 0's stages send their parameters and state to rank 0, which puts them into
+// `whole`; then rank 0 tests `whole` and every rank gets the result. The replicas' running
+// statistics are averaged first (their parameters are already identical).
+result<model::EvalReport> evaluate_pipeline(collective::Communicator& world,
+                                            collective::Communicator& pipe,
+                                            collective::Communicator& dp, LayerStack& stack,
+                                            model::Model& whole,
+                                            std::span<const std::size_t> bounds, int s, int d,
+                                            model::LossKind loss, const data::Dataset& test) {
+  if (auto ok = average_state(dp, stack.state()); !ok)
+    return ok.error();
+  const int S = static_cast<int>(bounds.size()) - 1;
+  if (d == 0 && s > 0) {
+    auto ok = collective::send(
+        pipe, {.peer = 0, .tag = kGatherTag, .data = std::as_bytes(stack.params())});
+    if (ok && !stack.state().empty())
+      ok = collective::send(
+          pipe, {.peer = 0, .tag = kGatherTag + 1, .data = std::as_bytes(stack.state())});
+    if (!ok)
+      return ok.error();
+  }
+  if (d == 0 && s == 0) {
+    std::copy(stack.params().begin(), stack.params().end(), whole.params().begin());
+    std::copy(stack.state().begin(), stack.state().end(), whole.state().begin());
+    for (int t = 1; t < S; ++t) {
+      const auto slice = slice_of(whole, bounds[t], bounds[t + 1]);
+      auto ok = collective::recv(pipe, {.peer = t,
+                                        .tag = kGatherTag,
+                                        .data = std::as_writable_bytes(whole.params().subspan(
+                                            slice.param_offset, slice.param_size))});
+      if (ok && slice.state_size > 0)
+        ok = collective::recv(pipe, {.peer = t,
+                                     .tag = kGatherTag + 1,
+                                     .data = std::as_writable_bytes(whole.state().subspan(
+                                         slice.state_offset, slice.state_size))});
+      if (!ok)
+        return ok.error();
+    }
+  }
+  // Rank 0 already holds the whole model: hand evaluate_everywhere its own buffers.
+  const std::vector<float> params(whole.params().begin(), whole.params().end());
+  const std::vector<float> state(whole.state().begin(), whole.state().end());
+  return evaluate_everywhere(world, params, state, whole, loss, test);
 }
 
 }  // namespace
@@ -78,6 +144,7 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
     return built.error();
   model::Model whole = std::move(*built);
   whole.initialize(o.train.seed);
+  // Stage inputs are kept per micro-batch, so only its shape matters here.
   if (whole.layer_count() < static_cast<std::size_t>(S)) {
     return fail(errc::invalid_argument, "more stages than layers");
   }
@@ -111,6 +178,14 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
   std::size_t order_epoch = static_cast<std::size_t>(-1);
   int last_forward = -1;
   double step_loss = 0;
+  double epoch_loss = 0;  // last stage only: the sum of its steps' losses this epoch
+  std::size_t epoch_steps = 0;
+  double compute_seconds = 0;
+  auto timed = [&](auto&& work) {
+    const auto t0 = Clock::now();
+    work();
+    compute_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  };
 
   auto forward = [&](int m) -> result<void> {
     if (s > 0) {
@@ -119,7 +194,9 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
       if (!ok)
         return ok.error();
     }
-    const Matrix& out = stack.forward(inputs[m], model::Phase::train);
+    const Matrix* out_ptr = nullptr;
+    timed([&] { out_ptr = &stack.forward(inputs[m], model::Phase::train); });
+    const Matrix& out = *out_ptr;
     last_forward = m;
     if (s < S - 1)
       return collective::send(pipe, {.peer = s + 1, .tag = kActivationTag + m, .data = bytes(out)});
@@ -137,10 +214,12 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
         return ok.error();
       g = &grad_out;
     }
-    if (last_forward != m)
-      stack.forward(inputs[m], model::Phase::train);  // re-materialise
+    timed([&] {
+      if (last_forward != m)  // re-materialise; the statistics already counted this one
+        stack.forward(inputs[m], model::Phase::train, /*track_state=*/false);
+      stack.backward(*g, s > 0 ? &grad_in : nullptr);
+    });
     last_forward = -1;
-    stack.backward(*g, s > 0 ? &grad_in : nullptr);
     const auto grads = stack.grads();
     for (std::size_t i = 0; i < grads.size(); ++i)
       accumulated[i] += grads[i];
@@ -153,6 +232,17 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
   const auto start = Clock::now();
   const double comm_before = pipe.comm_seconds() + dp.comm_seconds();
   PipelineResult out;
+  double eval_seconds = 0;  // evaluations, left out of the training time
+  double eval_comm_seconds = 0;
+  auto evaluate = [&]() -> result<model::EvalReport> {
+    const auto t0 = Clock::now();
+    const double c0 = pipe.comm_seconds() + dp.comm_seconds();
+    auto eval =
+        evaluate_pipeline(world, pipe, dp, stack, whole, *bounds, s, d, loss_kind, data.test);
+    eval_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    eval_comm_seconds += pipe.comm_seconds() + dp.comm_seconds() - c0;
+    return eval;
+  };
   for (std::size_t step = 0; step < total_steps; ++step) {
     const std::size_t epoch = step / steps_per_epoch;
     if (epoch != order_epoch) {
@@ -168,6 +258,11 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
       labels[j] = data.train.labels[index];
       if (s == 0)
         inputs[j / mb].col(j % mb) = data.train.features.col(static_cast<Eigen::Index>(index));
+    }
+    if (s == 0 && o.train.augmentation.enabled()) {
+      Rng augment_rng(o.train.seed ^ (0x9e3779b97f4a7c15ULL * (step * 65537 + d + 1)));
+      for (auto& input : inputs)
+        data::augment_images(input, data.train.sample_shape, o.train.augmentation, augment_rng);
     }
     std::fill(accumulated.begin(), accumulated.end(), 0.0f);
     step_loss = 0;
@@ -191,8 +286,35 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
       return ok.error();
     }
     optimizer->step(stack.params(), accumulated);
+    epoch_loss += step_loss;
+    ++epoch_steps;
+    if (o.train.evaluate_every_epoch && (step + 1) % steps_per_epoch == 0) {
+      const double train_seconds =
+          std::chrono::duration<double>(Clock::now() - start).count() - eval_seconds;
+      auto eval = evaluate();
+      if (!eval) {
+        world.fail_with(eval.error());
+        return eval.error();
+      }
+      // Only the last stage knows the loss; it is rank S - 1's to report.
+      out.curve.push_back({static_cast<int>((step + 1) / steps_per_epoch), train_seconds,
+                           s == S - 1 ? epoch_loss / double(epoch_steps) : -1.0, eval->accuracy,
+                           eval->loss});
+      epoch_loss = 0;
+      epoch_steps = 0;
+    }
   }
-  out.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count() - eval_seconds;
+  if (o.train.evaluate) {
+    auto eval = evaluate();
+    if (!eval) {
+      world.fail_with(eval.error());
+      return eval.error();
+    }
+    out.test_accuracy = eval->accuracy;
+    out.test_loss = eval->loss;
+  }
+  out.compute_seconds = compute_seconds;
   out.stages = S;
   out.replicas = D;
   out.stage = s;
@@ -201,10 +323,12 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
   out.last_layer = (*bounds)[s + 1];
   out.param_offset = stack.model_offset();
   out.params.assign(stack.params().begin(), stack.params().end());
+  out.state_offset = stack.model_state_offset();
+  out.state.assign(stack.state().begin(), stack.state().end());
   out.steps = total_steps;
   out.samples = static_cast<double>(total_steps * global_batch);
   out.samples_per_second = out.wall_seconds > 0 ? out.samples / out.wall_seconds : 0;
-  out.comm_seconds = pipe.comm_seconds() + dp.comm_seconds() - comm_before;
+  out.comm_seconds = pipe.comm_seconds() + dp.comm_seconds() - comm_before - eval_comm_seconds;
   if (s == S - 1)
     out.final_loss = step_loss;
   return out;

@@ -18,6 +18,15 @@
 // accumulated over micro-batches with the loss scaled by 1/M, so a step equals one
 // single-process step on the whole batch up to float rounding (a test checks it).
 // Layers must be deterministic between the two forwards: no dropout (checked).
+//
+// BatchNorm: statistics are those of each micro-batch, as in GPipe (so a pipelined step
+// equals a single-process step on the whole batch only for models without BatchNorm; with
+// it, the step equals M single-process steps' gradients on the micro-batches, summed). The
+// recomputed forward normalises with the same micro-batch statistics and does not move the
+// running statistics a second time. Replicas average their stage's running statistics
+// before every evaluation. Evaluation (train.evaluate, train.evaluate_every_epoch): every
+// stage of replica 0 sends its parameters and state to rank 0, which tests the whole
+// model and shares the result.
 #pragma once
 
 #include "distributed/data_parallel.hpp"
@@ -44,12 +53,18 @@ struct PipelineResult {
   std::size_t first_layer = 0, last_layer = 0;  // this stage's layers [first, last)
   std::size_t param_offset = 0;                 // where its parameters sit in the model's
   std::vector<float> params;                    // this stage's final parameters
+  std::size_t state_offset = 0;                 // where its state sits in the model's
+  std::vector<float> state;                     // its final state (running statistics)
   std::size_t steps = 0;
   double samples = 0;  // over all replicas
   double wall_seconds = 0;
   double samples_per_second = 0;
-  double comm_seconds = 0;  // this rank
-  double final_loss = -1;   // last stage: mean loss of the last step's batch
+  double comm_seconds = 0;        // this rank
+  double final_loss = -1;         // last stage: mean loss of the last step's batch
+  double compute_seconds = 0;     // this rank: inside its stage's forwards and backwards
+  std::vector<EpochPoint> curve;  // train.evaluate_every_epoch: on every rank
+  double test_accuracy = -1;      // train.evaluate: the final model's, on every rank
+  double test_loss = -1;
 };
 
 // Errors: invalid_argument (world not a multiple of stages, more stages than layers,

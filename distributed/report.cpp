@@ -12,6 +12,18 @@
 
 namespace fedcore::distributed {
 
+nlohmann::json curve_json(const std::vector<EpochPoint>& curve) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : curve) {
+    out.push_back({{"epoch", p.epoch},
+                   {"train_seconds", p.train_seconds},
+                   {"train_loss", p.train_loss},
+                   {"test_accuracy", p.test_accuracy},
+                   {"test_loss", p.test_loss}});
+  }
+  return out;
+}
+
 nlohmann::json run_report(const TrainResult& r, const std::string& transport,
                           const TrainOptions& o) {
   nlohmann::json ranks = nlohmann::json::array();
@@ -52,6 +64,10 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport,
                            {"test_accuracy", r.test_accuracy},
                            {"test_loss", r.test_loss},
                            {"final_train_loss", r.final_train_loss},
+                           {"curve", curve_json(r.curve)},
+                           {"augmentation",
+                            {{"crop_padding", o.augmentation.crop_padding},
+                             {"horizontal_flip", o.augmentation.horizontal_flip}}},
                            {"params_identical_on_all_ranks", identical},
                            {"bucket_bytes", o.reducer.bucket_bytes},
                            {"overlap", o.reducer.overlap},

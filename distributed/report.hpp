@@ -19,6 +19,10 @@ namespace fedcore::distributed {
 nlohmann::json run_report(const TrainResult& result, const std::string& transport,
                           const TrainOptions& options);
 
+// The accuracy-per-epoch curve: [{"epoch", "train_seconds", "train_loss", "test_accuracy",
+// "test_loss"}, ...] (train_loss -1 where the reporting rank does not compute the loss).
+nlohmann::json curve_json(const std::vector<EpochPoint>& curve);
+
 // Compares run reports (any order; the one with world 1 is the baseline, else the
 // smallest world). Adds speedup, efficiency and accuracy delta per world.
 nlohmann::json scaling_report(const std::vector<nlohmann::json>& runs);

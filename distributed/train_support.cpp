@@ -100,6 +100,33 @@ result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& 
   return {};
 }
 
+result<void> average_state(collective::Communicator& comm, std::span<float> state) {
+  if (state.empty() || comm.size() == 1)
+    return {};
+  return collective::allreduce(comm, {.data = state, .op = collective::ReduceOp::average});
+}
+
+result<model::EvalReport> evaluate_everywhere(collective::Communicator& comm,
+                                              std::span<const float> params,
+                                              std::span<const float> state, model::Model& reference,
+                                              model::LossKind loss, const data::Dataset& test) {
+  std::array<double, 2> result{0, 0};
+  if (comm.rank() == 0 && test.size() > 0) {
+    std::copy(params.begin(), params.end(), reference.params().begin());
+    std::copy(state.begin(), state.end(), reference.state().begin());
+    const auto eval = model::evaluate(reference, loss, test);
+    result = {eval.loss, eval.accuracy};
+  }
+  if (auto ok = collective::broadcast(
+          comm, {.data = std::as_writable_bytes(std::span<double>(result)), .root = 0});
+      !ok)
+    return ok.error();
+  model::EvalReport report;
+  report.loss = result[0];
+  report.accuracy = result[1];
+  return report;
+}
+
 RunMeters RunMeters::now(const collective::Communicator& comm) {
   return {cpu_seconds_now(), comm.comm_seconds()};
 }
@@ -117,8 +144,10 @@ result<void> finish_run(collective::Communicator& comm, const RunMeters& started
   if (auto ok = gather_rank_stats(comm, mine, out); !ok)
     return ok.error();
   out.params.assign(stack.params().begin(), stack.params().end());
+  out.state.assign(stack.state().begin(), stack.state().end());
   if (evaluate && comm.rank() == 0 && test.size() > 0) {
     std::copy(stack.params().begin(), stack.params().end(), reference.params().begin());
+    std::copy(stack.state().begin(), stack.state().end(), reference.state().begin());
     const auto eval = model::evaluate(reference, loss, test);
     out.test_accuracy = eval.accuracy;
     out.test_loss = eval.loss;

@@ -12,6 +12,7 @@
 #include "distributed/layer_stack.hpp"
 #include "shared/collective/communicator.hpp"
 #include "shared/data/dataset.hpp"
+#include "shared/model/eval_report.hpp"
 #include "shared/model/loss.hpp"
 #include "shared/model/model.hpp"
 
@@ -51,6 +52,18 @@ class ShardedBatches {
   std::size_t order_epoch_ = static_cast<std::size_t>(-1);
 };
 
+// Averages the ranks' non-trainable state (BatchNorm running statistics) in place: each
+// rank's statistics saw only its own shard's batches. No-op (no message) for a model
+// without state. Errors: the allreduce's.
+result<void> average_state(collective::Communicator& comm, std::span<float> state);
+
+// Rank 0 tests `params` and `state` (the whole model's) through `reference` on `test`; the
+// loss and accuracy are broadcast, so every rank returns them. Errors: the broadcast's.
+result<model::EvalReport> evaluate_everywhere(collective::Communicator& comm,
+                                              std::span<const float> params,
+                                              std::span<const float> state, model::Model& reference,
+                                              model::LossKind loss, const data::Dataset& test);
+
 // Shares every rank's statistics (one allgather) and fills out.ranks, out.samples (sum),
 // out.wall_seconds (slowest rank) and out.samples_per_second. Errors: the allgather's.
 result<void> gather_rank_stats(collective::Communicator& comm, const RankStats& mine,
@@ -66,7 +79,8 @@ struct RunMeters {
 // The end of every data-parallel trainer: completes `mine` (CPU and communication time
 // since `started`, peak RSS, CRC-32 of the final parameters), gathers every rank's
 // statistics into `out` (gather_rank_stats), copies this rank's parameters into
-// out.params and, on rank 0 when `evaluate`, tests them through `reference` on `test`.
+// out.params and, on rank 0 when `evaluate`, tests them (with the stack's state, which the
+// caller has averaged) through `reference` on `test`.
 // The caller has set mine.rank, mine.wall_seconds and mine.samples. Errors: the gather's.
 result<void> finish_run(collective::Communicator& comm, const RunMeters& started,
                         const LayerStack& stack, model::Model& reference, model::LossKind loss,

@@ -43,7 +43,11 @@ struct WorkerOptions {
   std::chrono::microseconds spin{0};
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(60)};
-  std::string data_dir;           // Fashion-MNIST IDX folder
+  // Fashion-MNIST as it is (28x28x1), padded to 32x32 (the CIFAR-10 stand-in, 1 or 3
+  // channels), or CIFAR-10 from data_dir (the binary version).
+  enum class Data { fashion_mnist, fashion_mnist_32, fashion_mnist_32x3, cifar10 };
+  Data data = Data::fashion_mnist;
+  std::string data_dir;           // Fashion-MNIST IDX or CIFAR-10 binary folder
   std::size_t train_samples = 0;  // use the first N training samples (0 = all)
   std::size_t test_samples = 0;   // (0 = all)
   int compute_threads = 1;

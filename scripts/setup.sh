@@ -19,7 +19,7 @@ core_packages=(
   chromium
   libopenmpi-dev openmpi-bin
   # The Python SDK (python/): its bindings, and the NumPy, PyTorch and ONNX its tests run.
-  python3 python3-dev pybind11-dev python3-numpy python3-torch python3-onnx
+  python3 python3-dev pybind11-dev python3-numpy python3-torch python3-torchvision python3-onnx
 )
 bench_packages=(libgloo-dev)
 cpu_level_packages=(qemu-user)

@@ -38,8 +38,7 @@ void per_channel_sum(Eigen::Index channels, Eigen::Index columns, std::vector<do
 }  // namespace
 
 BatchNorm2d::BatchNorm2d(const Shape& input_shape)
-    : Layer(input_shape, input_shape),
-      channels_(input_shape.empty() ? 0 : input_shape.back()) {
+    : Layer(input_shape, input_shape), channels_(input_shape.empty() ? 0 : input_shape.back()) {
   FEDCORE_ASSERT(channels_ >= 1, "BatchNorm2d needs a channel dimension");
 }
 

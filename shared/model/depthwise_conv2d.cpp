@@ -19,10 +19,10 @@ std::int64_t output_extent(std::int64_t in, const DepthwiseOptions& o) {
 }  // namespace
 
 DepthwiseConv2d::DepthwiseConv2d(const Shape& input_shape, const DepthwiseOptions& options)
-    : Layer(input_shape,
-            input_shape.size() == 3 ? Shape{output_extent(input_shape[0], options),
-                                            output_extent(input_shape[1], options), input_shape[2]}
-                                    : Shape{}),
+    : Layer(input_shape, input_shape.size() == 3
+                             ? Shape{output_extent(input_shape[0], options),
+                                     output_extent(input_shape[1], options), input_shape[2]}
+                             : Shape{}),
       in_h_(input_shape.size() == 3 ? input_shape[0] : 0),
       in_w_(input_shape.size() == 3 ? input_shape[1] : 0),
       c_(input_shape.size() == 3 ? input_shape[2] : 0),
@@ -70,7 +70,8 @@ void DepthwiseConv2d::bind(std::span<float> params, std::span<float> grads) {
 
 // He-normal with fan_out = k^2 (one output channel per filter), as torchvision.
 void DepthwiseConv2d::initialize(Rng& rng) {
-  const float stddev = static_cast<float>(std::sqrt(2.0 / double(options_.kernel * options_.kernel)));
+  const float stddev =
+      static_cast<float>(std::sqrt(2.0 / double(options_.kernel * options_.kernel)));
   for (float& w : weight_) {
     w = stddev * static_cast<float>(rng.normal());
   }

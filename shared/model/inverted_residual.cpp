@@ -25,8 +25,7 @@ std::size_t total_size(const std::vector<ParamShape>& shapes) {
 
 }  // namespace
 
-InvertedResidual::InvertedResidual(const Shape& input_shape,
-                                   const InvertedResidualOptions& options)
+InvertedResidual::InvertedResidual(const Shape& input_shape, const InvertedResidualOptions& options)
     : Layer(input_shape, Shape{}), options_(options) {
   FEDCORE_ASSERT(input_shape.size() == 3 && options.out_channels >= 1 && options.stride >= 1 &&
                      options.expansion >= 1,
@@ -109,6 +108,12 @@ void InvertedResidual::bind_state(std::span<float> state) {
     const std::size_t size = total_size(layer->state_shapes());
     layer->bind_state(state.subspan(offset, size));
     offset += size;
+  }
+}
+
+void InvertedResidual::set_track_state(bool track) {
+  for (auto& layer : layers_) {
+    layer->set_track_state(track);
   }
 }
 

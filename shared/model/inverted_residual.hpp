@@ -42,6 +42,7 @@ class InvertedResidual final : public Layer {
   std::vector<ParamShape> state_shapes() const override;
   void bind(std::span<float> params, std::span<float> grads) override;
   void bind_state(std::span<float> state) override;
+  void set_track_state(bool track) override;
   void initialize(Rng& rng) override;
   void forward(const Matrix& input, Matrix& output, Phase phase) override;
   void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,

@@ -75,6 +75,10 @@ class Layer {
   virtual std::vector<ParamShape> state_shapes() const { return {}; }
   // Seats the state views. REQUIRES: the span has the total size of state_shapes().
   virtual void bind_state(std::span<float> /*state*/) {}
+  // When false, training forwards leave the state alone (they still normalise with the
+  // batch): for a forward that must not count twice, such as a pipeline stage's
+  // recomputation of a micro-batch it already ran. Default true.
+  virtual void set_track_state(bool /*track*/) {}
   // Writes initial values into the bound parameters (and state).
   virtual void initialize(Rng& /*rng*/) {}
 

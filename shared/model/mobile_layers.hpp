@@ -46,15 +46,12 @@ class BatchNorm2d final : public Layer {
   std::vector<ParamShape> state_shapes() const override;
   void bind(std::span<float> params, std::span<float> grads) override;
   void bind_state(std::span<float> state) override;
+  void set_track_state(bool track) override { track_ = track; }
   void initialize(Rng& rng) override;
   void forward(const Matrix& input, Matrix& output, Phase phase) override;
   void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
                 Matrix& grad_input) override;
   void gradient(const Matrix& input, const Matrix& grad_output) override;
-
-  // When false, training normalises with the batch but leaves the running statistics
-  // alone: for a forward pass that must not count twice (a recomputation), and for tests.
-  void set_track_running_stats(bool track) noexcept { track_ = track; }
 
  private:
   BatchNorm2d(const BatchNorm2d& other);

@@ -17,8 +17,8 @@ struct Stage {
 };
 
 // Table 2 of the paper (torchvision's inverted_residual_setting).
-constexpr Stage kStages[] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
-                             {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
+constexpr Stage kStages[] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                             {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
 
 }  // namespace
 
@@ -45,9 +45,8 @@ std::vector<std::unique_ptr<Layer>> mobilenet_v2_layers(const Shape& input_shape
   };
   const double width = options.width;
   const std::int64_t stem_stride = options.small_input_strides ? 1 : 2;
-  Shape shape = add(std::make_unique<Conv2d>(
-                        input_shape, Conv2dOptions{round_channels(32 * width), 3, stem_stride, 1,
-                                                   false}),
+  Shape shape = add(std::make_unique<Conv2d>(input_shape, Conv2dOptions{round_channels(32 * width),
+                                                                        3, stem_stride, 1, false}),
                     "stem");
   shape = add(std::make_unique<BatchNorm2d>(shape), "stem_bn");
   shape = add(std::make_unique<ReLU6>(shape), "stem_relu");

@@ -32,6 +32,8 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
   FEDCORE_ASSERT(config.batch_size > 0 && config.epochs >= 0, "train: bad config");
   FEDCORE_ASSERT(anchor.empty() || anchor.size() == model.param_count(),
                  "train: anchor size differs");
+  FEDCORE_ASSERT(!config.augmentation.enabled() || data.sample_shape.size() == 3,
+                 "train: augmentation needs images");
   FEDCORE_ASSERT(config.gradient_correction.empty() ||
                      config.gradient_correction.size() == model.param_count(),
                  "train: gradient correction size differs");
@@ -58,6 +60,9 @@ TrainReport train(Model& model, LossKind loss, Optimizer& optimizer, const data:
       const std::size_t count =
           std::min(order.size() - begin, static_cast<std::size_t>(config.batch_size));
       gather(data, std::span(order).subspan(begin, count), batch, labels);
+      if (config.augmentation.enabled()) {
+        data::augment_images(batch, data.sample_shape, config.augmentation, rng);
+      }
       const Matrix& logits = model.forward(batch, Phase::train);
       const LossValue value = evaluate_loss(loss, logits, labels, &grad_logits);
       model.backward(grad_logits);

@@ -15,6 +15,7 @@
 #include <span>
 
 #include "shared/data/dataset.hpp"
+#include "shared/data/image_transforms.hpp"
 #include "shared/model/eval_report.hpp"
 #include "shared/model/loss.hpp"
 #include "shared/model/model.hpp"
@@ -32,6 +33,9 @@ struct TrainConfig {
   // server's control variate minus the site's); empty: none. REQUIRES: empty or one value
   // per parameter, alive for the call.
   std::span<const float> gradient_correction{};
+  // Random crop and flip of every training batch (images only), drawn from the epoch's
+  // stream after its shuffle: reproducible like the rest.
+  data::Augmentation augmentation{};
   // Stop after this many steps in total (0 = no limit); for smoke tests and benchmarks.
   std::size_t max_steps = 0;
 };

@@ -59,7 +59,7 @@ TEST(BatchNorm2d, EvaluationUsesRunningStatisticsAndLeavesThemAlone) {
 
 TEST(BatchNorm2d, UntrackedTrainingLeavesRunningStatisticsAlone) {
   BoundLayer bn(std::make_unique<BatchNorm2d>(Shape{1, 2, 2}));
-  static_cast<BatchNorm2d&>(*bn.layer).set_track_running_stats(false);
+  bn.layer->set_track_state(false);
   Matrix y;
   bn.layer->forward(two_channel_batch(), y, Phase::train);
   EXPECT_EQ(bn.state, (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f}));
@@ -129,8 +129,7 @@ TEST(BatchNorm2d, ResultsDoNotDependOnTheThreadCount) {
 
 TEST(DepthwiseConv2d, ForwardMatchesHandComputedValues) {
   // 2x2 input, 2 channels, 2x2 kernel, no padding: one output pixel per channel.
-  BoundLayer dw(std::make_unique<DepthwiseConv2d>(Shape{2, 2, 2},
-                                                  DepthwiseOptions{2, 1, 0, true}));
+  BoundLayer dw(std::make_unique<DepthwiseConv2d>(Shape{2, 2, 2}, DepthwiseOptions{2, 1, 0, true}));
   // weight {ky, kx, c}: channel 0 taps {1, 2, 3, 4}, channel 1 taps {-1, 0, 0, 1}; bias.
   dw.params = {1, -1, 2, 0, 3, 0, 4, 1, 0.5f, -0.5f};
   Matrix x(8, 1);
@@ -144,8 +143,7 @@ TEST(DepthwiseConv2d, ForwardMatchesHandComputedValues) {
 
 TEST(DepthwiseConv2d, GradientsMatchFiniteDifferences) {
   Rng rng(31);
-  BoundLayer dw(std::make_unique<DepthwiseConv2d>(Shape{5, 4, 3},
-                                                  DepthwiseOptions{3, 1, 1, true}));
+  BoundLayer dw(std::make_unique<DepthwiseConv2d>(Shape{5, 4, 3}, DepthwiseOptions{3, 1, 1, true}));
   const Matrix x = random_matrix(60, 3, rng);
   testing::expect_input_gradient_matches(*dw.layer, x);
   testing::expect_param_gradient_matches(*dw.layer, dw.params, dw.grads, x);
@@ -153,8 +151,8 @@ TEST(DepthwiseConv2d, GradientsMatchFiniteDifferences) {
 
 TEST(DepthwiseConv2d, StridedGradientsMatchFiniteDifferences) {
   Rng rng(32);
-  BoundLayer dw(std::make_unique<DepthwiseConv2d>(Shape{6, 5, 2},
-                                                  DepthwiseOptions{3, 2, 1, false}));
+  BoundLayer dw(
+      std::make_unique<DepthwiseConv2d>(Shape{6, 5, 2}, DepthwiseOptions{3, 2, 1, false}));
   EXPECT_EQ(dw.layer->output_shape(), (Shape{3, 3, 2}));
   const Matrix x = random_matrix(60, 2, rng);
   testing::expect_input_gradient_matches(*dw.layer, x);
@@ -254,8 +252,8 @@ TEST(InvertedResidual, ResidualOnlyWhenStrideOneAndChannelsKept) {
 }
 
 TEST(InvertedResidual, NamesItsTensorsUnderItsSublayers) {
-  BoundLayer block(std::make_unique<InvertedResidual>(Shape{4, 4, 8},
-                                                      InvertedResidualOptions{8, 1, 2}));
+  BoundLayer block(
+      std::make_unique<InvertedResidual>(Shape{4, 4, 8}, InvertedResidualOptions{8, 1, 2}));
   const auto params = block.layer->param_shapes();
   ASSERT_EQ(params.size(), 9u);
   EXPECT_EQ(params[0].name, "expand.weight");
@@ -296,8 +294,8 @@ TEST(InvertedResidual, UnexpandedBlockGradientsMatchFiniteDifferences) {
 // hands over the input gradient it found instead of a second pass, and both agree.
 TEST(InvertedResidual, BackwardAfterGradientGivesTheSameInputGradient) {
   Rng rng(64);
-  BoundLayer block(std::make_unique<InvertedResidual>(Shape{4, 4, 4},
-                                                      InvertedResidualOptions{4, 1, 2}));
+  BoundLayer block(
+      std::make_unique<InvertedResidual>(Shape{4, 4, 4}, InvertedResidualOptions{4, 1, 2}));
   const Matrix x = random_matrix(64, 3, rng);
   const Matrix r = random_matrix(64, 3, rng);
   Matrix y, alone, handed;

@@ -31,8 +31,8 @@ TEST(MobileNetV2, ParameterAndStateCountsEqualTorchvision) {
     float width;
     std::size_t params, state;
   };
-  for (const auto& c : {Case{1.0f, 2236682, 34112}, Case{0.5f, 700490, 18544},
-                        Case{0.25f, 250922, 10656}}) {
+  for (const auto& c :
+       {Case{1.0f, 2236682, 34112}, Case{0.5f, 700490, 18544}, Case{0.25f, 250922, 10656}}) {
     Model model(Shape{32, 32, 3}, mobilenet_v2_layers(Shape{32, 32, 3}, 10, {c.width}));
     EXPECT_EQ(model.param_count(), c.params) << "width " << c.width;
     EXPECT_EQ(model.state().size(), c.state) << "width " << c.width;
@@ -57,8 +57,8 @@ TEST(MobileNetV2, CifarStridesLeaveAFourByFourMap) {
 }
 
 TEST(MobileNetV2, SpecBuildsItAndRefusesForeignKeys) {
-  auto spec = parse_model_spec(
-      std::string_view(R"({"type": "mobilenetv2", "width": 0.5, "input_shape": [32, 32, 1], "num_classes": 10})"));
+  auto spec = parse_model_spec(std::string_view(
+      R"({"type": "mobilenetv2", "width": 0.5, "input_shape": [32, 32, 1], "num_classes": 10})"));
   ASSERT_TRUE(spec) << spec.error().message;
   EXPECT_FLOAT_EQ(spec->dropout, 0.2f);  // torchvision's default
   auto model = build_model(*spec);
@@ -98,8 +98,7 @@ TEST(MobileNetV2, TrainingStepsLowerTheLossOnAFixedBatch) {
   double first = 0, last = 0;
   for (int step = 0; step < 30; ++step) {
     const Matrix& logits = model.forward(x, Phase::train);
-    const double loss =
-        evaluate_loss(LossKind::softmax_cross_entropy, logits, labels, &grad).loss;
+    const double loss = evaluate_loss(LossKind::softmax_cross_entropy, logits, labels, &grad).loss;
     model.backward(grad);
     optimizer->step(model.params(), model.grads());
     (step == 0 ? first : last) = loss;

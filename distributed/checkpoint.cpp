@@ -22,10 +22,10 @@ static_assert(std::endian::native == std::endian::little,
 constexpr char kMagic[8] = {'F', 'C', 'D', 'I', 'S', 'T', 'C', 'K'};
 constexpr char kParamMagic[8] = {'F', 'C', 'P', 'A', 'R', 'A', 'M', 'S'};
 constexpr std::size_t kFixedHeader = 8 + 4 + 4;
-// Two sections of at most one maximal parameter file each, plus lengths and checksum.
+// Three sections of at most one maximal parameter file each, plus lengths and checksum.
 constexpr std::size_t kMaxSection =
     32 + model::kMaxParamHeaderBytes + model::kMaxParamCount * sizeof(float) + 4;
-constexpr std::size_t kMaxCheckpointBytes = kFixedHeader + 2 * (8 + kMaxSection) + 4;
+constexpr std::size_t kMaxCheckpointBytes = kFixedHeader + 3 * (8 + kMaxSection) + 4;
 
 void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
   put(out, static_cast<std::uint64_t>(bytes.size()));
@@ -67,7 +67,10 @@ std::string checkpoint_path(const std::string& dir) {
 std::vector<std::byte> encode_checkpoint(const model::ParamLayout& layout,
                                          std::span<const float> params,
                                          const model::OptimizerState& optimizer, std::size_t step,
-                                         int world) {
+                                         int world, const model::ParamLayout& state_layout,
+                                         std::span<const float> state) {
+  FEDCORE_ASSERT(state.size() == state_layout.total(),
+                 "encode_checkpoint: state differs from its layout");
   const auto model_section =
       model::encode_params(layout, params, nlohmann::json{{"step", step}, {"world", world}}.dump());
   model::ParamLayout buffers;
@@ -85,14 +88,17 @@ std::vector<std::byte> encode_checkpoint(const model::ParamLayout& layout,
                                           {"steps", optimizer.steps}}
                                .dump());
 
+  const auto state_section = model::encode_params(state_layout, state, "{}");
   std::vector<std::byte> out;
-  out.reserve(kFixedHeader + 16 + model_section.size() + optimizer_section.size() + 4);
+  out.reserve(kFixedHeader + 24 + model_section.size() + optimizer_section.size() +
+              state_section.size() + 4);
   const auto* magic = reinterpret_cast<const std::byte*>(kMagic);
   out.insert(out.end(), magic, magic + sizeof kMagic);
   put(out, kCheckpointFormatVersion);
   put(out, std::uint32_t{0});
   put_bytes(out, model_section);
   put_bytes(out, optimizer_section);
+  put_bytes(out, state_section);
   put(out, crc32(out));
   return out;
 }
@@ -115,14 +121,17 @@ result<Checkpoint> decode_checkpoint(std::span<const std::byte> bytes, std::stri
     return fail(errc::data_loss, where + ": wrong magic, not a fedcore-dist checkpoint");
   }
   const auto version = get<std::uint32_t>(bytes.data() + 8);
-  if (version != kCheckpointFormatVersion) {
+  if (version != 1 && version != kCheckpointFormatVersion) {
     return fail(errc::unimplemented, where + ": format version " + std::to_string(version) +
-                                         " is not supported (this build reads version 1)");
+                                         " is not supported (this build reads versions 1 and 2)");
   }
-  // Walk the two length-prefixed sections, checking each length against what is left.
-  std::array<std::span<const std::byte>, 2> sections;
+  // Walk the length-prefixed sections (two in version 1, three in 2), checking each length
+  // against what is left.
+  std::array<std::span<const std::byte>, 3> sections;
+  const std::size_t section_count = version == 1 ? 2 : 3;
   std::size_t at = kFixedHeader;
-  for (auto& section : sections) {
+  for (std::size_t k = 0; k < section_count; ++k) {
+    auto& section = sections[k];
     if (bytes.size() < at + 8) {
       return fail(errc::out_of_range, where + ": truncated before a section length");
     }
@@ -162,6 +171,12 @@ result<Checkpoint> decode_checkpoint(std::span<const std::byte> bytes, std::stri
   if (!optimizer)
     return optimizer.error();
   Checkpoint out;
+  if (section_count == 3) {
+    auto state = model::decode_params(sections[2], std::string(what) + " (state section)");
+    if (!state)
+      return state.error();
+    out.state = std::move(*state);
+  }
   out.step = meta["step"].get<std::size_t>();
   out.model = std::move(*model_bundle);
   out.optimizer = std::move(*optimizer);
@@ -170,9 +185,10 @@ result<Checkpoint> decode_checkpoint(std::span<const std::byte> bytes, std::stri
 
 result<void> save_checkpoint(const std::string& path, const model::ParamLayout& layout,
                              std::span<const float> params, const model::OptimizerState& optimizer,
-                             std::size_t step, int world) {
-  return model::write_file_atomically(path,
-                                      encode_checkpoint(layout, params, optimizer, step, world));
+                             std::size_t step, int world, const model::ParamLayout& state_layout,
+                             std::span<const float> state) {
+  return model::write_file_atomically(
+      path, encode_checkpoint(layout, params, optimizer, step, world, state_layout, state));
 }
 
 result<Checkpoint> load_checkpoint(const std::string& path) {
@@ -194,8 +210,12 @@ result<Checkpoint> load_checkpoint(const std::string& path) {
 
 result<std::size_t> restore_checkpoint(collective::Communicator& comm, const std::string& dir,
                                        const model::ParamLayout& layout, std::span<float> params,
-                                       model::Optimizer& optimizer) {
+                                       model::Optimizer& optimizer,
+                                       const model::ParamLayout& state_layout,
+                                       std::span<float> state_values) {
   FEDCORE_ASSERT(params.size() == layout.total(), "restore_checkpoint: params differ from layout");
+  FEDCORE_ASSERT(state_values.size() == state_layout.total(),
+                 "restore_checkpoint: state differs from its layout");
   // Every rank has the same options: without a directory nobody communicates.
   if (dir.empty())
     return std::size_t{0};
@@ -215,10 +235,17 @@ result<std::size_t> restore_checkpoint(collective::Communicator& comm, const std
                      "checkpoint '" + path + "' is for another model (layout " +
                          loaded->model.layout.fingerprint_hex() + ", this model's is " +
                          layout.fingerprint_hex() + ")");
+    } else if (loaded->state.layout.fingerprint() != state_layout.fingerprint()) {
+      problem =
+          fail(errc::failed_precondition,
+               "checkpoint '" + path + "' holds " + std::to_string(loaded->state.layout.total()) +
+                   " state values (BatchNorm running statistics) where this model has " +
+                   std::to_string(state_layout.total()));
     } else if (auto ok = optimizer.load_state(loaded->optimizer); !ok) {
       problem = fail(ok.error().code, "checkpoint '" + path + "': " + ok.error().message);
     } else {
       std::copy(loaded->model.params.begin(), loaded->model.params.end(), params.begin());
+      std::copy(loaded->state.params.begin(), loaded->state.params.end(), state_values.begin());
       state = std::move(loaded->optimizer);
       header = {kLoaded, loaded->step, static_cast<std::uint64_t>(state.steps)};
     }
@@ -239,6 +266,12 @@ result<std::size_t> restore_checkpoint(collective::Communicator& comm, const std
   if (auto ok = collective::broadcast(comm, {.data = std::as_writable_bytes(params), .root = 0});
       !ok) {
     return ok.error();
+  }
+  if (!state_values.empty()) {
+    auto ok =
+        collective::broadcast(comm, {.data = std::as_writable_bytes(state_values), .root = 0});
+    if (!ok)
+      return ok.error();
   }
   for (auto& buffer : state.buffers) {
     auto data = std::as_writable_bytes(std::span<float>(buffer.values));

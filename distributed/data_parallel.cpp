@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <optional>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -52,6 +53,10 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   if (options.batch_size <= 0 || options.epochs <= 0) {
     return fail(errc::invalid_argument, "batch size and epochs must be positive");
   }
+  if (options.adaptive.enabled && options.easgd_alpha > 0) {
+    return fail(errc::invalid_argument,
+                "the adaptive batch split is for synchronous SGD; EASGD's ranks step on their own");
+  }
   const std::size_t global_batch = static_cast<std::size_t>(options.batch_size) * world;
   const std::size_t steps_per_epoch = data.train.size() / global_batch;
   if (steps_per_epoch == 0) {
@@ -72,7 +77,7 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   const model::LossKind loss = model::loss_for(options.spec);
   auto optimizer = model::make_optimizer(options.optimizer, stack.params().size());
   auto start = restore_checkpoint(comm, options.checkpoint_dir, reference.layout(), stack.params(),
-                                  *optimizer);
+                                  *optimizer, reference.state_layout(), stack.state());
   if (!start)
     return start.error();
   // Rank 0's parameters (and state) are the truth, whether fresh or resumed.
@@ -99,8 +104,12 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   AlignedVector<float> mean(easgd ? center.size() : 0);
 
   ShardedBatches shards(data.train, options.batch_size, world, options.seed);
+  AdaptiveSplit split(world, options.batch_size, options.adaptive);
   Matrix batch(static_cast<Eigen::Index>(data.train.sample_size()), options.batch_size);
   std::vector<std::int32_t> labels(options.batch_size);
+  const bool slowed = options.test_slow_rank == rank && options.test_slowdown > 1.0;
+  double last_compute = 0;
+  double samples_trained = 0;
   Matrix grad_logits;
   double epoch_loss = 0;
   std::size_t epoch_steps = 0;
@@ -114,20 +123,41 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
       epoch_loss = 0;
       epoch_steps = 0;
     }
-    shards.fill(step, rank, batch, labels);
+    const int local = split.share(rank);
+    if (batch.cols() != local) {
+      batch.resize(batch.rows(), local);
+      labels.resize(static_cast<std::size_t>(local));
+    }
+    shards.fill_range(step, static_cast<std::size_t>(split.offset(rank)), batch, labels);
     if (options.augmentation.enabled()) {
       Rng augment_rng(options.seed ^ (0x9e3779b97f4a7c15ULL * (step * 65537 + rank + 1)));
       data::augment_images(batch, data.train.sample_shape, options.augmentation, augment_rng);
     }
+    const auto compute_start = Clock::now();
     const Matrix& logits = stack.forward(batch, model::Phase::train);
     epoch_loss += model::evaluate_loss(loss, logits, labels, &grad_logits).loss;
     ++epoch_steps;
+    samples_trained += local;
     const std::size_t done = step + 1;
+    if (options.adaptive.enabled)
+      grad_logits *= split.gradient_scale(rank);
+    double slept = 0;
+    if (slowed && last_compute > 0) {
+      const auto before = Clock::now();
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>((options.test_slowdown - 1.0) * last_compute));
+      slept = std::chrono::duration<double>(Clock::now() - before).count();
+    }
     if (!easgd) {
       stack.backward(grad_logits, nullptr, [&](std::size_t layer) { reducer->layer_done(layer); });
+      const double compute = std::chrono::duration<double>(Clock::now() - compute_start).count();
+      last_compute = compute - slept;  // the machine's own speed, the basis of the slowdown
+      split.record(compute, local);
       if (auto ok = reducer->finish(); !ok)
         return ok.error();
       optimizer->step(stack.params(), stack.grads());
+      if (auto changed = split.after_step(comm, done); !changed)
+        return changed.error();
     } else {
       stack.backward(grad_logits, nullptr);
       optimizer->step(stack.params(), stack.grads());
@@ -137,13 +167,21 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
       }
     }
 
-    if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 &&
-        done % options.checkpoint_every == 0 && rank == 0) {
+    const bool checkpoint = !options.checkpoint_dir.empty() && options.checkpoint_every > 0 &&
+                            done % options.checkpoint_every == 0;
+    // Every rank takes part in averaging the statistics a checkpoint holds, so that a
+    // resumed job starts from what the uninterrupted one has at this step.
+    if (checkpoint) {
+      if (auto ok = average_state(comm, stack.state()); !ok)
+        return ok.error();
+    }
+    if (checkpoint && rank == 0) {
       // EASGD's checkpoint holds the center and rank 0's optimizer state (the replicas'
       // own parameters and states are not saved: EASGD resumes from the center).
       const std::span<const float> saved = easgd ? std::span<const float>(center) : stack.params();
       if (auto ok = save_checkpoint(checkpoint_path(options.checkpoint_dir), reference.layout(),
-                                    saved, optimizer->state(), done, world);
+                                    saved, optimizer->state(), done, world,
+                                    reference.state_layout(), stack.state());
           !ok) {
         return ok.error();
       }
@@ -186,8 +224,8 @@ result<TrainResult> train_data_parallel(collective::Communicator& comm, const da
   RankStats mine;
   mine.rank = rank;
   mine.wall_seconds = wall;
-  mine.samples =
-      static_cast<double>((total_steps > *start ? total_steps - *start : 0) * options.batch_size);
+  mine.samples = samples_trained;
+  out.splits = split.history();
   if (auto ok =
           finish_run(comm, meters, stack, reference, loss, data.test, options.evaluate, mine, out);
       !ok)

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/adaptive_split.hpp"
 #include "distributed/grad_reducer.hpp"
 #include "shared/collective/communicator.hpp"
 #include "shared/data/dataset.hpp"
@@ -72,6 +73,15 @@ struct TrainOptions {
   // Random crop and flip of each rank's local batch (images only), seeded by (seed, step,
   // rank).
   data::Augmentation augmentation{};
+  // Heterogeneous workers (distributed/adaptive_split.hpp): local batches in proportion to
+  // each rank's measured throughput, the global batch (batch_size x world) fixed.
+  // Synchronous SGD only.
+  AdaptiveSplitOptions adaptive{};
+  // Test and benchmark hook: this rank computes `test_slowdown` times slower (it sleeps
+  // (factor - 1) x its previous step's own compute time between forward and backward),
+  // standing in for a slower machine. -1: none.
+  int test_slow_rank = -1;
+  double test_slowdown = 1.0;
   // Elastic averaging SGD (EASGD, synchronous form) instead of synchronous SGD when
   // alpha > 0: every rank takes local SGD steps on its own shard, and every `period`
   // steps all ranks and a center variable c are pulled together by one allreduce:
@@ -137,10 +147,11 @@ struct TrainResult {
   double final_train_loss = 0;  // mean over the last epoch's steps on this rank
   double test_accuracy = -1;    // rank 0 only when evaluate (else -1)
   double test_loss = -1;
-  std::vector<EpochPoint> curve;  // evaluate_every_epoch: every rank's copy of rank 0's
-  std::vector<RankStats> ranks;   // every rank's, on every rank
-  std::vector<float> params;      // this rank's final parameters
-  std::vector<float> state;       // and state (running statistics, averaged over the ranks)
+  std::vector<EpochPoint> curve;              // evaluate_every_epoch: every rank's copy of rank 0's
+  std::vector<AdaptiveSplit::Change> splits;  // adaptive: every re-split, on every rank
+  std::vector<RankStats> ranks;               // every rank's, on every rank
+  std::vector<float> params;                  // this rank's final parameters
+  std::vector<float> state;  // and state (running statistics, averaged over the ranks)
   AsyncMode async = AsyncMode::none;
   PsStats ps;  // parameter server: filled on rank 0 (workers only `workers`)
 };

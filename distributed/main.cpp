@@ -100,6 +100,18 @@ void add_job_options(CLI::App& app, JobFlags& f) {
       ->check(CLI::Range(0, 16));
   app.add_flag("--augment-flip", w.train.augmentation.horizontal_flip,
                "random horizontal flip of half the training images");
+  app.add_flag("--adaptive-batch", w.train.adaptive.enabled,
+               "heterogeneous workers: local batches in proportion to each rank's measured "
+               "throughput, global batch fixed (synchronous ddp only)");
+  app.add_option("--adaptive-period", w.train.adaptive.period,
+                 "steps between throughput measurements of --adaptive-batch")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}));
+  app.add_option("--adaptive-min-batch", w.train.adaptive.min_local_batch,
+                 "no rank's local batch below this under --adaptive-batch")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--test-slow-rank", w.train.test_slow_rank,
+                 "test/bench hook: this rank computes --test-slowdown times slower");
+  app.add_option("--test-slowdown", w.train.test_slowdown)->check(CLI::Range(1.0, 100.0));
   app.add_flag("--eval-every-epoch", w.train.evaluate_every_epoch,
                "test after every epoch: the report's accuracy-per-epoch curve");
   app.add_option("--train-samples", w.train_samples, "use the first N training samples (0 = all)");

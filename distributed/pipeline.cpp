@@ -315,6 +315,7 @@ result<PipelineResult> train_pipeline(collective::Communicator& world, const dat
     out.test_loss = eval->loss;
   }
   out.compute_seconds = compute_seconds;
+  out.output_values = stack.output_size();
   out.stages = S;
   out.replicas = D;
   out.stage = s;

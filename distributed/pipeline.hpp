@@ -62,6 +62,7 @@ struct PipelineResult {
   double comm_seconds = 0;        // this rank
   double final_loss = -1;         // last stage: mean loss of the last step's batch
   double compute_seconds = 0;     // this rank: inside its stage's forwards and backwards
+  std::size_t output_values = 0;  // per sample, what this stage sends to the next
   std::vector<EpochPoint> curve;  // train.evaluate_every_epoch: on every rank
   double test_accuracy = -1;      // train.evaluate: the final model's, on every rank
   double test_loss = -1;

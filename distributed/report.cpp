@@ -49,29 +49,43 @@ nlohmann::json run_report(const TrainResult& r, const std::string& transport,
   const char* mode = r.async == AsyncMode::parameter_server ? "ps-asgd"
                      : o.easgd_alpha > 0                    ? "easgd"
                                                             : "ddp";
-  nlohmann::json report = {{"mode", mode},
-                           {"world", r.world},
-                           {"transport", transport},
-                           {"model", o.spec},
-                           {"local_batch", o.batch_size},
-                           {"global_batch", o.batch_size * r.world},
-                           {"epochs", o.epochs},
-                           {"start_step", r.start_step},
-                           {"steps", r.steps},
-                           {"samples", r.samples},
-                           {"wall_seconds", r.wall_seconds},
-                           {"samples_per_second", r.samples_per_second},
-                           {"test_accuracy", r.test_accuracy},
-                           {"test_loss", r.test_loss},
-                           {"final_train_loss", r.final_train_loss},
-                           {"curve", curve_json(r.curve)},
-                           {"augmentation",
-                            {{"crop_padding", o.augmentation.crop_padding},
-                             {"horizontal_flip", o.augmentation.horizontal_flip}}},
-                           {"params_identical_on_all_ranks", identical},
-                           {"bucket_bytes", o.reducer.bucket_bytes},
-                           {"overlap", o.reducer.overlap},
-                           {"ranks", ranks}};
+  nlohmann::json report = {
+      {"mode", mode},
+      {"world", r.world},
+      {"transport", transport},
+      {"model", o.spec},
+      {"local_batch", o.batch_size},
+      {"global_batch", o.batch_size * r.world},
+      {"epochs", o.epochs},
+      {"start_step", r.start_step},
+      {"steps", r.steps},
+      {"samples", r.samples},
+      {"wall_seconds", r.wall_seconds},
+      {"samples_per_second", r.samples_per_second},
+      {"test_accuracy", r.test_accuracy},
+      {"test_loss", r.test_loss},
+      {"final_train_loss", r.final_train_loss},
+      {"curve", curve_json(r.curve)},
+      {"seconds_per_step",
+       r.steps > r.start_step ? r.wall_seconds / double(r.steps - r.start_step) : 0.0},
+      {"augmentation",
+       {{"crop_padding", o.augmentation.crop_padding},
+        {"horizontal_flip", o.augmentation.horizontal_flip}}},
+      {"params_identical_on_all_ranks", identical},
+      {"bucket_bytes", o.reducer.bucket_bytes},
+      {"overlap", o.reducer.overlap},
+      {"ranks", ranks}};
+  if (o.adaptive.enabled || o.test_slow_rank >= 0) {
+    nlohmann::json splits = nlohmann::json::array();
+    for (const auto& c : r.splits)
+      splits.push_back({{"after_step", c.step}, {"local_batches", c.split}});
+    report["adaptive_batch"] = {{"enabled", o.adaptive.enabled},
+                                {"period", o.adaptive.period},
+                                {"min_local_batch", o.adaptive.min_local_batch},
+                                {"splits", splits}};
+    if (o.test_slow_rank >= 0)
+      report["test_slowdown"] = {{"rank", o.test_slow_rank}, {"factor", o.test_slowdown}};
+  }
   if (r.async == AsyncMode::parameter_server) {
     // One update is one worker's local batch: the global batch of synchronous training
     // does not exist here.

@@ -53,6 +53,15 @@ void ShardedBatches::fill(std::size_t step, int slot, Matrix& batch,
   FEDCORE_ASSERT(slot >= 0 && slot < slots_, "ShardedBatches: slot out of range");
   FEDCORE_ASSERT(batch.cols() == batch_ && labels.size() == static_cast<std::size_t>(batch_),
                  "ShardedBatches: wrong batch size");
+  fill_range(step, static_cast<std::size_t>(slot) * batch_, batch, labels);
+}
+
+void ShardedBatches::fill_range(std::size_t step, std::size_t first, Matrix& batch,
+                                std::vector<std::int32_t>& labels) {
+  const std::size_t global_batch = static_cast<std::size_t>(batch_) * slots_;
+  const auto count = static_cast<std::size_t>(batch.cols());
+  FEDCORE_ASSERT(first + count <= global_batch && labels.size() == count,
+                 "ShardedBatches: range outside the global batch");
   const std::size_t epoch = epoch_of(step);
   if (epoch != order_epoch_) {
     std::iota(order_.begin(), order_.end(), std::size_t{0});
@@ -60,12 +69,10 @@ void ShardedBatches::fill(std::size_t step, int slot, Matrix& batch,
     rng.shuffle(std::span<std::size_t>(order_));
     order_epoch_ = epoch;
   }
-  const std::size_t global_batch = static_cast<std::size_t>(batch_) * slots_;
-  const std::size_t first =
-      (step % steps_per_epoch_) * global_batch + static_cast<std::size_t>(slot) * batch_;
-  for (int j = 0; j < batch_; ++j) {
-    const std::size_t index = order_[first + j];
-    batch.col(j) = train_.features.col(static_cast<Eigen::Index>(index));
+  const std::size_t start = (step % steps_per_epoch_) * global_batch + first;
+  for (std::size_t j = 0; j < count; ++j) {
+    const std::size_t index = order_[start + j];
+    batch.col(static_cast<Eigen::Index>(j)) = train_.features.col(static_cast<Eigen::Index>(index));
     labels[j] = train_.labels[index];
   }
 }

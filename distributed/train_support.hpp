@@ -41,6 +41,11 @@ class ShardedBatches {
   // Copies slot `slot`'s samples of global batch `step` (counted over all epochs) into
   // the batch matrix and labels, which must have `batch` columns / entries.
   void fill(std::size_t step, int slot, Matrix& batch, std::vector<std::int32_t>& labels);
+  // Copies samples [first, first + batch.cols()) of global batch `step` (an uneven split of
+  // it, distributed/adaptive_split.hpp). REQUIRES: they lie inside the global batch;
+  // labels.size() == batch.cols().
+  void fill_range(std::size_t step, std::size_t first, Matrix& batch,
+                  std::vector<std::int32_t>& labels);
 
  private:
   const data::Dataset& train_;

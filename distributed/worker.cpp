@@ -91,10 +91,15 @@ int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
   }
   // Every rank's wall, communication, compute and CPU time, peak RSS, loss and layer range,
   // for rank 0's report.
-  std::array<double, 8> row{result->wall_seconds,       result->comm_seconds,
-                            result->final_loss,         double(result->first_layer),
-                            double(result->last_layer), result->compute_seconds,
-                            cpu_seconds_now(),          peak_rss_mb()};
+  std::array<double, 9> row{result->wall_seconds,
+                            result->comm_seconds,
+                            result->final_loss,
+                            double(result->first_layer),
+                            double(result->last_layer),
+                            result->compute_seconds,
+                            cpu_seconds_now(),
+                            peak_rss_mb(),
+                            double(result->output_values)};
   std::vector<double> table(row.size() * comm.size());
   if (auto ok =
           collective::allgather(comm, {.input = std::as_bytes(std::span<const double>(row)),
@@ -120,7 +125,8 @@ int run_pipeline(collective::Communicator& comm, const data::TrainTest& data,
                      {"layers", {t[3], t[4]}},
                      {"compute_seconds", t[5]},
                      {"cpu_seconds", t[6]},
-                     {"peak_rss_mb", t[7]}});
+                     {"peak_rss_mb", t[7]},
+                     {"output_values", t[8]}});
   }
   const double rate = wall > 0 ? result->samples / wall : 0;
   const nlohmann::json report{{"mode", "pipeline"},

@@ -263,6 +263,15 @@ result<RunConfig> run_config_from_json(const json& j) {
       return kRoot.bad(*why);
     }
   }
+  if (c.model.type == model::ModelType::mobilenetv2) {
+    // Its BatchNorm running statistics live outside the parameters that rounds carry: a
+    // global model without them would be evaluated (and start every round) with a fresh
+    // network's statistics. Train it with fedcore-dist until rounds carry them.
+    return kRoot.bad(
+        "'model' \"mobilenetv2\" has BatchNorm running statistics, which federated rounds do "
+        "not carry yet (neither averaged nor kept at the sites, FedBN); train it with "
+        "fedcore-dist");
+  }
   if (c.model.type == model::ModelType::external && !c.server_test_set.empty()) {
     return kRoot.bad(
         "'server_test_set' needs a model Fedcore can build; an external model is "

@@ -233,7 +233,7 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
                "\"shape\": [...]}, ...]} (python: fedcore.torch.layout_of(model))");
     }
     if (o.ok() && o.has("dropout")) {
-      o.reject("dropout", "applies only to an mlp or a cnn");
+      o.reject("dropout", "applies only to an mlp, a cnn or a mobilenetv2");
     }
     if (o.ok()) {
       auto layout = external_layout(*o.find("layout"), o.at("layout"));

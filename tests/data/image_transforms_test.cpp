@@ -28,7 +28,9 @@ TEST(PadImages, CentresAndReplicatesChannels) {
   EXPECT_EQ(padded->sample_shape, (std::vector<std::int64_t>{4, 5, 3}));
   EXPECT_EQ(padded->labels, (std::vector<std::int32_t>{0, 1}));
   // top = 1, left = 1: pixel (0, 0) lands at (1, 1) in all three channels.
-  const auto at = [&](int n, int y, int x, int c) { return padded->features((y * 5 + x) * 3 + c, n); };
+  const auto at = [&](int n, int y, int x, int c) {
+    return padded->features((y * 5 + x) * 3 + c, n);
+  };
   for (int c = 0; c < 3; ++c) {
     EXPECT_EQ(at(0, 1, 1, c), 1.0f);
     EXPECT_EQ(at(1, 2, 3, c), 113.0f);  // (1, 2) of image 1

@@ -11,6 +11,7 @@
 #include "shared/model/loss.hpp"
 #include "shared/model/trainer.hpp"
 #include "tests/distributed/distributed_test_support.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::distributed {
 namespace {
@@ -53,8 +54,9 @@ struct Batch {
 };
 
 Batch gather(const data::Dataset& d, std::span<const std::size_t> indices) {
-  Batch b{Matrix(static_cast<Eigen::Index>(d.sample_size()), static_cast<Eigen::Index>(indices.size())),
-          {}};
+  Batch b{
+      Matrix(static_cast<Eigen::Index>(d.sample_size()), static_cast<Eigen::Index>(indices.size())),
+      {}};
   for (std::size_t j = 0; j < indices.size(); ++j) {
     b.x.col(static_cast<Eigen::Index>(j)) = d.features.col(static_cast<Eigen::Index>(indices[j]));
     b.y.push_back(d.labels[indices[j]]);
@@ -144,6 +146,27 @@ TEST(BatchNormDdp, AugmentationIsSeededAndChangesTheBatches) {
   EXPECT_NE(a[0].params, plain[0].params);
 }
 
+// The running statistics are in the checkpoint: a job stopped after step 7 and resumed from
+// its step-5 checkpoint ends with the statistics (and parameters) of one that never stopped.
+TEST(BatchNormDdp, ResumedJobRestoresTheRunningStatistics) {
+  const auto data = synthetic(128);
+  testing::TempDir stopped_dir, straight_dir;
+  auto o = mobilenet_options();
+  o.epochs = 2;
+  o.evaluate = false;
+  o.checkpoint_every = 5;
+  o.checkpoint_dir = stopped_dir.path();
+  o.max_steps = 7;
+  (void)run_ranks(2, data, o);
+  o.max_steps = 12;
+  const auto resumed = run_ranks(2, data, o);
+  EXPECT_EQ(resumed[0].start_step, 5u);
+  o.checkpoint_dir = straight_dir.path();  // checkpoints (and their averaging) at 5 and 10
+  const auto straight = run_ranks(2, data, o);
+  EXPECT_LT(max_difference(resumed[0].params, straight[0].params), 1e-5);
+  EXPECT_LT(max_difference(resumed[0].state, straight[0].state), 1e-5);
+}
+
 TEST(BatchNormParameterServer, RefusesAModelWithRunningStatistics) {
   using namespace std::chrono_literals;
   auto o = mobilenet_options();
@@ -221,7 +244,6 @@ TEST(BatchNormPipeline, MicroBatchStatisticsAndNoDoubleCountingOnRecompute) {
     EXPECT_LT(max_difference(st.params, expected), 1e-5) << "stage " << st.stage;
     const auto expected_state = stack.state().subspan(st.state_offset, st.state.size());
     EXPECT_LT(max_difference(st.state, expected_state), 1e-6) << "stage " << st.stage;
-
   }
   EXPECT_EQ(results[0].state.size() + results[1].state.size(), stack.state().size());
 }

@@ -62,6 +62,45 @@ TEST(CheckpointFormat, RoundTripsParamsStepAndOptimizerState) {
   EXPECT_TRUE(sgd->optimizer.buffers.empty());
 }
 
+TEST(CheckpointFormat, RoundTripsTheModelsState) {
+  const auto layout = two_tensors();
+  const std::vector<float> params(layout.total(), 1.0f);
+  model::ParamLayout state_layout;
+  state_layout.append("bn.running_mean", {3});
+  state_layout.append("bn.running_var", {3});
+  const std::vector<float> state{0.1f, 0.2f, 0.3f, 1.5f, 2.5f, 3.5f};
+  auto decoded = decode_checkpoint(
+      encode_checkpoint(layout, params, adam_state(params.size()), 4, 2, state_layout, state),
+      "memory");
+  ASSERT_TRUE(decoded) << decoded.error().to_string();
+  EXPECT_EQ(decoded->state.layout, state_layout);
+  EXPECT_EQ(decoded->state.params, state);
+}
+
+// Version 1 (two sections, no state) as earlier builds wrote it: still read, with no state.
+TEST(CheckpointFormat, ReadsVersionOneFilesWithoutState) {
+  const auto layout = two_tensors();
+  const std::vector<float> params(layout.total(), 3.0f);
+  const auto v2 = encode_checkpoint(layout, params, adam_state(params.size()), 8, 1);
+  // Header (16 bytes), then the model and optimizer sections with their u64 lengths.
+  auto section_end = [&](std::size_t at) {
+    std::uint64_t length = 0;
+    std::memcpy(&length, v2.data() + at, 8);
+    return at + 8 + length;
+  };
+  const std::size_t two_sections = section_end(section_end(16));
+  std::vector<std::byte> v1(v2.begin(), v2.begin() + static_cast<std::ptrdiff_t>(two_sections));
+  v1[8] = std::byte{1};
+  const std::uint32_t crc = crc32(v1);
+  const auto* crc_bytes = reinterpret_cast<const std::byte*>(&crc);
+  v1.insert(v1.end(), crc_bytes, crc_bytes + 4);
+  auto decoded = decode_checkpoint(v1, "v1");
+  ASSERT_TRUE(decoded) << decoded.error().to_string();
+  EXPECT_EQ(decoded->step, 8u);
+  EXPECT_EQ(decoded->model.params, params);
+  EXPECT_EQ(decoded->state.layout.total(), 0u);
+}
+
 TEST(CheckpointFormat, RejectsCorruptTruncatedForeignAndOldFiles) {
   const auto layout = two_tensors();
   const std::vector<float> params(layout.total(), 1.0f);
@@ -79,7 +118,7 @@ TEST(CheckpointFormat, RejectsCorruptTruncatedForeignAndOldFiles) {
   EXPECT_EQ(r.error().code, errc::out_of_range);
 
   auto future = good;
-  future[8] = std::byte{2};
+  future[8] = std::byte{3};
   r = decode_checkpoint(future, "future");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, errc::unimplemented);

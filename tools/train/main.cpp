@@ -45,6 +45,8 @@ struct Options {
   std::uint64_t seed = 1;
   int threads = 0;
   std::size_t train_limit = 0;
+  std::int64_t augment_crop = 0;
+  bool augment_flip = false;
   std::string save;
   std::string export_npy;
   bool quiet = false;
@@ -180,6 +182,22 @@ int run(const Options& o) {
   std::fflush(stdout);
 
   const bool dp = o.dp_clip > 0;
+  if (!model->state().empty() && dp) {
+    std::fprintf(stderr,
+                 "fedcore-train: DP-SGD clips each example's gradient, and BatchNorm mixes the "
+                 "examples of a batch: a model with BatchNorm cannot train with --dp-clip\n");
+    return 2;
+  }
+  if (!model->state().empty() && !o.save.empty()) {
+    std::fprintf(stderr,
+                 "fedcore-train: --save writes parameters only and this model's BatchNorm "
+                 "running statistics would be lost; use fedcore-dist --checkpoint-dir\n");
+    return 2;
+  }
+  if ((o.augment_crop > 0 || o.augment_flip) && data->train.sample_shape.size() != 3) {
+    std::fprintf(stderr, "fedcore-train: --augment-crop and --augment-flip need images\n");
+    return 2;
+  }
   if (!dp && (o.dp_noise > 0 || o.dp_epsilon > 0)) {
     std::fprintf(stderr, "fedcore-train: --dp-noise and --dp-epsilon need --dp-clip\n");
     return 2;
@@ -209,6 +227,7 @@ int run(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
   std::size_t next_report = 0;
   fedcore::model::TrainConfig config{.epochs = 1, .batch_size = o.batch, .seed = o.seed};
+  config.augmentation = {o.augment_crop, o.augment_flip};
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
     config.seed = o.seed + static_cast<std::uint64_t>(epoch);
     next_report = 0;
@@ -307,6 +326,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   app.add_option("--train-limit", o.train_limit, "use only the first N training samples");
+  app.add_option("--augment-crop", o.augment_crop,
+                 "random crop with this much zero padding per side (images; 0 = off)")
+      ->check(CLI::Range(0, 16));
+  app.add_flag("--augment-flip", o.augment_flip, "random horizontal flip (images)");
   app.add_option("--save", o.save, "save the trained parameters (Fedcore format) to this file");
   app.add_option("--export-npy", o.export_npy,
                  "export the trained parameters as .npy files to this folder");

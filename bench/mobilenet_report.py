@@ -146,7 +146,7 @@ def svg(runs, path):
                 for p in runs[n]["curve"])
             parts.append(f'<polyline points="{pts}" fill="none" stroke="{COLORS[i % len(COLORS)]}" stroke-width="2"/>')
     for i, n in enumerate(names):
-        x = pad + i * 125
+        x = 40 + i * 118
         parts.append(f'<rect x="{x}" y="{h - 30}" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>')
         parts.append(f'<text x="{x + 14}" y="{h - 21}">{n} ({runs[n]["shape"].split(" (")[0]})</text>')
     parts.append("</svg>")

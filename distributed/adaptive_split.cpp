@@ -22,8 +22,8 @@ std::vector<int> proportional_split(int global, std::span<const double> throughp
   int given = 0;
   for (int r = 0; r < ranks; ++r) {
     // A rank that measured nothing (or a total of zero) gets an equal part.
-    const double part = total > 0 ? throughputs[static_cast<std::size_t>(r)] / total
-                                  : 1.0 / double(ranks);
+    const double part =
+        total > 0 ? throughputs[static_cast<std::size_t>(r)] / total : 1.0 / double(ranks);
     const double exact = part * spare;
     const int whole = static_cast<int>(std::floor(exact));
     split[static_cast<std::size_t>(r)] += whole;
@@ -78,7 +78,8 @@ result<bool> AdaptiveSplit::after_step(collective::Communicator& comm, std::size
   std::vector<double> throughputs(static_cast<std::size_t>(world_));
   for (int r = 0; r < world_; ++r) {
     const double s = all[2 * static_cast<std::size_t>(r)];
-    throughputs[static_cast<std::size_t>(r)] = s > 0 ? all[2 * static_cast<std::size_t>(r) + 1] / s : 0;
+    throughputs[static_cast<std::size_t>(r)] =
+        s > 0 ? all[2 * static_cast<std::size_t>(r) + 1] / s : 0;
   }
   auto next = proportional_split(global_, throughputs, options_.min_local_batch);
   if (next == split_)

@@ -30,16 +30,15 @@ namespace fedcore::distributed {
 
 struct AdaptiveSplitOptions {
   bool enabled = false;
-  std::size_t period = 20;      // steps between re-measurements
-  int min_local_batch = 2;      // no rank's share falls below this
+  std::size_t period = 20;  // steps between re-measurements
+  int min_local_batch = 2;  // no rank's share falls below this
 };
 
 // G split in proportion to `throughputs` (samples per second, one per rank, > 0), every
 // share >= min_share, summing to exactly `global`: the largest-remainder method on what is
 // left after the minimum shares, ties to the lower rank. REQUIRES: global >= min_share *
 // ranks, min_share >= 1.
-std::vector<int> proportional_split(int global, std::span<const double> throughputs,
-                                    int min_share);
+std::vector<int> proportional_split(int global, std::span<const double> throughputs, int min_share);
 
 class AdaptiveSplit {
  public:

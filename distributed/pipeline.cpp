@@ -101,10 +101,7 @@ result<model::EvalReport> evaluate_pipeline(collective::Communicator& world,
         return ok.error();
     }
   }
-  // Rank 0 already holds the whole model: hand evaluate_everywhere its own buffers.
-  const std::vector<float> params(whole.params().begin(), whole.params().end());
-  const std::vector<float> state(whole.state().begin(), whole.state().end());
-  return evaluate_everywhere(world, params, state, whole, loss, test);
+  return evaluate_on_rank0(world, whole, loss, test);
 }
 
 }  // namespace

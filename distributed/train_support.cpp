@@ -113,15 +113,11 @@ result<void> average_state(collective::Communicator& comm, std::span<float> stat
   return collective::allreduce(comm, {.data = state, .op = collective::ReduceOp::average});
 }
 
-result<model::EvalReport> evaluate_everywhere(collective::Communicator& comm,
-                                              std::span<const float> params,
-                                              std::span<const float> state, model::Model& reference,
-                                              model::LossKind loss, const data::Dataset& test) {
+result<model::EvalReport> evaluate_on_rank0(collective::Communicator& comm, model::Model& model,
+                                            model::LossKind loss, const data::Dataset& test) {
   std::array<double, 2> result{0, 0};
   if (comm.rank() == 0 && test.size() > 0) {
-    std::copy(params.begin(), params.end(), reference.params().begin());
-    std::copy(state.begin(), state.end(), reference.state().begin());
-    const auto eval = model::evaluate(reference, loss, test);
+    const auto eval = model::evaluate(model, loss, test);
     result = {eval.loss, eval.accuracy};
   }
   if (auto ok = collective::broadcast(
@@ -132,6 +128,17 @@ result<model::EvalReport> evaluate_everywhere(collective::Communicator& comm,
   report.loss = result[0];
   report.accuracy = result[1];
   return report;
+}
+
+result<model::EvalReport> evaluate_everywhere(collective::Communicator& comm,
+                                              std::span<const float> params,
+                                              std::span<const float> state, model::Model& reference,
+                                              model::LossKind loss, const data::Dataset& test) {
+  if (comm.rank() == 0) {
+    std::copy(params.begin(), params.end(), reference.params().begin());
+    std::copy(state.begin(), state.end(), reference.state().begin());
+  }
+  return evaluate_on_rank0(comm, reference, loss, test);
 }
 
 RunMeters RunMeters::now(const collective::Communicator& comm) {

@@ -62,8 +62,11 @@ class ShardedBatches {
 // without state. Errors: the allreduce's.
 result<void> average_state(collective::Communicator& comm, std::span<float> state);
 
-// Rank 0 tests `params` and `state` (the whole model's) through `reference` on `test`; the
-// loss and accuracy are broadcast, so every rank returns them. Errors: the broadcast's.
+// Rank 0 tests `model` as it stands on `test`; the loss and accuracy are broadcast, so
+// every rank returns them (the other ranks' `model` is not read). Errors: the broadcast's.
+result<model::EvalReport> evaluate_on_rank0(collective::Communicator& comm, model::Model& model,
+                                            model::LossKind loss, const data::Dataset& test);
+// The same after rank 0 copied `params` and `state` (the whole model's) into `reference`.
 result<model::EvalReport> evaluate_everywhere(collective::Communicator& comm,
                                               std::span<const float> params,
                                               std::span<const float> state, model::Model& reference,

@@ -88,6 +88,7 @@ void BatchNorm2d::forward(const Matrix& input, Matrix& output, Phase phase) {
                  "BatchNorm2d::forward: input rows differ from the layer's input size");
   output.resize(input.rows(), input.cols());
   phase_ = phase;
+  sums_for_ = nullptr;
   const float* x = input.data();
   float* y = output.data();
   const float* g = gamma_.data();
@@ -177,17 +178,14 @@ void BatchNorm2d::backward(const Matrix& input, const Matrix&, const Matrix& gra
     return;
   }
   const float* n = normalized_.data();
-  std::vector<double> sum_dy, sum_dy_n;
-  per_channel_sum(c, m, sum_dy, [&](float* acc, Eigen::Index j) {
-    for (Eigen::Index k = 0; k < c; ++k) {
-      acc[k] += dy[j * c + k];
-    }
-  });
-  per_channel_sum(c, m, sum_dy_n, [&](float* acc, Eigen::Index j) {
-    for (Eigen::Index k = 0; k < c; ++k) {
-      acc[k] += dy[j * c + k] * n[j * c + k];
-    }
-  });
+  // The same two sums as the parameter gradient's: Model calls gradient() first with this
+  // grad_output, so take them from there instead of two more passes.
+  if (sums_for_ != dy) {
+    training_sums(grad_output);
+  }
+  sums_for_ = nullptr;
+  const std::vector<double>& sum_dy = sum_dy_;
+  const std::vector<double>& sum_dy_n = sum_dy_n_;
   std::vector<float> scale(static_cast<std::size_t>(c)), mean_dy(static_cast<std::size_t>(c)),
       mean_dy_n(static_cast<std::size_t>(c));
   for (Eigen::Index k = 0; k < c; ++k) {
@@ -204,40 +202,52 @@ void BatchNorm2d::backward(const Matrix& input, const Matrix&, const Matrix& gra
   }
 }
 
-void BatchNorm2d::gradient(const Matrix& input, const Matrix& grad_output) {
+void BatchNorm2d::training_sums(const Matrix& grad_output) {
   const Eigen::Index c = channels_;
   const Eigen::Index m = grad_output.size() / c;
   const float* dy = grad_output.data();
-  std::vector<double> sum_dy, sum_dy_n;
-  per_channel_sum(c, m, sum_dy, [&](float* acc, Eigen::Index j) {
+  const float* n = normalized_.data();
+  per_channel_sum(c, m, sum_dy_, [&](float* acc, Eigen::Index j) {
     for (Eigen::Index k = 0; k < c; ++k) {
       acc[k] += dy[j * c + k];
     }
   });
+  per_channel_sum(c, m, sum_dy_n_, [&](float* acc, Eigen::Index j) {
+    for (Eigen::Index k = 0; k < c; ++k) {
+      acc[k] += dy[j * c + k] * n[j * c + k];
+    }
+  });
+  sums_for_ = grad_output.data();
+}
+
+void BatchNorm2d::gradient(const Matrix& input, const Matrix& grad_output) {
+  const Eigen::Index c = channels_;
+  const Eigen::Index m = grad_output.size() / c;
   if (phase_ == Phase::train) {
-    const float* n = normalized_.data();
-    per_channel_sum(c, m, sum_dy_n, [&](float* acc, Eigen::Index j) {
-      for (Eigen::Index k = 0; k < c; ++k) {
-        acc[k] += dy[j * c + k] * n[j * c + k];
-      }
-    });
+    training_sums(grad_output);
   } else {
     // Evaluation keeps no normalised copy: rebuild it from the input and running statistics.
+    const float* dy = grad_output.data();
+    per_channel_sum(c, m, sum_dy_, [&](float* acc, Eigen::Index j) {
+      for (Eigen::Index k = 0; k < c; ++k) {
+        acc[k] += dy[j * c + k];
+      }
+    });
     std::vector<float> inv(static_cast<std::size_t>(c));
     for (Eigen::Index k = 0; k < c; ++k) {
       inv[k] = 1.0f / std::sqrt(running_var_[k] + kEpsilon);
     }
     const float* x = input.data();
     const float* mean = running_mean_.data();
-    per_channel_sum(c, m, sum_dy_n, [&](float* acc, Eigen::Index j) {
+    per_channel_sum(c, m, sum_dy_n_, [&](float* acc, Eigen::Index j) {
       for (Eigen::Index k = 0; k < c; ++k) {
         acc[k] += dy[j * c + k] * (x[j * c + k] - mean[k]) * inv[k];
       }
     });
   }
   for (Eigen::Index k = 0; k < c; ++k) {
-    gamma_grad_[k] = static_cast<float>(sum_dy_n[k]);
-    beta_grad_[k] = static_cast<float>(sum_dy[k]);
+    gamma_grad_[k] = static_cast<float>(sum_dy_n_[k]);
+    beta_grad_[k] = static_cast<float>(sum_dy_[k]);
   }
 }
 

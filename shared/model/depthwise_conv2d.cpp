@@ -16,6 +16,25 @@ std::int64_t output_extent(std::int64_t in, const DepthwiseOptions& o) {
   return (in + 2 * o.padding - o.kernel) / o.stride + 1;
 }
 
+// Calls visit(tap, input_pixel) for every kernel tap of output pixel (oy, ox) that lands
+// inside the in_h x in_w image: the one walk forward, backward and gradient share.
+template <class Visit>
+void for_each_tap(std::int64_t oy, std::int64_t ox, std::int64_t in_h, std::int64_t in_w,
+                  const DepthwiseOptions& o, Visit&& visit) {
+  for (std::int64_t ky = 0; ky < o.kernel; ++ky) {
+    const std::int64_t iy = oy * o.stride - o.padding + ky;
+    if (iy < 0 || iy >= in_h) {
+      continue;
+    }
+    for (std::int64_t kx = 0; kx < o.kernel; ++kx) {
+      const std::int64_t ix = ox * o.stride - o.padding + kx;
+      if (ix >= 0 && ix < in_w) {
+        visit(ky * o.kernel + kx, iy * in_w + ix);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 DepthwiseConv2d::DepthwiseConv2d(const Shape& input_shape, const DepthwiseOptions& options)
@@ -85,7 +104,7 @@ void DepthwiseConv2d::forward(const Matrix& input, Matrix& output, Phase) {
                  "DepthwiseConv2d::forward: input rows differ from the layer's input size");
   const Eigen::Index batch = input.cols();
   output.resize(static_cast<Eigen::Index>(output_size()), batch);
-  const std::int64_t k = options_.kernel, s = options_.stride, p = options_.padding, c = c_;
+  const std::int64_t c = c_;
   const float* w = weight_.data();
   const float* b = options_.bias ? bias_.data() : nullptr;
 #pragma omp parallel for schedule(static) if (batch > 1 && input.size() > (1 << 14))
@@ -98,23 +117,13 @@ void DepthwiseConv2d::forward(const Matrix& input, Matrix& output, Phase) {
         for (std::int64_t ch = 0; ch < c; ++ch) {
           o[ch] = b != nullptr ? b[ch] : 0.0f;
         }
-        for (std::int64_t ky = 0; ky < k; ++ky) {
-          const std::int64_t iy = oy * s - p + ky;
-          if (iy < 0 || iy >= in_h_) {
-            continue;
+        for_each_tap(oy, ox, in_h_, in_w_, options_, [&](std::int64_t tap, std::int64_t pixel) {
+          const float* i = in + pixel * c;
+          const float* wt = w + tap * c;
+          for (std::int64_t ch = 0; ch < c; ++ch) {
+            o[ch] += wt[ch] * i[ch];
           }
-          for (std::int64_t kx = 0; kx < k; ++kx) {
-            const std::int64_t ix = ox * s - p + kx;
-            if (ix < 0 || ix >= in_w_) {
-              continue;
-            }
-            const float* i = in + (iy * in_w_ + ix) * c;
-            const float* wt = w + (ky * k + kx) * c;
-            for (std::int64_t ch = 0; ch < c; ++ch) {
-              o[ch] += wt[ch] * i[ch];
-            }
-          }
-        }
+        });
       }
     }
   }
@@ -125,7 +134,7 @@ void DepthwiseConv2d::backward(const Matrix&, const Matrix&, const Matrix& grad_
                                Matrix& grad_input) {
   const Eigen::Index batch = grad_output.cols();
   grad_input.setZero(static_cast<Eigen::Index>(input_size()), batch);
-  const std::int64_t k = options_.kernel, s = options_.stride, p = options_.padding, c = c_;
+  const std::int64_t c = c_;
   const float* w = weight_.data();
 #pragma omp parallel for schedule(static) if (batch > 1 && grad_input.size() > (1 << 14))
   for (Eigen::Index n = 0; n < batch; ++n) {
@@ -134,23 +143,13 @@ void DepthwiseConv2d::backward(const Matrix&, const Matrix&, const Matrix& grad_
     for (std::int64_t oy = 0; oy < out_h_; ++oy) {
       for (std::int64_t ox = 0; ox < out_w_; ++ox) {
         const float* d = dy + (oy * out_w_ + ox) * c;
-        for (std::int64_t ky = 0; ky < k; ++ky) {
-          const std::int64_t iy = oy * s - p + ky;
-          if (iy < 0 || iy >= in_h_) {
-            continue;
+        for_each_tap(oy, ox, in_h_, in_w_, options_, [&](std::int64_t tap, std::int64_t pixel) {
+          float* g = dx + pixel * c;
+          const float* wt = w + tap * c;
+          for (std::int64_t ch = 0; ch < c; ++ch) {
+            g[ch] += wt[ch] * d[ch];
           }
-          for (std::int64_t kx = 0; kx < k; ++kx) {
-            const std::int64_t ix = ox * s - p + kx;
-            if (ix < 0 || ix >= in_w_) {
-              continue;
-            }
-            float* g = dx + (iy * in_w_ + ix) * c;
-            const float* wt = w + (ky * k + kx) * c;
-            for (std::int64_t ch = 0; ch < c; ++ch) {
-              g[ch] += wt[ch] * d[ch];
-            }
-          }
-        }
+        });
       }
     }
   }
@@ -158,7 +157,7 @@ void DepthwiseConv2d::backward(const Matrix&, const Matrix&, const Matrix& grad_
 
 void DepthwiseConv2d::gradient(const Matrix& input, const Matrix& grad_output) {
   const Eigen::Index batch = grad_output.cols();
-  const std::int64_t k = options_.kernel, s = options_.stride, p = options_.padding, c = c_;
+  const std::int64_t c = c_;
   const std::size_t weights = weight_grad_.size();
   const std::size_t per_chunk = weights + static_cast<std::size_t>(c);
   const Eigen::Index chunks = (batch + kGradientChunk - 1) / kGradientChunk;
@@ -179,23 +178,13 @@ void DepthwiseConv2d::gradient(const Matrix& input, const Matrix& grad_output) {
           for (std::int64_t ch = 0; ch < c; ++ch) {
             db[ch] += d[ch];
           }
-          for (std::int64_t ky = 0; ky < k; ++ky) {
-            const std::int64_t iy = oy * s - p + ky;
-            if (iy < 0 || iy >= in_h_) {
-              continue;
+          for_each_tap(oy, ox, in_h_, in_w_, options_, [&](std::int64_t tap, std::int64_t pixel) {
+            const float* i = in + pixel * c;
+            float* g = dw + tap * c;
+            for (std::int64_t ch = 0; ch < c; ++ch) {
+              g[ch] += d[ch] * i[ch];
             }
-            for (std::int64_t kx = 0; kx < k; ++kx) {
-              const std::int64_t ix = ox * s - p + kx;
-              if (ix < 0 || ix >= in_w_) {
-                continue;
-              }
-              const float* i = in + (iy * in_w_ + ix) * c;
-              float* g = dw + (ky * k + kx) * c;
-              for (std::int64_t ch = 0; ch < c; ++ch) {
-                g[ch] += d[ch] * i[ch];
-              }
-            }
-          }
+          });
         }
       }
     }

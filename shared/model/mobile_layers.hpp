@@ -60,10 +60,18 @@ class BatchNorm2d final : public Layer {
   std::span<float> gamma_, beta_, gamma_grad_, beta_grad_;
   std::span<float> running_mean_, running_var_;
   bool track_ = true;
+  // sum(dy) and sum(dy x_hat) per channel for the latest training forward, into sum_dy_
+  // and sum_dy_n_; remembers which grad_output they belong to.
+  void training_sums(const Matrix& grad_output);
+
   // Of the latest forward: the phase, the normalised input and 1 / sqrt(var + eps).
   Phase phase_ = Phase::eval;
   Matrix normalized_;
   std::vector<float> inv_std_;
+  // The sums gradient() found, kept for the backward() that Model calls next with the same
+  // grad_output (sums_for_ is its data; null after a forward or once used).
+  std::vector<double> sum_dy_, sum_dy_n_;
+  const float* sums_for_ = nullptr;
 };
 
 struct DepthwiseOptions {

@@ -23,12 +23,20 @@ std::size_t state_count(const model::Layer& layer) {
 
 }  // namespace
 
+LayerSlice slice_of(const model::Model& model, std::size_t first, std::size_t last) {
+  LayerSlice slice;
+  for (std::size_t i = 0; i < last; ++i) {
+    (i < first ? slice.param_offset : slice.param_size) += param_count(model.layer(i));
+    (i < first ? slice.state_offset : slice.state_size) += state_count(model.layer(i));
+  }
+  return slice;
+}
+
 LayerStack::LayerStack(const model::Model& model, std::size_t first, std::size_t last) {
   FEDCORE_ASSERT(first < last && last <= model.layer_count(), "bad layer range");
-  for (std::size_t i = 0; i < first; ++i) {
-    model_offset_ += param_count(model.layer(i));
-    model_state_offset_ += state_count(model.layer(i));
-  }
+  const LayerSlice slice = slice_of(model, first, last);
+  model_offset_ = slice.param_offset;
+  model_state_offset_ = slice.state_offset;
   offsets_.push_back(0);
   std::vector<std::size_t> state_offsets{0};
   for (std::size_t i = first; i < last; ++i) {

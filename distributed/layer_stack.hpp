@@ -27,6 +27,13 @@ namespace fedcore::distributed {
 
 using model::Matrix;
 
+// Where layers [first, last) of a model keep their parameters and state inside the
+// model's two flat buffers.
+struct LayerSlice {
+  std::size_t param_offset = 0, param_size = 0, state_offset = 0, state_size = 0;
+};
+LayerSlice slice_of(const model::Model& model, std::size_t first, std::size_t last);
+
 class LayerStack {
  public:
   // Clones layers [first, last) of `model` and copies their current parameters and state.

@@ -43,25 +43,6 @@ result<std::vector<std::size_t>> stage_bounds(collective::Communicator& world,
   return balance_stages(costs, static_cast<std::size_t>(o.stages));
 }
 
-// Where stage t's parameters and state sit in the whole model's buffers.
-struct StageSlice {
-  std::size_t param_offset = 0, param_size = 0, state_offset = 0, state_size = 0;
-};
-
-StageSlice slice_of(const model::Model& m, std::size_t first, std::size_t last) {
-  StageSlice slice;
-  for (std::size_t i = 0; i < last; ++i) {
-    std::size_t params = 0, state = 0;
-    for (const auto& p : m.layer(i).param_shapes())
-      params += model::element_count(p.shape);
-    for (const auto& p : m.layer(i).state_shapes())
-      state += model::element_count(p.shape);
-    (i < first ? slice.param_offset : slice.param_size) += params;
-    (i < first ? slice.state_offset : slice.state_size) += state;
-  }
-  return slice;
-}
-
 // Replica 0's stages send their parameters and state to rank 0, which puts them into
 // `whole`; then rank 0 tests `whole` and every rank gets the result. The replicas' running
 // statistics are averaged first (their parameters are already identical).

@@ -192,7 +192,6 @@ TEST(BatchNormParameterServer, RefusesAModelWithRunningStatistics) {
 // recomputed forward before a backward does not count a micro-batch twice: two stages with
 // two micro-batches equal one process that runs the micro-batches one after the other.
 TEST(BatchNormPipeline, MicroBatchStatisticsAndNoDoubleCountingOnRecompute) {
-  using namespace std::chrono_literals;
   const auto data = synthetic(64);
   PipelineOptions p;
   p.train = mobilenet_options();
@@ -202,20 +201,7 @@ TEST(BatchNormPipeline, MicroBatchStatisticsAndNoDoubleCountingOnRecompute) {
   p.stages = 2;
   p.micro_batches = 2;
   p.schedule = Schedule::one_f_one_b;
-  collective::InProcessGroup group(2);
-  std::vector<PipelineResult> results(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      set_compute_threads(1);
-      collective::Communicator comm(group.transport(r), "pipe-bn", 20s);
-      auto result = train_pipeline(comm, data, p);
-      ASSERT_TRUE(result) << result.error().to_string();
-      results[r] = std::move(*result);
-    });
-  }
-  for (auto& t : threads)
-    t.join();
+  const auto results = test_support::run_pipeline_ranks(2, data, p);
 
   auto built = model::build_model(p.train.spec);
   ASSERT_TRUE(built);
@@ -249,7 +235,6 @@ TEST(BatchNormPipeline, MicroBatchStatisticsAndNoDoubleCountingOnRecompute) {
 }
 
 TEST(BatchNormPipeline, HybridEvaluatesTheGatheredModelEveryEpoch) {
-  using namespace std::chrono_literals;
   const auto data = synthetic(128, 64, 1.0f);
   PipelineOptions p;
   p.train = mobilenet_options();
@@ -258,20 +243,7 @@ TEST(BatchNormPipeline, HybridEvaluatesTheGatheredModelEveryEpoch) {
   p.train.evaluate_every_epoch = true;
   p.stages = 2;
   p.micro_batches = 2;
-  collective::InProcessGroup group(4);
-  std::vector<PipelineResult> results(4);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      set_compute_threads(1);
-      collective::Communicator comm(group.transport(r), "hybrid-bn", 20s);
-      auto result = train_pipeline(comm, data, p);
-      ASSERT_TRUE(result) << result.error().to_string();
-      results[r] = std::move(*result);
-    });
-  }
-  for (auto& t : threads)
-    t.join();
+  const auto results = test_support::run_pipeline_ranks(4, data, p);
   // Replicas of a stage hold the same parameters and, after averaging, the same statistics.
   EXPECT_EQ(results[0].params, results[2].params);
   EXPECT_EQ(results[0].state, results[2].state);

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "distributed/data_parallel.hpp"
+#include "distributed/pipeline.hpp"
 #include "shared/collective/inproc_transport.hpp"
 #include "shared/util/rng.hpp"
 #include "shared/util/threads.hpp"
@@ -57,18 +59,19 @@ inline TrainOptions small_options() {
   return o;
 }
 
-// Runs train_data_parallel on `world` ranks as threads; every rank must succeed.
-inline std::vector<TrainResult> run_ranks(int world, const data::TrainTest& data,
-                                          const TrainOptions& options) {
+// Runs `job(comm)` on `world` ranks as threads (one compute thread each, as fedcore-dist
+// runs them); every rank must succeed. `job` returns result<R>.
+template <class R, class Job>
+std::vector<R> on_ranks(int world, const std::string& name, Job&& job) {
   using namespace std::chrono_literals;
   collective::InProcessGroup group(world);
-  std::vector<TrainResult> results(world);
+  std::vector<R> results(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      set_compute_threads(1);  // one BLAS thread per rank, as fedcore-dist runs them
-      collective::Communicator comm(group.transport(r), "ddp-test", 20s);
-      auto result = train_data_parallel(comm, data, options);
+      set_compute_threads(1);
+      collective::Communicator comm(group.transport(r), name, 20s);
+      auto result = job(comm);
       ASSERT_TRUE(result) << "rank " << r << ": " << result.error().to_string();
       results[r] = std::move(*result);
     });
@@ -76,6 +79,22 @@ inline std::vector<TrainResult> run_ranks(int world, const data::TrainTest& data
   for (auto& t : threads)
     t.join();
   return results;
+}
+
+// train_data_parallel on `world` ranks as threads.
+inline std::vector<TrainResult> run_ranks(int world, const data::TrainTest& data,
+                                          const TrainOptions& options) {
+  return on_ranks<TrainResult>(world, "ddp-test", [&](collective::Communicator& comm) {
+    return train_data_parallel(comm, data, options);
+  });
+}
+
+// train_pipeline on `world` ranks as threads.
+inline std::vector<PipelineResult> run_pipeline_ranks(int world, const data::TrainTest& data,
+                                                      const PipelineOptions& options) {
+  return on_ranks<PipelineResult>(world, "pipe-test", [&](collective::Communicator& comm) {
+    return train_pipeline(comm, data, options);
+  });
 }
 
 }  // namespace fedcore::distributed::test_support

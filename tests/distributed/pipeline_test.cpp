@@ -14,6 +14,7 @@
 #include "shared/model/loss.hpp"
 #include "shared/util/rng.hpp"
 #include "shared/util/threads.hpp"
+#include "tests/distributed/distributed_test_support.hpp"
 
 namespace fedcore::distributed {
 namespace {
@@ -86,21 +87,7 @@ std::vector<float> single_process(const data::TrainTest& data, const PipelineOpt
 }
 
 std::vector<PipelineResult> run(int world, const data::TrainTest& data, const PipelineOptions& o) {
-  collective::InProcessGroup group(world);
-  std::vector<PipelineResult> results(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      set_compute_threads(1);
-      collective::Communicator comm(group.transport(r), "pipe-test", 20s);
-      auto result = train_pipeline(comm, data, o);
-      ASSERT_TRUE(result) << result.error().to_string();
-      results[r] = std::move(*result);
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return results;
+  return test_support::run_pipeline_ranks(world, data, o);
 }
 
 void expect_matches(const std::vector<PipelineResult>& stages,

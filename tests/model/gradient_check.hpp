@@ -40,6 +40,18 @@ inline double objective(Layer& layer, const Matrix& x, const Matrix& r) {
   return sum;
 }
 
+// (L(v + h) - L(v - h)) / 2h for one coordinate `v` (an input or a parameter), restored after.
+inline double central_difference(Layer& layer, float& v, const Matrix& x, const Matrix& r,
+                                 float h = kStep) {
+  const float saved = v;
+  v = saved + h;
+  const double plus = objective(layer, x, r);
+  v = saved - h;
+  const double minus = objective(layer, x, r);
+  v = saved;
+  return (plus - minus) / (2.0 * h);
+}
+
 inline double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
   double diff = 0, na = 0, nb = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -63,13 +75,7 @@ inline void expect_input_gradient_matches(Layer& layer, Matrix x, std::uint64_t 
   ASSERT_EQ(dx.cols(), x.cols());
   std::vector<double> analytic, numeric;
   for (Eigen::Index i = 0; i < x.size(); ++i) {
-    const float saved = x.data()[i];
-    x.data()[i] = saved + kStep;
-    const double plus = objective(layer, x, r);
-    x.data()[i] = saved - kStep;
-    const double minus = objective(layer, x, r);
-    x.data()[i] = saved;
-    numeric.push_back((plus - minus) / (2.0 * kStep));
+    numeric.push_back(central_difference(layer, x.data()[i], x, r));
     analytic.push_back(dx.data()[i]);
   }
   EXPECT_LE(relative_error(analytic, numeric), kGradientTolerance)
@@ -87,13 +93,7 @@ inline void expect_param_gradient_matches(Layer& layer, std::span<float> params,
   layer.gradient(x, r);
   std::vector<double> analytic(grads.begin(), grads.end()), numeric;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const float saved = params[i];
-    params[i] = saved + kStep;
-    const double plus = objective(layer, x, r);
-    params[i] = saved - kStep;
-    const double minus = objective(layer, x, r);
-    params[i] = saved;
-    numeric.push_back((plus - minus) / (2.0 * kStep));
+    numeric.push_back(central_difference(layer, params[i], x, r));
   }
   EXPECT_LE(relative_error(analytic, numeric), kGradientTolerance)
       << layer.kind() << " parameter gradient";
@@ -119,20 +119,11 @@ inline void expect_gradient_matches_away_from_kinks(Layer& layer, std::span<floa
                                                     const Matrix& x, const Matrix& r,
                                                     const char* what, double max_kinked = 0.2) {
   constexpr float kFine = 2e-3f;
-  auto difference = [&](std::size_t i, float h) {
-    const float saved = values[i];
-    values[i] = saved + h;
-    const double plus = objective(layer, x, r);
-    values[i] = saved - h;
-    const double minus = objective(layer, x, r);
-    values[i] = saved;
-    return (plus - minus) / (2.0 * h);
-  };
   std::vector<double> kept_analytic, kept_numeric;
   std::size_t kinked = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const double coarse = difference(i, 2 * kFine);
-    const double fine = difference(i, kFine);
+    const double coarse = central_difference(layer, values[i], x, r, 2 * kFine);
+    const double fine = central_difference(layer, values[i], x, r, kFine);
     if (std::abs(coarse - fine) > 0.02 * std::abs(fine) + 2e-3) {
       ++kinked;
       continue;

@@ -17,6 +17,7 @@
 #include "client/feature_scaling.hpp"
 #include "client/local_evaluator.hpp"
 #include "client/server_identity.hpp"
+#include "client/site_batch_norm.hpp"
 #include "shared/net/link.hpp"
 #include "shared/net/listener.hpp"
 #include "shared/net/watchdog.hpp"
@@ -69,6 +70,7 @@ struct ClientDaemon::Impl {
   RecordDpLedger dp_ledger{0};       // sized to the local records in create()
   ErrorFeedback error_feedback;      // top-k's residual, across sessions
   ControlVariates control_variates;  // SCAFFOLD's c_i, across sessions
+  SiteBatchNorm site_batch_norm;     // FedBN's BatchNorm of this site, across sessions
 
   // How one connection went: how it ended, and whether it was a healthy session
   // (client/backoff.hpp) that resets the backoff.
@@ -238,6 +240,13 @@ SessionHooks ClientDaemon::Impl::hooks() {
         *worker,
         [&]() -> asio::awaitable<LocalResult> {
           if (options.external) {
+            if (request.site_batch_norm) {
+              LocalResult refused;
+              refused.failure = fail(errc::failed_precondition,
+                                     "this site trains with its own code, which does not keep "
+                                     "its BatchNorm at the site (FedBN)");
+              co_return refused;
+            }
             if (!correction.empty()) {
               LocalResult refused;
               refused.failure = fail(errc::failed_precondition,
@@ -247,8 +256,13 @@ SessionHooks ClientDaemon::Impl::hooks() {
             }
             co_return train_externally(*options.external, request, global);
           }
-          auto local =
-              train_locally(request, global, *data.samples(), options.threads, {}, correction);
+          const auto site =
+              request.site_batch_norm ? site_batch_norm.of(request.run_id) : std::vector<float>();
+          auto local = train_locally(request, global, *data.samples(), options.threads, {},
+                                     correction, site);
+          if (request.site_batch_norm && !local.failure) {
+            site_batch_norm.keep(request.run_id, std::move(local.site_values));
+          }
           if (options.after_training && !local.failure) {
             options.after_training(request, global, local);
           }
@@ -266,7 +280,9 @@ SessionHooks ClientDaemon::Impl::hooks() {
           if (options.external) {
             co_return evaluate_externally(*options.external, request, params);
           }
-          co_return evaluate_locally(request, params, *data.samples(), options.threads);
+          const auto site =
+              request.site_batch_norm ? site_batch_norm.of(request.run_id) : std::vector<float>();
+          co_return evaluate_locally(request, params, *data.samples(), options.threads, site);
         },
         asio::use_awaitable);
   };

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "client/feature_scaling.hpp"
+#include "shared/model/federated_vector.hpp"
+#include "shared/model/model.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
 #include "shared/util/threads.hpp"
@@ -12,7 +14,8 @@ namespace fedcore::client {
 
 result<protocol::LocalEvaluation> evaluate_locally(const protocol::EvaluateRequest& request,
                                                    std::span<const float> params,
-                                                   const data::TrainTest& loaded, int threads) {
+                                                   const data::TrainTest& loaded, int threads,
+                                                   std::span<const float> site_values) {
   if (loaded.test.size() == 0) {
     return fail(errc::failed_precondition, "this site has no local test split");
   }
@@ -40,17 +43,30 @@ result<protocol::LocalEvaluation> evaluate_locally(const protocol::EvaluateReque
     return built.error();
   }
   model::Model model = std::move(*built);
-  if (model.layout().fingerprint_hex() != request.layout_fingerprint ||
-      params.size() != model.param_count()) {
-    return fail(errc::failed_precondition,
-                "the server's model layout " + request.layout_fingerprint + " (" +
-                    std::to_string(params.size()) +
-                    " parameters) does not match the announced "
-                    "spec (" +
-                    model.layout().fingerprint_hex() + ", " + std::to_string(model.param_count()) +
-                    " parameters)");
+  const auto layout = model::federated_layout(model);
+  if (layout.fingerprint_hex() != request.layout_fingerprint || params.size() != layout.total()) {
+    return fail(errc::failed_precondition, "the server's model layout " +
+                                               request.layout_fingerprint + " (" +
+                                               std::to_string(params.size()) +
+                                               " parameters) does not match the announced "
+                                               "spec (" +
+                                               layout.fingerprint_hex() + ", " +
+                                               std::to_string(layout.total()) + " parameters)");
   }
-  std::copy(params.begin(), params.end(), model.params().begin());
+  std::vector<float> values(params.begin(), params.end());
+  if (request.site_batch_norm) {
+    // FedBN: the site evaluates the shared layers with its own BatchNorm.
+    const auto ranges = model::site_ranges(model);
+    if (ranges.empty()) {
+      return fail(errc::invalid_argument,
+                  "'site_batch_norm' (FedBN) asks for the site's own BatchNorm, but the model "
+                  "has no BatchNorm layer");
+    }
+    if (site_values.size() == model::total_size(ranges)) {
+      model::scatter_ranges(site_values, values, ranges);
+    }
+  }
+  model::load_federated(model, values);
   const auto report = model::evaluate(model, model::loss_for(*spec), data.test);
   // A diverged model still gets an answer the protocol can carry (loss at most 1e9).
   const double loss = std::isfinite(report.loss) ? std::min(report.loss, 1e9) : 1e9;

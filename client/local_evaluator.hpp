@@ -21,8 +21,12 @@
 namespace fedcore::client {
 
 // `threads`: compute threads for this evaluation (set_compute_threads).
+// `site_values`: with request.site_batch_norm (FedBN), the site's own BatchNorm values
+// (client/site_batch_norm.hpp), evaluated in place of the payload's; empty or of another
+// size: the payload's. site_batch_norm for a model without BatchNorm is invalid_argument.
 result<protocol::LocalEvaluation> evaluate_locally(const protocol::EvaluateRequest& request,
                                                    std::span<const float> params,
-                                                   const data::TrainTest& data, int threads);
+                                                   const data::TrainTest& data, int threads,
+                                                   std::span<const float> site_values = {});
 
 }  // namespace fedcore::client

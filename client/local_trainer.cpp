@@ -6,6 +6,8 @@
 
 #include "client/dp_noise.hpp"
 #include "client/feature_scaling.hpp"
+#include "shared/model/federated_vector.hpp"
+#include "shared/model/model.hpp"
 #include "shared/model/optimizer.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
@@ -32,7 +34,7 @@ std::optional<error> check_record_dp(const protocol::PrivacyTerms& terms) {
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
                           const data::TrainTest& loaded, int threads,
                           const std::optional<model::DpRandom>& dp_random,
-                          std::span<const float> correction) {
+                          std::span<const float> correction, std::span<const float> site_values) {
   LocalResult out;
   const bool record_dp = request.privacy.dp == protocol::DpMode::record;
   if (!correction.empty() && (record_dp || correction.size() != global.size())) {
@@ -77,15 +79,35 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
     return out;
   }
   model::Model model = std::move(*built);
-  if (model.layout().fingerprint_hex() != request.layout_fingerprint ||
-      global.size() != model.param_count()) {
-    out.failure =
-        fail(errc::failed_precondition, "the server's model layout " + request.layout_fingerprint +
-                                            " does not match the announced spec (" +
-                                            model.layout().fingerprint_hex() + ")");
+  const auto layout = model::federated_layout(model);
+  if (layout.fingerprint_hex() != request.layout_fingerprint || global.size() != layout.total()) {
+    out.failure = fail(errc::failed_precondition,
+                       "the server's model layout " + request.layout_fingerprint +
+                           " does not match the announced spec (" + layout.fingerprint_hex() + ")");
     return out;
   }
-  std::copy(global.begin(), global.end(), model.params().begin());
+  if (record_dp && !model.state().empty()) {
+    out.failure = fail(errc::invalid_argument,
+                       "record-level DP (DP-SGD) cannot bound a record's influence through "
+                       "BatchNorm, which mixes the records of a batch");
+    return out;
+  }
+  // FedBN: the site's own BatchNorm in place of the global model's (site_batch_norm.hpp).
+  std::vector<model::ValueRange> site_ranges;
+  std::vector<float> start(global.begin(), global.end());
+  if (request.site_batch_norm) {
+    site_ranges = model::site_ranges(model);
+    if (site_ranges.empty()) {
+      out.failure = fail(errc::invalid_argument,
+                         "'site_batch_norm' (FedBN) asks for the site's own BatchNorm, but the "
+                         "model has no BatchNorm layer");
+      return out;
+    }
+    if (site_values.size() == model::total_size(site_ranges)) {
+      model::scatter_ranges(site_values, start, site_ranges);
+    }
+  }
+  model::load_federated(model, start);
   const auto loss = model::loss_for(*spec);
   if (request.evaluate && data.test.size() > 0 && !record_dp) {
     const auto eval = model::evaluate(model, loss, data.test);
@@ -97,7 +119,10 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
     return out;
   }
   auto optimizer = model::make_optimizer(*optimizer_config, model.param_count());
-  const auto anchor = request.settings.proximal_mu > 0 ? global : std::span<const float>();
+  // FedProx pulls towards the model training started from (with FedBN, the site's BatchNorm).
+  const auto anchor = request.settings.proximal_mu > 0
+                          ? std::span<const float>(start).first(model.param_count())
+                          : std::span<const float>();
   model::TrainReport report;
   if (record_dp) {
     const model::DpSgdConfig config{.epochs = request.settings.epochs,
@@ -125,7 +150,13 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
     report = model::train(model, loss, *optimizer, data.train, config, anchor);
     out.steps = report.steps;
   }
-  out.params.assign(model.params().begin(), model.params().end());
+  out.params = model::federated_values(model);
+  if (!site_ranges.empty()) {
+    // What training made of the site's BatchNorm stays here; the global model's values go
+    // back in its place, so the update says nothing about it.
+    out.site_values = model::gather_ranges(out.params, site_ranges);
+    model::scatter_ranges(model::gather_ranges(global, site_ranges), out.params, site_ranges);
+  }
   out.report.run_id = request.run_id;
   out.report.round = request.round;
   out.report.nonce = request.nonce;

@@ -46,15 +46,24 @@ struct LocalResult {
   std::uint64_t steps = 0;  // optimizer steps taken (SCAFFOLD's K)
   protocol::UpdateReport report;
   std::optional<RecordDpSteps> record_dp;  // set when trained with record-level DP
+  // FedBN (request.site_batch_norm): the site's BatchNorm values after training, packed in
+  // site_ranges order (client/site_batch_norm.hpp); `params` holds the global model's there.
+  std::vector<float> site_values;
 };
 
 // `threads`: compute threads for this training (set_compute_threads).
 // `dp_random`: DP-SGD's randomness; nullopt means a CSPRNG (tests pass seeded sources).
 // `correction`: SCAFFOLD's c - c_i, added to every gradient (empty: none); a correction of
 // the wrong size, or one with record-level DP, is a failure invalid_argument.
+// `site_values`: with request.site_batch_norm, the site's BatchNorm values from an earlier
+// round (LocalResult::site_values; empty or of another size: the global model's are used).
+// `global` is the model's parameters then its BatchNorm state (model/federated_vector.hpp);
+// a model with BatchNorm under record-level DP, or site_batch_norm for a model without
+// BatchNorm, is a failure invalid_argument.
 LocalResult train_locally(const protocol::TrainRequest& request, std::span<const float> global,
                           const data::TrainTest& data, int threads,
                           const std::optional<model::DpRandom>& dp_random = std::nullopt,
-                          std::span<const float> correction = {});
+                          std::span<const float> correction = {},
+                          std::span<const float> site_values = {});
 
 }  // namespace fedcore::client

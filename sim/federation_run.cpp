@@ -27,6 +27,7 @@
 #include "server/api/auth.hpp"
 #include "server/federation/federation_server.hpp"
 #include "server/store/history_store.hpp"
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
@@ -88,6 +89,7 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
                    {"strategy", o.strategy},
                    {"strategy_options", nlohmann::json::parse(o.strategy_options)},
                    {"client_sampling", o.client_sampling},
+                   {"batch_norm", o.batch_norm},
                    {"rounds", o.rounds},
                    {"min_clients", 1},
                    // Every round waits for all the sites (dropped ones reconnect), so the
@@ -191,11 +193,11 @@ class Evaluator {
       if (!bundle) {
         return bundle.error();
       }
-      if (bundle->params.size() != model_.param_count()) {
+      if (bundle->params.size() != model::federated_size(model_)) {
         return fail(errc::failed_precondition,
                     "checkpoint " + c.ref.path + " does not fit the run's model");
       }
-      std::copy(bundle->params.begin(), bundle->params.end(), model_.params().begin());
+      model::load_federated(model_, bundle->params);
       return model::evaluate(model_, loss_, test_);
     }
     return fail(errc::not_found, "no checkpoint for round " + std::to_string(round));
@@ -659,13 +661,20 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
         row.train_loss = r.train_loss;
         row.fed_eval_accuracy = r.fed_eval_accuracy;
         row.epsilon = r.epsilon;
-        auto eval = evaluator->evaluate(r.run_id, r.round);
-        if (!eval) {
-          return fail(eval.error().code,
-                      "round " + std::to_string(r.round) + ": " + eval.error().message);
+        if (o.batch_norm == "local") {
+          // FedBN has no global model to test centrally (its BatchNorm is each site's): the
+          // accuracy is the federated evaluation's, every site with its own BatchNorm.
+          row.accuracy = r.fed_eval_accuracy.value_or(0);
+          row.loss = r.fed_eval_loss.value_or(0);
+        } else {
+          auto eval = evaluator->evaluate(r.run_id, r.round);
+          if (!eval) {
+            return fail(eval.error().code,
+                        "round " + std::to_string(r.round) + ": " + eval.error().message);
+          }
+          row.accuracy = eval->accuracy;
+          row.loss = eval->loss;
         }
-        row.accuracy = eval->accuracy;
-        row.loss = eval->loss;
         row.elapsed_s = seconds_since(run_started);
         outcome.rounds.push_back(row);
         if (callbacks.round_done) {

@@ -35,7 +35,9 @@ namespace fedcore::sim {
 // One committed round, as rounds.csv shows it.
 struct RoundRow {
   std::int64_t round = 0;
-  double accuracy = 0;  // global model on the test split
+  // The global model on the test split; with FedBN (--batch-norm local), which has no global
+  // BatchNorm, the federated evaluation's accuracy (as fed_eval_accuracy).
+  double accuracy = 0;
   double loss = 0;
   std::int64_t selected = 0;
   std::int64_t participants = 0;  // accepted updates

@@ -46,6 +46,14 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
       ->capture_default_str();
   app.add_option("--partition", o.partition, "iid | dirichlet:ALPHA | shards:K | sample:K")
       ->capture_default_str();
+  app.add_option("--site-test", o.site_test,
+                 "iid | like-train: how the test split is dealt to the sites (like-train: "
+                 "each site's classes in its training proportions)")
+      ->capture_default_str();
+  app.add_option("--batch-norm", o.batch_norm,
+                 "averaged | local (FedBN): BatchNorm of a mobilenetv2 or a cnn with "
+                 "\"batch_norm\": true")
+      ->capture_default_str();
   app.add_option("--clients", o.clients, "simulated sites")->capture_default_str();
   app.add_option("--clients-per-round", o.clients_per_round,
                  "clients sampled per round (0: use --fraction)");
@@ -235,6 +243,17 @@ result<void> validate(const SimOptions& o) {
       return invalid(parsed.error().message);
     }
   }
+  if (o.site_test != "iid" && o.site_test != "like-train") {
+    return invalid("--site-test must be iid or like-train, got '" + o.site_test + "'");
+  }
+  if (o.batch_norm != "averaged" && o.batch_norm != "local") {
+    return invalid("--batch-norm must be averaged or local, got '" + o.batch_norm + "'");
+  }
+  if (o.batch_norm == "local" && o.baseline_only) {
+    return invalid(
+        "--batch-norm local is FedBN, a federated option; --baseline-only has no "
+        "federation");
+  }
   if (o.client_sampling != "uniform" && o.client_sampling != "weighted") {
     return invalid("--client-sampling must be uniform or weighted, got '" + o.client_sampling +
                    "'");
@@ -361,6 +380,8 @@ nlohmann::json to_json(const SimOptions& o) {
           {"train_limit", o.train_limit},
           {"test_limit", o.test_limit},
           {"partition", o.partition},
+          {"site_test", o.site_test},
+          {"batch_norm", o.batch_norm},
           {"clients", o.clients},
           {"clients_per_round", o.clients_per_round},
           {"fraction", o.fraction},

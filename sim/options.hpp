@@ -34,6 +34,11 @@ struct SimOptions {
 
   // Federation.
   std::string partition = "iid";  // iid | dirichlet:ALPHA | shards:K
+  // How the test split is dealt to the sites for federated evaluation: iid, or like-train
+  // (each site's classes in its training split's proportions: personalised evaluation).
+  std::string site_test = "iid";
+  // BatchNorm models: "averaged" with the parameters, or "local" (FedBN; run_config.hpp).
+  std::string batch_norm = "averaged";
   std::size_t clients = 10;
   std::size_t clients_per_round = 0;  // 0: use fraction
   double fraction = 1.0;

@@ -42,14 +42,15 @@ std::optional<int> epochs_to_reach(const std::vector<EpochRow>& curve, double ta
 std::string rounds_csv(const std::vector<RoundRow>& rounds) {
   std::string out =
       "round,accuracy,loss,participants,rejected,dropped,timed_out,bytes_up,bytes_down,"
-      "duration_s,train_loss,elapsed_s,epsilon\n";
+      "duration_s,train_loss,elapsed_s,epsilon,site_accuracy\n";
   for (const auto& r : rounds) {
     out += std::to_string(r.round) + "," + fixed(r.accuracy, 6) + "," + fixed(r.loss, 6) + "," +
            std::to_string(r.participants) + "," + std::to_string(r.rejected) + "," +
            std::to_string(r.dropped) + "," + std::to_string(r.timed_out) + "," +
            std::to_string(r.bytes_up) + "," + std::to_string(r.bytes_down) + "," +
            fixed(r.duration_s, 3) + "," + fixed(r.train_loss, 6) + "," + fixed(r.elapsed_s, 3) +
-           "," + (r.epsilon ? fixed(*r.epsilon, 6) : std::string()) + "\n";
+           "," + (r.epsilon ? fixed(*r.epsilon, 6) : std::string()) + "," +
+           (r.fed_eval_accuracy ? fixed(*r.fed_eval_accuracy, 6) : std::string()) + "\n";
   }
   return out;
 }
@@ -97,6 +98,10 @@ nlohmann::json summary_json(const SimOptions& o, const FederatedResult* fed,
     f["rejected"] = rejected;
     f["mean_round_s"] = fed->rounds.empty() ? 0.0 : round_s / double(fed->rounds.size());
     f["final_accuracy"] = fed->rounds.empty() ? 0.0 : fed->rounds.back().accuracy;
+    // The sites' own test splits (federated evaluation; with FedBN, their own BatchNorm).
+    if (!fed->rounds.empty() && fed->rounds.back().fed_eval_accuracy) {
+      f["final_site_accuracy"] = *fed->rounds.back().fed_eval_accuracy;
+    }
     f["final_loss"] = fed->rounds.empty() ? 0.0 : fed->rounds.back().loss;
     f["best_accuracy"] = best;
     f["best_round"] = best_round;

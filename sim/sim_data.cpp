@@ -87,7 +87,10 @@ result<SimData> prepare_data(const SimOptions& o) {
   SimData out;
   out.train_parts = data::partition(*spec, train.labels, train.num_classes, o.clients, o.seed);
   out.label_counts = data::label_count_table(out.train_parts, train.labels, train.num_classes);
-  if (loaded->test.size() >= o.clients) {
+  if (o.site_test == "like-train") {
+    out.test_parts = data::partition_like(loaded->test.labels, loaded->test.num_classes,
+                                          out.label_counts, o.seed);
+  } else if (loaded->test.size() >= o.clients) {
     out.test_parts = data::partition_iid(loaded->test.labels, o.clients, o.seed);
   } else {
     out.test_parts.assign(o.clients, {});

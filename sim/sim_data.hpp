@@ -3,8 +3,9 @@
 //
 // The training split is partitioned with data/partition.hpp (iid, dirichlet:A, shards:K,
 // seeded with the run's seed); the test split stays whole for the global evaluation of
-// each round's model, and is also dealt IID among the sites as their local test data for
-// federated evaluation (as ClientDaemon does for a partitioned data source).
+// each round's model, and is also dealt among the sites as their local test data for
+// federated evaluation: IID (as ClientDaemon does for a partitioned data source), or with
+// --site-test like-train in each site's training class proportions (data::partition_like).
 // Breast-cancer is split 80/20 (stratified, seeded) and standardised with the training
 // part's statistics, like fedcore-train does.
 #pragma once

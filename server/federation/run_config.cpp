@@ -25,6 +25,7 @@ constexpr std::string_view kKeys[] = {"name",
                                       "min_available_clients",
                                       "over_selection",
                                       "client_sampling",
+                                      "batch_norm",
                                       "local_epochs",
                                       "batch_size",
                                       "optimizer",
@@ -59,6 +60,44 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
 }
 
 // "compression": {"up": "int8", "int8_block": 256} / {"up": "topk", "topk_fraction": 0.01}.
+// What a run with BatchNorm layers cannot do, in words; null when it can. Rounds carry the
+// running statistics after the parameters (model/federated_vector.hpp), averaged like them
+// or kept at the sites (FedBN).
+static const char* batch_norm_refusal(const RunConfig& c) {
+  const bool has_batch_norm = model::has_batch_norm(c.model);
+  if (c.batch_norm == BatchNormMode::local) {
+    if (c.model.type == model::ModelType::external) {
+      return "'batch_norm' \"local\" (FedBN) needs a model Fedcore builds: an external "
+             "model's layout does not say which tensors are normalisation layers'";
+    }
+    if (!has_batch_norm) {
+      return "'batch_norm' \"local\" (FedBN) keeps BatchNorm layers at the sites; this model "
+             "has none (a mobilenetv2, or a cnn with \"batch_norm\": true, has)";
+    }
+    if (!c.server_test_set.empty()) {
+      return "'server_test_set' needs one global model; with 'batch_norm' \"local\" (FedBN) "
+             "every site evaluates with its own BatchNorm (federated evaluation)";
+    }
+  }
+  if (!has_batch_norm) {
+    return nullptr;
+  }
+  if (c.strategy == "scaffold") {
+    return "strategy \"scaffold\" corrects gradients with control variates, which BatchNorm's "
+           "running statistics do not have";
+  }
+  if (c.privacy.dp.mode == protocol::DpMode::record) {
+    return "record-level DP (DP-SGD) bounds each record's gradient, but BatchNorm mixes the "
+           "records of a batch, so no record's influence is bounded";
+  }
+  if (c.privacy.dp.mode != protocol::DpMode::none && c.batch_norm == BatchNormMode::averaged) {
+    return "differential privacy would add noise to averaged BatchNorm running variances, "
+           "which must stay positive; use 'batch_norm' \"local\" (FedBN), which keeps them "
+           "at the sites";
+  }
+  return nullptr;
+}
+
 // What SCAFFOLD cannot run with (scaffold.hpp), in words; null when it can.
 static const char* scaffold_refusal(const RunConfig& c) {
   // Option II's control variate, (x - y) / (K * lr), is the mean local gradient only when the
@@ -154,6 +193,9 @@ result<RunConfig> run_config_from_json(const json& j) {
   std::string sampling = "uniform";
   o.choice("client_sampling", sampling, {"uniform", "weighted"});
   c.client_sampling = sampling == "weighted" ? ClientSampling::weighted : ClientSampling::uniform;
+  std::string batch_norm = "averaged";
+  o.choice("batch_norm", batch_norm, {"averaged", "local"});
+  c.batch_norm = batch_norm == "local" ? BatchNormMode::local : BatchNormMode::averaged;
   o.integer("local_epochs", c.local_epochs, {1, 1000});
   o.integer("batch_size", c.batch_size, {1, 65536});
   o.number("proximal_mu", c.proximal_mu, {0, 100});
@@ -263,14 +305,8 @@ result<RunConfig> run_config_from_json(const json& j) {
       return kRoot.bad(*why);
     }
   }
-  if (c.model.type == model::ModelType::mobilenetv2) {
-    // Its BatchNorm running statistics live outside the parameters that rounds carry: a
-    // global model without them would be evaluated (and start every round) with a fresh
-    // network's statistics. Train it with fedcore-dist until rounds carry them.
-    return kRoot.bad(
-        "'model' \"mobilenetv2\" has BatchNorm running statistics, which federated rounds do "
-        "not carry yet (neither averaged nor kept at the sites, FedBN); train it with "
-        "fedcore-dist");
+  if (auto why = batch_norm_refusal(c)) {
+    return kRoot.bad(why);
   }
   if (c.model.type == model::ModelType::external && !c.server_test_set.empty()) {
     return kRoot.bad(
@@ -303,6 +339,7 @@ std::string to_json_text(const RunConfig& c) {
       {"min_available_clients", c.min_available_clients},
       {"over_selection", c.over_selection},
       {"client_sampling", c.client_sampling == ClientSampling::weighted ? "weighted" : "uniform"},
+      {"batch_norm", c.batch_norm == BatchNormMode::local ? "local" : "averaged"},
       {"local_epochs", c.local_epochs},
       {"batch_size", c.batch_size},
       {"optimizer", c.optimizer_json},

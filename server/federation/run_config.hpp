@@ -13,6 +13,7 @@
 //     "min_available_clients": 0,               // online before a round starts; 0 = min_clients
 //     "over_selection": 0,                      // extra clients selected; see below
 //     "client_sampling": "uniform",             // or "weighted" by samples; see below
+//     "batch_norm": "averaged",                 // or "local" (FedBN); see below
 //     "local_epochs": 1, "batch_size": 32,
 //     "optimizer": {"kind": "sgd", "lr": 0.1},  // optimizer config (model/optimizer.hpp)
 //     "proximal_mu": 0.0,
@@ -54,6 +55,15 @@
 // trains once. Not with over_selection, secure aggregation or differential privacy (their
 // thresholds and accountants assume a uniform sample of distinct clients).
 //
+// BatchNorm (a mobilenetv2, a cnn with "batch_norm": true): rounds carry the running
+// statistics after the parameters (shared/model/federated_vector.hpp). "averaged": the
+// server aggregates them with the parameters (what FedAvg over a PyTorch state_dict does).
+// "local" (FedBN, Li et al. 2021): every BatchNorm layer's weight, bias and statistics stay
+// at each site; the sites send the global model's values there, the server keeps those
+// values as they were, and each site trains and evaluates with its own. Not with a server
+// test set (no global BatchNorm to evaluate with); never with SCAFFOLD or record-level DP,
+// and user-level DP only with "local" (noise on averaged variances could make them negative).
+//
 // A round that fails (no quorum) is recorded as failed. With "retry" it is run again
 // (fresh sample, fresh nonces) up to max_retries times, then the run pauses; with "pause"
 // the run pauses at once. A paused run never spins: it waits for an admin.
@@ -76,6 +86,7 @@ namespace fedcore::federation {
 
 enum class FailedRoundPolicy { pause, retry };
 enum class ClientSampling { uniform, weighted };
+enum class BatchNormMode { averaged, local };
 
 struct RunConfig {
   std::string name;
@@ -95,6 +106,7 @@ struct RunConfig {
   std::int64_t min_available_clients = 0;
   std::int64_t over_selection = 0;  // extra clients a round selects beyond what it needs
   ClientSampling client_sampling = ClientSampling::uniform;  // see the header comment
+  BatchNormMode batch_norm = BatchNormMode::averaged;        // see the header comment
   std::int32_t local_epochs = 1;
   std::int32_t batch_size = 32;
   model::OptimizerConfig optimizer;

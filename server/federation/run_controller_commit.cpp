@@ -44,9 +44,9 @@ void RunController::commit_round() {
     round.timer->federated_evaluation(round.evaluation_started);
   }
   const auto finishing = round.timer->now();
-  model.global = round.next_global
-                     ? round.next_global
-                     : std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  model.global = round.next_global ? round.next_global
+                                   : std::make_shared<const std::vector<float>>(
+                                         model.next_global(model.strategy->finish_round()));
   if (!round.next_global) {
     round.timer->add(&store::RoundPhases::aggregate_ms, finishing);
   }

@@ -85,7 +85,8 @@ void RunController::begin_evaluation() {
     std::sort(evaluators.begin(), evaluators.end());
   }
   const auto finishing = round.timer->now();
-  round.next_global = std::make_shared<const std::vector<float>>(model.strategy->finish_round());
+  round.next_global =
+      std::make_shared<const std::vector<float>>(model.next_global(model.strategy->finish_round()));
   round.timer->add(&store::RoundPhases::aggregate_ms, finishing);
   round.evaluation_started = round.timer->now();
 
@@ -99,6 +100,7 @@ void RunController::begin_evaluation() {
   request.model_spec = model.spec_json;
   request.layout_fingerprint = model.layout.fingerprint_hex();
   request.final_model = final_model;
+  request.site_batch_norm = !model.site_ranges.empty();
   request.privacy.secure_aggregation = run.config.privacy.secure_aggregation.has_value();
   request.privacy.dp = run.config.privacy.dp.mode;
   request.scaling = run.scaling.value_or(protocol::FeatureScaling{});

@@ -93,15 +93,18 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
   const auto& spec = active_->model->spec;
   const bool compressed = active_->config.compression.up != protocol::UpdateEncoding::f32;
   const bool scaffold = active_->model->strategy->wants_control();
+  const bool site_batch_norm = !active_->model->site_ranges.empty();
   std::erase_if(online, [&](const Candidate& c) {
     // A client whose data does not fit this model cannot train it, nor can a client of a
     // protocol version before external models train one, nor one before compressed updates
-    // take part in a run that compresses, nor one before SCAFFOLD in a SCAFFOLD run.
+    // take part in a run that compresses, nor one before SCAFFOLD in a SCAFFOLD run, nor
+    // one before FedBN in a run that keeps BatchNorm at the sites.
     return c.input_shape != spec.input_shape || c.num_classes > spec.num_classes ||
            (spec.type == model::ModelType::external &&
             c.protocol_version < protocol::kExternalModelsProtocolVersion) ||
            (compressed && c.protocol_version < protocol::kCompressionProtocolVersion) ||
-           (scaffold && c.protocol_version < protocol::kScaffoldProtocolVersion);
+           (scaffold && c.protocol_version < protocol::kScaffoldProtocolVersion) ||
+           (site_batch_norm && c.protocol_version < protocol::kSiteBatchNormProtocolVersion);
   });
   return online;
 }
@@ -375,6 +378,7 @@ void RunController::begin_round() {
     request.scaling = *run.scaling;
     request.compression = run.config.compression;
     request.scaffold = scaffold;
+    request.site_batch_norm = !model.site_ranges.empty();
     if (request.compression.down != protocol::UpdateEncoding::f32) {
       request.compression.parameters = model.global->size();
     }

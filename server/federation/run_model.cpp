@@ -8,6 +8,7 @@
 #include "shared/data/fashion_mnist.hpp"
 #include "shared/data/feature_stats.hpp"
 #include "shared/data/normalize.hpp"
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/model.hpp"
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
@@ -97,9 +98,16 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
       return made.error();
     }
     made->initialize(config.seed);
-    out.layout = made->layout();
-    out.global =
-        std::make_shared<const std::vector<float>>(made->params().begin(), made->params().end());
+    // Rounds carry the parameters and the BatchNorm statistics (federated_vector.hpp).
+    out.layout = model::federated_layout(*made);
+    out.global = std::make_shared<const std::vector<float>>(model::federated_values(*made));
+    if (config.batch_norm == BatchNormMode::local) {
+      out.site_ranges = model::site_ranges(*made);
+      if (out.site_ranges.empty()) {
+        return fail(errc::invalid_argument,
+                    "'batch_norm' \"local\" (FedBN) needs a model with BatchNorm layers");
+      }
+    }
     built.emplace(std::move(*made));
   }
   out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
@@ -178,11 +186,18 @@ void RunModel::scale_server_test_set(const protocol::FeatureScaling& scaling) {
   }
 }
 
+std::vector<float> RunModel::next_global(std::vector<float> aggregate) const {
+  if (!site_ranges.empty()) {
+    model::scatter_ranges(model::gather_ranges(*global, site_ranges), aggregate, site_ranges);
+  }
+  return aggregate;
+}
+
 std::optional<model::EvalReport> RunModel::evaluate_global() {
   if (!evaluation) {
     return std::nullopt;
   }
-  std::copy(global->begin(), global->end(), evaluation->model.params().begin());
+  model::load_federated(evaluation->model, *global);
   return model::evaluate(evaluation->model, model::loss_for(spec), evaluation->test_set);
 }
 

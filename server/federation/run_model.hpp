@@ -18,6 +18,7 @@
 #include "server/federation/storage_fault.hpp"
 #include "server/store/history_store.hpp"
 #include "shared/model/eval_report.hpp"
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/layout.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/protocol/messages.hpp"
@@ -35,14 +36,21 @@ struct RunModel {
   RunModel& operator=(RunModel&&) noexcept;
   ~RunModel();
 
-  model::ModelSpec spec;     // complete
-  nlohmann::json spec_json;  // `spec` as sent in TRAIN messages, made once per run
-  model::ParamLayout layout;
+  model::ModelSpec spec;      // complete
+  nlohmann::json spec_json;   // `spec` as sent in TRAIN messages, made once per run
+  model::ParamLayout layout;  // of the vector rounds carry: parameters, then BatchNorm state
+  // FedBN ('batch_norm' "local"): the values each site keeps (model/federated_vector.hpp);
+  // every aggregate keeps the global model's values there. Empty otherwise.
+  std::vector<model::ValueRange> site_ranges;
   std::shared_ptr<const std::vector<float>> global;
   std::unique_ptr<Strategy> strategy;
   std::unique_ptr<ServerEvaluation> evaluation;  // only with a server test set
   std::filesystem::path run_dir;                 // checkpoints of this run
 
+  // The strategy's aggregate as the next global model: with FedBN, the site-local values
+  // are the current global model's (the sites sent those; this also undoes what a server
+  // optimizer or DP noise did to them).
+  std::vector<float> next_global(std::vector<float> aggregate) const;
   // Server-side evaluation of the current global model, when the run names a test set.
   std::optional<model::EvalReport> evaluate_global();
   // Scales the server's test set (if any, and tabular) as the sites scale theirs: with

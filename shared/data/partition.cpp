@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "shared/util/assert.hpp"
 #include "shared/util/rng.hpp"
@@ -162,6 +163,56 @@ Partitions partition_dirichlet(std::span<const std::int32_t> labels, std::int32_
                             [](const auto& a, const auto& b) { return a.size() < b.size(); });
       part.push_back(largest.back());
       largest.pop_back();
+    }
+  }
+  sort_each(parts);
+  return parts;
+}
+
+Partitions partition_like(std::span<const std::int32_t> labels, std::int32_t num_classes,
+                          const std::vector<std::vector<std::size_t>>& counts, std::uint64_t seed) {
+  FEDCORE_ASSERT(!counts.empty(), "partition_like: no clients");
+  check_labels(labels, num_classes);
+  const auto classes = static_cast<std::size_t>(num_classes);
+  for (const auto& row : counts) {
+    FEDCORE_ASSERT(row.size() == classes, "partition_like: a count row is not num_classes long");
+  }
+  std::vector<std::vector<std::size_t>> by_class(classes);
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    by_class[static_cast<std::size_t>(labels[i])].push_back(i);
+  }
+  Rng rng(seed);
+  Partitions parts(counts.size());
+  for (std::size_t k = 0; k < classes; ++k) {
+    auto& members = by_class[k];
+    rng.shuffle(std::span(members));
+    std::size_t trained = 0;
+    for (const auto& row : counts) {
+      trained += row[k];
+    }
+    if (trained == 0) {
+      continue;
+    }
+    // Largest remainders: floor shares first, then one more to the largest fractions.
+    std::vector<std::size_t> share(counts.size());
+    std::vector<std::pair<double, std::size_t>> remainders;
+    std::size_t dealt = 0;
+    for (std::size_t c = 0; c < counts.size(); ++c) {
+      const double exact = double(members.size()) * double(counts[c][k]) / double(trained);
+      share[c] = static_cast<std::size_t>(exact);
+      dealt += share[c];
+      remainders.emplace_back(-(exact - double(share[c])), c);
+    }
+    std::sort(remainders.begin(), remainders.end());
+    for (std::size_t i = 0; dealt < members.size(); ++i, ++dealt) {
+      FEDCORE_ASSERT(i < remainders.size(), "partition_like: shares do not add up");
+      ++share[remainders[i].second];
+    }
+    std::size_t at = 0;
+    for (std::size_t c = 0; c < counts.size(); ++c) {
+      parts[c].insert(parts[c].end(), members.begin() + static_cast<std::ptrdiff_t>(at),
+                      members.begin() + static_cast<std::ptrdiff_t>(at + share[c]));
+      at += share[c];
     }
   }
   sort_each(parts);

@@ -57,6 +57,15 @@ Partitions partition_shards(std::span<const std::int32_t> labels, std::size_t cl
 Partitions partition_sampled(std::size_t samples, std::size_t clients,
                              std::size_t samples_per_client, std::uint64_t seed);
 
+// Deals `labels` (a test split) so that each client's share of every class follows its
+// share of that class in `counts` (label_count_table of its training split): the samples of
+// class k are shuffled and cut in proportion to counts[client][k] (largest remainders,
+// ties to the lower client). A class no client trained on goes to nobody. Personalised
+// evaluation (FedBN, docs/sim.md "--site-test") needs test data distributed like training.
+// REQUIRES: counts.size() > 0, every row num_classes long; labels in [0, num_classes).
+Partitions partition_like(std::span<const std::int32_t> labels, std::int32_t num_classes,
+                          const std::vector<std::vector<std::size_t>>& counts, std::uint64_t seed);
+
 enum class PartitionKind { iid, dirichlet, shards, sample };
 
 struct PartitionSpec {

@@ -50,7 +50,7 @@ std::unique_ptr<Layer> BatchNorm2d::clone() const {
 }
 
 std::vector<ParamShape> BatchNorm2d::param_shapes() const {
-  return {{"weight", {channels_}}, {"bias", {channels_}}};
+  return {{"weight", {channels_}, true}, {"bias", {channels_}, true}};
 }
 
 std::vector<ParamShape> BatchNorm2d::state_shapes() const {

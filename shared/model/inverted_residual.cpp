@@ -73,7 +73,7 @@ std::vector<ParamShape> InvertedResidual::param_shapes() const {
   std::vector<ParamShape> shapes;
   for (const auto& layer : layers_) {
     for (auto& p : layer->param_shapes()) {
-      shapes.push_back({layer->name() + "." + p.name, std::move(p.shape)});
+      shapes.push_back({layer->name() + "." + p.name, std::move(p.shape), p.normalization});
     }
   }
   return shapes;

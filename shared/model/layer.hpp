@@ -48,6 +48,9 @@ enum class Phase { train, eval };
 struct ParamShape {
   std::string name;  // local name, e.g. "weight"
   Shape shape;
+  // A normalisation layer's own parameters (BatchNorm's weight and bias): what FedBN keeps
+  // at each site with the running statistics (shared/model/federated_vector.hpp).
+  bool normalization = false;
 };
 
 class Layer {

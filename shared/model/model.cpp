@@ -19,6 +19,7 @@ Model::Model(Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
     }
     for (const auto& p : layer.param_shapes()) {
       layout_.append(layer.name() + "." + p.name, p.shape);
+      normalization_.push_back(p.normalization);
     }
     for (const auto& p : layer.state_shapes()) {
       state_layout_.append(layer.name() + "." + p.name, p.shape);
@@ -37,6 +38,7 @@ Model::Model(const Model& other)
     : input_shape_(other.input_shape_),
       layout_(other.layout_),
       state_layout_(other.state_layout_),
+      normalization_(other.normalization_),
       params_(other.params_),
       grads_(other.grads_),
       state_(other.state_),

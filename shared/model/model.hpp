@@ -53,6 +53,8 @@ class Model {
   const ParamLayout& state_layout() const noexcept { return state_layout_; }
   std::span<float> state() noexcept { return state_; }
   std::span<const float> state() const noexcept { return state_; }
+  // For each entry of layout(), whether it is a normalisation layer's (ParamShape).
+  const std::vector<bool>& normalization_entries() const noexcept { return normalization_; }
 
   const Shape& input_shape() const noexcept { return input_shape_; }
   const Shape& output_shape() const noexcept { return layers_.back()->output_shape(); }
@@ -84,6 +86,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   ParamLayout layout_;
   ParamLayout state_layout_;
+  std::vector<bool> normalization_;
   // 64-byte aligned, so every layer slice sits at the same alignment in every process.
   AlignedVector<float> params_;
   AlignedVector<float> grads_;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/model.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/byte_codec.hpp"
@@ -213,10 +214,16 @@ result<void> load_params_into(const std::string& path, Model& model) {
   if (!bundle) {
     return bundle.error();
   }
+  // A federated checkpoint of a model with state holds the parameters and the state.
+  const auto federated = federated_layout(model);
+  if (bundle->layout.fingerprint() == federated.fingerprint()) {
+    load_federated(model, bundle->params);
+    return {};
+  }
   if (bundle->layout.fingerprint() != model.layout().fingerprint()) {
     return fail(errc::failed_precondition,
                 "parameter file '" + path + "' has layout " + bundle->layout.fingerprint_hex() +
-                    " but the model's is " + model.layout().fingerprint_hex());
+                    " but the model's is " + federated.fingerprint_hex());
   }
   std::copy(bundle->params.begin(), bundle->params.end(), model.params().begin());
   return {};

@@ -66,8 +66,10 @@ result<ParamBundle> decode_params(std::span<const std::byte> bytes,
 result<void> save_params(const std::string& path, const ParamLayout& layout,
                          std::span<const float> params, std::string_view metadata_json = "{}");
 result<ParamBundle> load_params(const std::string& path);
-// Loads into a model after checking that the file's layout is the model's layout
-// (errc::failed_precondition naming both fingerprints otherwise).
+// Loads into a model after checking that the file's layout is the model's layout, or its
+// federated layout (parameters then state, federated_vector.hpp: a federated run's
+// checkpoint of a model with BatchNorm), errc::failed_precondition naming both fingerprints
+// otherwise.
 result<void> load_params_into(const std::string& path, Model& model);
 
 // Writes one NumPy .npy file per tensor, "<dir>/<tensor name>.npy" (created if needed),

@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/layers.hpp"
+#include "shared/model/mobile_layers.hpp"
 #include "shared/model/mobilenet_v2.hpp"
 #include "shared/model/model.hpp"
 #include "shared/util/rng.hpp"
@@ -111,9 +113,13 @@ result<std::vector<std::unique_ptr<Layer>>> make_layers(const ModelSpec& spec) {
           return bad("input " + shape_to_string(spec.input_shape) + " is too small for " +
                      std::to_string(spec.channels.size()) + " conv/pool stages");
         }
-        shape = add(std::make_unique<Conv2d>(
-                        shape, Conv2dOptions{spec.channels[i], spec.kernel, 1, padding}),
-                    "conv" + n);
+        // With BatchNorm the convolution has no bias: the normalisation's shift replaces it.
+        Conv2dOptions conv{spec.channels[i], spec.kernel, 1, padding};
+        conv.bias = !spec.batch_norm;
+        shape = add(std::make_unique<Conv2d>(shape, conv), "conv" + n);
+        if (spec.batch_norm) {
+          shape = add(std::make_unique<BatchNorm2d>(shape), "bn" + n);
+        }
         shape = add(std::make_unique<ReLU>(shape), "relu" + n);
         if (shape[0] < 2 || shape[1] < 2) {
           return bad("input " + shape_to_string(spec.input_shape) + " is too small for " +
@@ -206,7 +212,7 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j) {
 result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) {
   StrictObject o(j, at,
                  {"type", "input_shape", "num_classes", "hidden", "channels", "kernel", "dense",
-                  "dropout", "layout", "initial", "width"});
+                  "dropout", "layout", "initial", "width", "batch_norm"});
   if (o.ok() && !o.has("type")) {
     o.reject("type", "is required: \"logreg\", \"mlp\", \"cnn\", \"mobilenetv2\" or \"external\"");
   }
@@ -248,7 +254,7 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
   if (spec.type != ModelType::mlp && o.has("hidden")) {
     o.reject("hidden", "applies only to an mlp");
   }
-  for (const char* key : {"channels", "kernel", "dense"}) {
+  for (const char* key : {"channels", "kernel", "dense", "batch_norm"}) {
     if (spec.type != ModelType::cnn && o.has(key)) {
       o.reject(key, "applies only to a cnn");
     }
@@ -281,6 +287,7 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
   o.integer("dense", spec.dense, {1, kMaxWidth});
   o.number("dropout", spec.dropout, {0, 1, false, true});
   o.number("width", spec.width, {0, 4, true, false});
+  o.boolean("batch_norm", spec.batch_norm);
   if (!o.ok()) {
     return o.status().error();
   }
@@ -320,6 +327,9 @@ void to_json(nlohmann::json& j, const ModelSpec& spec) {
     j["channels"] = spec.channels;
     j["kernel"] = spec.kernel;
     j["dense"] = spec.dense;
+    if (spec.batch_norm) {  // absent otherwise: the spec older sites know
+      j["batch_norm"] = true;
+    }
   }
   if (spec.type == ModelType::mobilenetv2) {
     j["width"] = spec.width;
@@ -383,7 +393,11 @@ result<ParamLayout> layout_of(const ModelSpec& spec) {
   if (!built) {
     return built.error();
   }
-  return built->layout();
+  return federated_layout(*built);
+}
+
+bool has_batch_norm(const ModelSpec& spec) noexcept {
+  return spec.type == ModelType::mobilenetv2 || (spec.type == ModelType::cnn && spec.batch_norm);
 }
 
 std::vector<float> initialize_external(const ParamLayout& layout, std::uint64_t seed) {

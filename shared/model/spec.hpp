@@ -22,7 +22,8 @@
 //                       MobileNetV2 with BatchNorm (shared/model/mobilenet_v2.hpp); inputs of
 //                       at most 64x64 get the CIFAR strides (stem and second stage at stride 1)
 //
-// Optional cnn keys: "channels": [32, 64], "kernel": 5, "dense": 512, "dropout": 0.0.
+// Optional cnn keys: "channels": [32, 64], "kernel": 5, "dense": 512, "dropout": 0.0,
+// "batch_norm": false (true: a BatchNorm2d after each convolution, which then has no bias).
 // Optional mobilenetv2 keys: "width": 1.0 (in (0, 4]), "dropout": 0.2.
 #pragma once
 
@@ -52,6 +53,7 @@ struct ModelSpec {
   std::vector<std::int64_t> channels{32, 64};  // cnn
   std::int64_t kernel = 5;                     // cnn
   std::int64_t dense = 512;                    // cnn
+  bool batch_norm = false;                     // cnn: BatchNorm2d after each convolution
   float width = 1.0f;                          // mobilenetv2: width multiplier
   // mlp (after each hidden layer), cnn and mobilenetv2 (before the last dense); unset means
   // 0 for an mlp or a cnn and 0.2 for a mobilenetv2 (torchvision's)
@@ -86,9 +88,14 @@ LossKind loss_for(const ModelSpec& spec) noexcept;
 // (Fedcore has no code for it).
 result<Model> build_model(const ModelSpec& spec);
 
-// The parameter layout a complete spec implies: built for Fedcore's own models, as
-// declared for an external one. Errors: those of build_model for the built-in types.
+// The layout of the vector a federated round carries for a complete spec: the built model's
+// parameters and state (federated_vector.hpp) for Fedcore's own models, as declared for an
+// external one. Errors: those of build_model for the built-in types.
 result<ParamLayout> layout_of(const ModelSpec& spec);
+
+// Whether the spec builds BatchNorm layers (running statistics, FedBN's site-local values).
+// False for an external model: its layout does not say which tensors are normalisation's.
+bool has_batch_norm(const ModelSpec& spec) noexcept;
 
 // The starting point of an external model when the run names no "initial" file,
 // following PyTorch's defaults for its common layers so that a torch model started here

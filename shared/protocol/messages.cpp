@@ -481,6 +481,7 @@ result<TrainRequest> parse_train_request(std::string_view metadata) {
   if (r.ok() && m.scaffold && m.compression.down != UpdateEncoding::f32) {
     r.fail_with("'scaffold' sends the model and the control variate as f32: no 'down' encoding");
   }
+  m.site_batch_norm = r.boolean("site_batch_norm", false);
   if (!r.ok()) {
     return r.take_error();
   }
@@ -603,6 +604,7 @@ result<EvaluateRequest> parse_evaluate_request(std::string_view metadata) {
   m.model_spec = r.object("model", 64);
   m.layout_fingerprint = r.hex("layout", 16);
   m.final_model = r.boolean("final", false);
+  m.site_batch_norm = r.boolean("site_batch_norm", false);
   if (auto terms = read_privacy_and_scaling(r, "evaluate", m.privacy, m.scaling); !terms) {
     return terms.error();
   }
@@ -704,6 +706,9 @@ std::string to_metadata(const TrainRequest& m) {
   if (m.scaffold) {
     j["scaffold"] = true;
   }
+  if (m.site_batch_norm) {
+    j["site_batch_norm"] = true;
+  }
   return j.dump();
 }
 
@@ -738,15 +743,18 @@ std::string to_metadata(const FeatureStatsReport& m) {
 
 std::string to_metadata(const EvaluateRequest& m) {
   FEDCORE_ASSERT(m.model_spec.is_object(), "EvaluateRequest: the model spec must be an object");
-  return json{{"run", m.run_id},
-              {"round", m.round},
-              {"nonce", m.nonce},
-              {"model", m.model_spec},
-              {"layout", m.layout_fingerprint},
-              {"final", m.final_model},
-              {"privacy", privacy_json(m.privacy)},
-              {"scaling", scaling_json(m.scaling)}}
-      .dump();
+  json j{{"run", m.run_id},
+         {"round", m.round},
+         {"nonce", m.nonce},
+         {"model", m.model_spec},
+         {"layout", m.layout_fingerprint},
+         {"final", m.final_model},
+         {"privacy", privacy_json(m.privacy)},
+         {"scaling", scaling_json(m.scaling)}};
+  if (m.site_batch_norm) {
+    j["site_batch_norm"] = true;
+  }
+  return j.dump();
 }
 
 std::string to_metadata(const EvaluationReport& m) {

@@ -32,11 +32,13 @@ using fedcore::is_valid_client_id;  // util/client_id.hpp
 //   2  external models (a model spec of "type": "external", trained by the site's own code)
 //   3  compressed updates (TRAIN "compression", UPDATE "encoding"; update_encoding.hpp)
 //   4  SCAFFOLD (TRAIN and UPDATE "scaffold": a control variate after the parameters)
-inline constexpr std::uint32_t kProtocolVersion = 4;
+//   5  FedBN (TRAIN and EVALUATE "site_batch_norm": the site keeps its own BatchNorm)
+inline constexpr std::uint32_t kProtocolVersion = 5;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint32_t kExternalModelsProtocolVersion = 2;
 inline constexpr std::uint32_t kCompressionProtocolVersion = 3;
 inline constexpr std::uint32_t kScaffoldProtocolVersion = 4;
+inline constexpr std::uint32_t kSiteBatchNormProtocolVersion = 5;
 // The version a session with a peer of `peer_version` speaks. REQUIRES: peer_version >= 1.
 constexpr std::uint32_t negotiated_protocol(std::uint32_t peer_version) noexcept {
   return peer_version < kProtocolVersion ? peer_version : kProtocolVersion;
@@ -127,6 +129,11 @@ struct TrainRequest {
   // answers with a "scaffold" update (server/federation/scaffold.hpp). Never with a
   // compressed download.
   bool scaffold = false;
+  // "site_batch_norm" (protocol 5, FedBN): the site trains and evaluates with its own
+  // BatchNorm weights, biases and running statistics (model/federated_vector.hpp
+  // site_ranges) in place of the payload's, and sends the payload's values there back
+  // unchanged: they never leave the site.
+  bool site_batch_norm = false;
 };
 
 struct LocalEvaluation {
@@ -199,6 +206,7 @@ struct EvaluateRequest {
   bool final_model = false;        // "final": the run's last model
   PrivacyTerms privacy;            // "privacy"; absent means none
   FeatureScaling scaling;          // "scaling"; absent means none
+  bool site_batch_norm = false;    // "site_batch_norm" (protocol 5): as in TrainRequest
 };
 
 // What a site answers to an EVALUATE.

@@ -81,6 +81,31 @@ TEST(PartitionIidTest, DeterministicForSeed) {
   EXPECT_NE(partition_iid(labels, 7, 1), partition_iid(labels, 7, 2));
 }
 
+TEST(PartitionLikeTest, DealsEachClassInTheTrainingProportions) {
+  const auto labels = balanced_labels(3, 100);
+  // Client 0 trained on classes 0 and 1 (3:1 against client 1 for class 0), client 1 on
+  // classes 0 and 2, client 2 on class 2 only (1:1 against client 1).
+  const std::vector<std::vector<std::size_t>> counts{{30, 50, 0}, {10, 0, 20}, {0, 0, 20}};
+  const auto parts = partition_like(labels, 3, counts, 4);
+  expect_exact_cover(parts, labels.size());
+  const auto got = label_count_table(parts, labels, 3);
+  EXPECT_EQ(got[0], (std::vector<std::size_t>{75, 100, 0}));
+  EXPECT_EQ(got[1], (std::vector<std::size_t>{25, 0, 50}));
+  EXPECT_EQ(got[2], (std::vector<std::size_t>{0, 0, 50}));
+  EXPECT_EQ(partition_like(labels, 3, counts, 4), parts);  // seeded
+  EXPECT_NE(partition_like(labels, 3, counts, 5), parts);
+}
+
+TEST(PartitionLikeTest, RoundsByLargestRemainderAndSkipsUntrainedClasses) {
+  const auto labels = balanced_labels(2, 10);
+  // Class 0: thirds of 10 -> 4, 3, 3 (the first remainder wins the tie); class 1: nobody.
+  const std::vector<std::vector<std::size_t>> counts{{1, 0}, {1, 0}, {1, 0}};
+  const auto got = label_count_table(partition_like(labels, 2, counts, 1), labels, 2);
+  EXPECT_EQ(got[0], (std::vector<std::size_t>{4, 0}));
+  EXPECT_EQ(got[1], (std::vector<std::size_t>{3, 0}));
+  EXPECT_EQ(got[2], (std::vector<std::size_t>{3, 0}));
+}
+
 TEST(PartitionDirichletTest, CoversAndEveryClientNonEmpty) {
   const auto labels = balanced_labels(10, 1000);
   for (double alpha : {0.01, 0.1, 1.0, 100.0}) {

@@ -109,6 +109,46 @@ TEST(RunConfig, ClientSamplingIsParsedKeptAndRefusedWhereAUniformSampleIsAssumed
   }
 }
 
+TEST(RunConfig, BatchNormIsAveragedOrKeptAtTheSitesAndRefusedWhereItCannotWork) {
+  auto absent = parse_run_config(R"({"model":{"type":"mobilenetv2","width":0.5}})");
+  ASSERT_TRUE(absent) << absent.error().to_string();
+  EXPECT_EQ(absent->batch_norm, BatchNormMode::averaged);
+  auto local = parse_run_config(
+      R"({"model":{"type":"cnn","batch_norm":true},"batch_norm":"local","privacy":{"dp":{)"
+      R"("mode":"client_central","epsilon":4,"delta":1e-5,"clip_norm":0.5}},)"
+      R"("federated_evaluation":false})");
+  ASSERT_TRUE(local) << local.error().to_string();
+  EXPECT_EQ(local->batch_norm, BatchNormMode::local);
+  auto again = parse_run_config(to_json_text(*local));
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->batch_norm, BatchNormMode::local);
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"model":{"type":"cnn","batch_norm":true},"batch_norm":"shared"})", "'batch_norm'"},
+      {R"({"model":{"type":"cnn"},"batch_norm":"local"})",
+       "'batch_norm' \"local\" (FedBN) keeps BatchNorm layers at the sites; this model has none"},
+      {R"({"model":{"type":"external","layout":{"tensors":[{"name":"w","shape":[2]}]}},)"
+       R"("batch_norm":"local"})",
+       "an external model's layout does not say which tensors are normalisation layers'"},
+      {R"({"model":{"type":"mobilenetv2"},"batch_norm":"local",)"
+       R"("server_test_set":"fashion-mnist"})",
+       "every site evaluates with its own BatchNorm"},
+      {R"({"model":{"type":"mobilenetv2"},"strategy":"scaffold"})",
+       "BatchNorm's running statistics do not have"},
+      {R"({"model":{"type":"mobilenetv2"},"batch_norm":"local","federated_evaluation":false,)"
+       R"("privacy":{"dp":{"mode":"record","epsilon":4,"delta":1e-5,"clip_norm":1}}})",
+       "BatchNorm mixes the records of a batch"},
+      {R"({"model":{"type":"cnn","batch_norm":true},"federated_evaluation":false,)"
+       R"("privacy":{"dp":{"mode":"client_central","epsilon":4,"delta":1e-5,"clip_norm":1}}})",
+       "noise to averaged BatchNorm running variances"},
+  };
+  for (const auto& [text, fragment] : refused) {
+    auto bad = parse_run_config(text);
+    ASSERT_FALSE(bad) << text;
+    EXPECT_EQ(bad.error().code, errc::invalid_argument);
+    EXPECT_NE(bad.error().message.find(fragment), std::string::npos) << bad.error().message;
+  }
+}
+
 TEST(RunConfig, MaxSamplesPerClientIsParsedValidatedAndKept) {
   auto absent = parse_run_config(R"({"model":{"type":"logreg"}})");
   ASSERT_TRUE(absent);
@@ -225,10 +265,6 @@ TEST(RunConfigStrict, EveryProblemNamesItsFullKeyPath) {
        "run config: 'proximal_mu' applies only to strategy \"fedprox\""},
       {R"({"model":{"type":"logreg","dropout":0.5}})",
        "run config: 'model.dropout' applies only to an mlp, a cnn or a mobilenetv2"},
-      {R"({"model":{"type":"mobilenetv2","width":0.5}})",
-       "run config: 'model' \"mobilenetv2\" has BatchNorm running statistics, which federated "
-       "rounds do not carry yet (neither averaged nor kept at the sites, FedBN); train it with "
-       "fedcore-dist"},
       {R"({"model":{"type":"logreg"},"optimizer":{"kind":"adam","momentum":0.9}})",
        "run config: 'optimizer.momentum' applies only to sgd (adam's counterpart is beta1)"},
       {R"({"model":{"type":"logreg"},"optimizer":{"kind":"sgd","beta1":0.9}})",

@@ -54,6 +54,30 @@ TEST(Messages, ScaffoldFlagRoundTripsAndRefusesCompression) {
   EXPECT_GE(kProtocolVersion, kScaffoldProtocolVersion);
 }
 
+// FedBN (protocol 5): "site_batch_norm" asks the site to keep its own BatchNorm, in TRAIN and
+// EVALUATE; absent means it does not, and only a set flag is written (older sites read
+// nothing new).
+TEST(Messages, SiteBatchNormFlagRoundTripsInTrainAndEvaluate) {
+  auto train = sample_train();
+  EXPECT_EQ(to_metadata(train).find("site_batch_norm"), std::string::npos);
+  EXPECT_FALSE(parse_train_request(to_metadata(train))->site_batch_norm);
+  train.site_batch_norm = true;
+  auto parsed_train = parse_train_request(to_metadata(train));
+  ASSERT_TRUE(parsed_train) << parsed_train.error().message;
+  EXPECT_TRUE(parsed_train->site_batch_norm);
+  EvaluateRequest eval;
+  eval.run_id = 2;
+  eval.round = 3;
+  eval.nonce = std::string(32, 'a');
+  eval.layout_fingerprint = std::string(16, 'b');
+  EXPECT_FALSE(parse_evaluate_request(to_metadata(eval))->site_batch_norm);
+  eval.site_batch_norm = true;
+  auto parsed_eval = parse_evaluate_request(to_metadata(eval));
+  ASSERT_TRUE(parsed_eval) << parsed_eval.error().message;
+  EXPECT_TRUE(parsed_eval->site_batch_norm);
+  EXPECT_EQ(kProtocolVersion, kSiteBatchNormProtocolVersion);
+}
+
 TEST(Messages, ProtocolVersionsNegotiateDownToTheOlderPeer) {
   Hello hello{10, 0, {4}, 2, {"train"}, "fedcore-client 0.1.0"};
   auto h = parse_hello(to_metadata(hello));

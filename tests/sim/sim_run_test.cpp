@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "server/store/history_store.hpp"
+#include "shared/model/federated_vector.hpp"
+#include "shared/model/param_io.hpp"
 #include "shared/util/source_tree.hpp"
 #include "sim/federation_run.hpp"
 #include "sim/report.hpp"
@@ -249,6 +251,78 @@ TEST(SimRun, SameSeedGivesTheSameNumbersOnFashionMnist) {
   ASSERT_EQ(base_a.size(), 3u);
   EXPECT_EQ(column(base_a, "train_loss"), column(base_b, "train_loss"));
   EXPECT_EQ(column(base_a, "accuracy"), column(base_b, "accuracy"));
+}
+
+// BatchNorm in federated rounds, on a Dirichlet label split with each site's test data in its
+// training proportions: averaged, the statistics travel and the global checkpoint carries
+// their mean; FedBN (--batch-norm local), the checkpoints' BatchNorm values never move from
+// the start (the sites never sent theirs) while the shared layers learn, and the sites
+// evaluate with their own.
+TEST(SimRun, BatchNormIsAveragedOrKeptAtTheSitesOnADirichletSplit) {
+  testing::TempDir dir;
+  const auto run_with = [&](const std::string& mode) {
+    SimOptions o;
+    o.dataset = "fashion-mnist";
+    o.data_path = FEDCORE_FASHION_MNIST_DIR;
+    o.model = R"({"type": "cnn", "channels": [4, 8], "kernel": 3, "dense": 32,
+                  "batch_norm": true})";
+    o.partition = "dirichlet:0.3";
+    o.site_test = "like-train";
+    o.batch_norm = mode;
+    o.clients = 4;
+    o.rounds = 3;
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.train_limit = 2000;
+    o.test_limit = 1000;
+    o.seed = 3;
+    o.out = dir.path(mode);
+    o.round_timeout_s = 120;
+    auto outcome = run(o);
+    EXPECT_TRUE(outcome) << (outcome ? "" : outcome.error().to_string());
+    const auto summary = nlohmann::json::parse(slurp(o.out + "/summary.json"));
+    EXPECT_EQ(summary["federated"]["end_state"], "finished") << mode;
+    EXPECT_EQ(summary["config"]["batch_norm"], mode);
+    auto history = store::HistoryStore::open_read_only(o.out + "/history.db");
+    EXPECT_TRUE(history);
+    auto checkpoints = history->list_checkpoints(1);
+    EXPECT_TRUE(checkpoints && checkpoints->size() == 3u);
+    std::vector<std::vector<float>> saved;
+    for (const auto& c : *checkpoints) {
+      saved.push_back(model::load_params(c.ref.path)->params);
+    }
+    return std::make_tuple(read_csv(o.out + "/rounds.csv"), saved);
+  };
+  const auto [averaged_rows, averaged] = run_with("averaged");
+  const auto [local_rows, local] = run_with("local");
+
+  // The layout: conv1 (4 x 3 x 3 x 1, no bias), bn1 (4 + 4), conv2 (9 x 4 x 8), bn2 (8 + 8),
+  // fc1, fc2, then the state: bn1 and bn2's running means and variances (24 values).
+  const std::size_t state = 2 * (4 + 8);
+  ASSERT_EQ(averaged.back().size(), local.back().size());
+  const std::size_t params = averaged.back().size() - state;
+  const std::vector<model::ValueRange> site{{36, 8}, {36 + 8 + 288, 16}, {params, state}};
+  const auto at = [&](const std::vector<float>& v) { return model::gather_ranges(v, site); };
+  // Averaged: the running statistics moved (means from 0, variances from 1).
+  EXPECT_NE(averaged.front()[params], 0.0f);
+  EXPECT_NE(averaged.front()[params + 4], 1.0f);
+  EXPECT_NE(at(averaged.front()), at(averaged.back()));
+  // FedBN: BatchNorm's values in the checkpoints are the start's, round after round, while
+  // the shared layers moved.
+  EXPECT_EQ(at(local.front()), at(local.back()));
+  EXPECT_EQ(local.back()[params], 0.0f);
+  EXPECT_EQ(local.back()[params + 4], 1.0f);
+  EXPECT_NE(local.front(), local.back());
+  // Both learn; the accuracy columns are the sites' evaluations (FedBN's own column is
+  // the federated evaluation: it has no global BatchNorm to test centrally).
+  const auto last = [](const auto& rows, const char* name) {
+    return std::stod(column(rows, name).back());
+  };
+  EXPECT_GT(last(averaged_rows, "site_accuracy"), 0.5);
+  EXPECT_GT(last(local_rows, "site_accuracy"), 0.5);
+  EXPECT_DOUBLE_EQ(last(local_rows, "accuracy"), last(local_rows, "site_accuracy"));
+  std::printf("site accuracy after 3 rounds: averaged %.4f, FedBN %.4f\n",
+              last(averaged_rows, "site_accuracy"), last(local_rows, "site_accuracy"));
 }
 
 TEST(SimRun, RunningTwiceIntoTheSameFolderStartsAfresh) {

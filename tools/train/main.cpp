@@ -18,6 +18,8 @@
 #include "shared/data/normalize.hpp"
 #include "shared/data/split.hpp"
 #include "shared/model/dp_sgd.hpp"
+#include "shared/model/federated_vector.hpp"
+#include "shared/model/model.hpp"
 #include "shared/model/param_io.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
@@ -188,12 +190,6 @@ int run(const Options& o) {
                  "examples of a batch: a model with BatchNorm cannot train with --dp-clip\n");
     return 2;
   }
-  if (!model->state().empty() && !o.save.empty()) {
-    std::fprintf(stderr,
-                 "fedcore-train: --save writes parameters only and this model's BatchNorm "
-                 "running statistics would be lost; use fedcore-dist --checkpoint-dir\n");
-    return 2;
-  }
   if ((o.augment_crop > 0 || o.augment_flip) && data->train.sample_shape.size() != 3) {
     std::fprintf(stderr, "fedcore-train: --augment-crop and --augment-flip need images\n");
     return 2;
@@ -282,7 +278,10 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   if (!o.save.empty()) {
-    auto saved = fedcore::model::save_params(o.save, model->layout(), model->params(),
+    // The parameters then the BatchNorm statistics, if any: the layout a federated run's
+    // checkpoint of this spec has, so either loads where the other does.
+    auto saved = fedcore::model::save_params(o.save, fedcore::model::federated_layout(*model),
+                                             fedcore::model::federated_values(*model),
                                              nlohmann::json({{"spec", *spec}}).dump());
     if (!saved) {
       std::fprintf(stderr, "fedcore-train: %s\n", saved.error().to_string().c_str());
@@ -291,7 +290,9 @@ int run(const Options& o) {
     std::printf("saved parameters to %s\n", o.save.c_str());
   }
   if (!o.export_npy.empty()) {
-    auto exported = fedcore::model::export_npy(o.export_npy, model->layout(), model->params());
+    auto exported =
+        fedcore::model::export_npy(o.export_npy, fedcore::model::federated_layout(*model),
+                                   fedcore::model::federated_values(*model));
     if (!exported) {
       std::fprintf(stderr, "fedcore-train: %s\n", exported.error().to_string().c_str());
       return 1;

@@ -1,0 +1,36 @@
+// FedBN at the site (Li et al. 2021; run option 'batch_norm' "local", docs/config.md): the
+// site's own BatchNorm weights, biases and running statistics, kept across rounds.
+//
+// A TRAIN or EVALUATE with "site_batch_norm" brings the global model with the server's
+// values in the BatchNorm entries (model/federated_vector.hpp site_ranges). The site puts
+// its own values there before it evaluates or trains (the global model's in its first
+// round), keeps what training made of them, and sends the global model's values back in
+// their place, so they never leave the site (client/local_trainer.hpp).
+//
+// The values of one run are kept, the run the site last trained for (another run starts
+// from the global model's): the memory is the BatchNorm part of one model. They live in the
+// daemon, not the session, so a reconnect between rounds keeps them; a restarted daemon
+// starts again from the global model's values, like a site joining late. Thread safety: all
+// methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace fedcore::client {
+
+class SiteBatchNorm {
+ public:
+  // The site's values for `run_id`, packed in site_ranges order; empty when it has none.
+  std::vector<float> of(std::int64_t run_id);
+  // Keeps `values` as the site's for `run_id`, replacing another run's.
+  void keep(std::int64_t run_id, std::vector<float> values);
+
+ private:
+  std::mutex mutex_;
+  std::int64_t run_id_ = 0;    // guarded by mutex_
+  std::vector<float> values_;  // guarded by mutex_
+};
+
+}  // namespace fedcore::client

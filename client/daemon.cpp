@@ -240,13 +240,6 @@ SessionHooks ClientDaemon::Impl::hooks() {
         *worker,
         [&]() -> asio::awaitable<LocalResult> {
           if (options.external) {
-            if (request.site_batch_norm) {
-              LocalResult refused;
-              refused.failure = fail(errc::failed_precondition,
-                                     "this site trains with its own code, which does not keep "
-                                     "its BatchNorm at the site (FedBN)");
-              co_return refused;
-            }
             if (!correction.empty()) {
               LocalResult refused;
               refused.failure = fail(errc::failed_precondition,
@@ -254,7 +247,24 @@ SessionHooks ClientDaemon::Impl::hooks() {
                                      "SCAFFOLD's control-variate correction");
               co_return refused;
             }
-            co_return train_externally(*options.external, request, global);
+            if (!request.site_batch_norm) {
+              co_return train_externally(*options.external, request, global);
+            }
+            // FedBN for the site's own code: it trains from its own normalisation values and
+            // the update carries the global model's in their place (site_batch_norm.hpp).
+            auto ranges = external_site_ranges(request.model_spec);
+            if (!ranges) {
+              LocalResult refused;
+              refused.failure = ranges.error();
+              co_return refused;
+            }
+            const auto start =
+                with_site_values(global, *ranges, site_batch_norm.of(request.run_id));
+            auto local = train_externally(*options.external, request, start);
+            if (!local.failure && local.params.size() == global.size()) {
+              site_batch_norm.keep(request.run_id, take_site_values(global, local.params, *ranges));
+            }
+            co_return local;
           }
           const auto site =
               request.site_batch_norm ? site_batch_norm.of(request.run_id) : std::vector<float>();
@@ -278,7 +288,16 @@ SessionHooks ClientDaemon::Impl::hooks() {
         *worker,
         [&]() -> asio::awaitable<result<protocol::LocalEvaluation>> {
           if (options.external) {
-            co_return evaluate_externally(*options.external, request, params);
+            if (!request.site_batch_norm) {
+              co_return evaluate_externally(*options.external, request, params);
+            }
+            auto ranges = external_site_ranges(request.model_spec);
+            if (!ranges) {
+              co_return ranges.error();
+            }
+            co_return evaluate_externally(
+                *options.external, request,
+                with_site_values(params, *ranges, site_batch_norm.of(request.run_id)));
           }
           const auto site =
               request.site_batch_norm ? site_batch_norm.of(request.run_id) : std::vector<float>();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "client/feature_scaling.hpp"
+#include "client/site_batch_norm.hpp"
 #include "shared/model/federated_vector.hpp"
 #include "shared/model/model.hpp"
 #include "shared/model/spec.hpp"
@@ -62,9 +63,7 @@ result<protocol::LocalEvaluation> evaluate_locally(const protocol::EvaluateReque
                   "'site_batch_norm' (FedBN) asks for the site's own BatchNorm, but the model "
                   "has no BatchNorm layer");
     }
-    if (site_values.size() == model::total_size(ranges)) {
-      model::scatter_ranges(site_values, values, ranges);
-    }
+    values = with_site_values(params, ranges, site_values);
   }
   model::load_federated(model, values);
   const auto report = model::evaluate(model, model::loss_for(*spec), data.test);

@@ -6,6 +6,7 @@
 
 #include "client/dp_noise.hpp"
 #include "client/feature_scaling.hpp"
+#include "client/site_batch_norm.hpp"
 #include "shared/model/federated_vector.hpp"
 #include "shared/model/model.hpp"
 #include "shared/model/optimizer.hpp"
@@ -103,9 +104,7 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
                          "model has no BatchNorm layer");
       return out;
     }
-    if (site_values.size() == model::total_size(site_ranges)) {
-      model::scatter_ranges(site_values, start, site_ranges);
-    }
+    start = with_site_values(global, site_ranges, site_values);
   }
   model::load_federated(model, start);
   const auto loss = model::loss_for(*spec);
@@ -154,8 +153,7 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
   if (!site_ranges.empty()) {
     // What training made of the site's BatchNorm stays here; the global model's values go
     // back in its place, so the update says nothing about it.
-    out.site_values = model::gather_ranges(out.params, site_ranges);
-    model::scatter_ranges(model::gather_ranges(global, site_ranges), out.params, site_ranges);
+    out.site_values = take_site_values(global, out.params, site_ranges);
   }
   out.report.run_id = request.run_id;
   out.report.round = request.round;

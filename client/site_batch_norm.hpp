@@ -16,9 +16,29 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "shared/model/federated_vector.hpp"
+#include "shared/util/error.hpp"
+
 namespace fedcore::client {
+
+// What the site trains or evaluates from: `global` with `site` (packed in `ranges`' order)
+// in `ranges`; with `site` empty or of another size (the site's first round), `global`.
+std::vector<float> with_site_values(std::span<const float> global,
+                                    std::span<const model::ValueRange> ranges,
+                                    std::span<const float> site);
+// Takes the site's values out of `trained` (returned, packed) and puts `global`'s back in
+// their place, so the update says nothing about them.
+// REQUIRES: trained.size() == global.size(); every range inside both.
+std::vector<float> take_site_values(std::span<const float> global, std::span<float> trained,
+                                    std::span<const model::ValueRange> ranges);
+// The ranges an external model's spec marks (model::external_site_ranges). Errors:
+// invalid_argument when the spec does not parse or marks no tensor "normalization".
+result<std::vector<model::ValueRange>> external_site_ranges(const nlohmann::json& spec);
 
 class SiteBatchNorm {
  public:

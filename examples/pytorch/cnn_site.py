@@ -21,11 +21,16 @@ import fedcore.torch as fedtorch
 
 
 class Cnn(nn.Module):
-    def __init__(self, classes: int = 10):
+    def __init__(self, classes: int = 10, batch_norm: bool = False):
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2))
+        # With batch_norm, a BatchNorm2d after each convolution (which then has no bias), as
+        # Fedcore's {"type": "cnn", "batch_norm": true}.
+        def stage(inputs, outputs):
+            if batch_norm:
+                return [nn.Conv2d(inputs, outputs, 5, padding=2, bias=False),
+                        nn.BatchNorm2d(outputs), nn.ReLU(), nn.MaxPool2d(2)]
+            return [nn.Conv2d(inputs, outputs, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*stage(1, 32), *stage(32, 64))
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, classes))
 
@@ -63,9 +68,9 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
 
 
 class CnnSite(fedcore.Client):
-    def __init__(self, train, test):
+    def __init__(self, train, test, batch_norm: bool = False):
         self.train, self.test = train, test
-        self.model = Cnn()
+        self.model = Cnn(batch_norm=batch_norm)
 
     def properties(self):
         return {"num_examples": len(self.train[1]), "num_test_examples": len(self.test[1]),
@@ -114,13 +119,15 @@ def main():
     parser.add_argument("--train-limit", type=int, default=0)
     parser.add_argument("--test-limit", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-norm", action="store_true",
+                        help="BatchNorm after each convolution (for FedBN runs)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     train, test = shard(args.index, args.sites, args.partition, args.seed, args.train_limit,
                         args.test_limit)
     print(f"site {args.index}: {len(train[1])} training, {len(test[1])} test examples", flush=True)
-    rounds = fedcore.run_client(CnnSite(train, test), config=args.config)
+    rounds = fedcore.run_client(CnnSite(train, test, args.batch_norm), config=args.config)
     print(f"trained {rounds} round(s)")
 
 

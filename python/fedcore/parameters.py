@@ -30,13 +30,25 @@ def layout_fingerprint(layout: Layout) -> str:
 
 
 def model_spec(layout: Layout, input_shape: Sequence[int], num_classes: int,
-               initial: str = "") -> Dict:
-    """The run config's "model" object for an external model of this layout."""
+               initial: str = "", normalization: Iterable[str] = ()) -> Dict:
+    """The run config's "model" object for an external model of this layout.
+
+    `normalization` names the tensors of normalisation layers (BatchNorm's weight, bias and
+    running statistics): a run with "batch_norm": "local" (FedBN) keeps them at each site.
+    """
+    marked = set(normalization)
+    unknown = marked - {name for name, _ in layout}
+    if unknown:
+        raise ValueError(f"normalization names tensors the layout lacks: {sorted(unknown)}")
+    tensors = json.loads(_layout_json(layout))
+    for tensor in tensors["tensors"]:
+        if tensor["name"] in marked:
+            tensor["normalization"] = True
     spec = {
         "type": "external",
         "input_shape": [int(d) for d in input_shape],
         "num_classes": int(num_classes),
-        "layout": json.loads(_layout_json(layout)),
+        "layout": tensors,
     }
     if initial:
         spec["initial"] = initial

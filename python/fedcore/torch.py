@@ -3,7 +3,9 @@ and from the lists of arrays that fit/evaluate exchange.
 
 The layout is the model's state_dict entries of floating-point type, in state_dict order
 (parameters and float buffers such as BatchNorm's running statistics, which are then
-averaged like parameters; integer buffers such as num_batches_tracked stay local).
+averaged like parameters, or kept at each site with the BatchNorm weights and biases in a
+run with "batch_norm": "local" (FedBN); integer buffers such as num_batches_tracked stay
+local).
 Shapes are PyTorch's ([out, in, kh, kw] for a convolution).
 """
 
@@ -26,10 +28,23 @@ def layout_of(model: torch.nn.Module) -> Layout:
     return [(name, tuple(t.shape)) for name, t in _federated_entries(model)]
 
 
+def normalization_of(model: torch.nn.Module) -> List[str]:
+    """The layout's tensors that belong to BatchNorm (and InstanceNorm) layers: their weight,
+    bias and running statistics, what FedBN ("batch_norm": "local") keeps at each site."""
+    names = set()
+    for prefix, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._NormBase):
+            names.update(f"{prefix}.{name}" if prefix else name
+                         for name in module.state_dict().keys())
+    return [name for name, _ in _federated_entries(model) if name in names]
+
+
 def spec_of(model: torch.nn.Module, input_shape: Sequence[int], num_classes: int,
             initial: str = "") -> Dict:
-    """The run config's "model" object for this model (type "external")."""
-    return model_spec(layout_of(model), input_shape, num_classes, initial)
+    """The run config's "model" object for this model (type "external"), its normalisation
+    layers' tensors marked (normalization_of) so that a run may keep them at the sites."""
+    return model_spec(layout_of(model), input_shape, num_classes, initial,
+                      normalization_of(model))
 
 
 def get_parameters(model: torch.nn.Module) -> List[np.ndarray]:

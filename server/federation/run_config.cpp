@@ -66,9 +66,10 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
 static const char* batch_norm_refusal(const RunConfig& c) {
   const bool has_batch_norm = model::has_batch_norm(c.model);
   if (c.batch_norm == BatchNormMode::local) {
-    if (c.model.type == model::ModelType::external) {
-      return "'batch_norm' \"local\" (FedBN) needs a model Fedcore builds: an external "
-             "model's layout does not say which tensors are normalisation layers'";
+    if (c.model.type == model::ModelType::external && !has_batch_norm) {
+      return "'batch_norm' \"local\" (FedBN) keeps normalisation layers at the sites; this "
+             "external model's layout marks no tensor \"normalization\": true "
+             "(python: fedcore.torch.spec_of marks BatchNorm's)";
     }
     if (!has_batch_norm) {
       return "'batch_norm' \"local\" (FedBN) keeps BatchNorm layers at the sites; this model "

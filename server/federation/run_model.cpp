@@ -92,6 +92,9 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
     }
     out.layout = out.spec.layout;
     out.global = std::move(*start);
+    if (config.batch_norm == BatchNormMode::local) {
+      out.site_ranges = model::external_site_ranges(out.spec);
+    }
   } else {
     auto made = model::build_model(out.spec);
     if (!made) {
@@ -103,12 +106,12 @@ result<RunModel> prepare_run_model(const RunConfig& config, std::int64_t run_id,
     out.global = std::make_shared<const std::vector<float>>(model::federated_values(*made));
     if (config.batch_norm == BatchNormMode::local) {
       out.site_ranges = model::site_ranges(*made);
-      if (out.site_ranges.empty()) {
-        return fail(errc::invalid_argument,
-                    "'batch_norm' \"local\" (FedBN) needs a model with BatchNorm layers");
-      }
     }
     built.emplace(std::move(*made));
+  }
+  if (config.batch_norm == BatchNormMode::local && out.site_ranges.empty()) {
+    return fail(errc::invalid_argument,
+                "'batch_norm' \"local\" (FedBN) needs a model with BatchNorm layers");
   }
   out.run_dir = std::filesystem::path(checkpoint_dir) / ("run-" + std::to_string(run_id));
   auto strategy_config = config.strategy_config;

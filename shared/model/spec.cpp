@@ -154,7 +154,13 @@ std::size_t count_params(const std::vector<std::unique_ptr<Layer>>& layers) {
 
 // An external model's "layout": {"tensors": [{"name", "shape"}, ...]} of 1 to 4096 tensors
 // with printable names, every dimension positive and at most 2^28 parameters in all.
-result<ParamLayout> external_layout(const nlohmann::json& j, const JsonPath& at) {
+// An external layout and which of its tensors are marked "normalization": true.
+struct ExternalLayout {
+  ParamLayout layout;
+  std::vector<std::size_t> normalization;
+};
+
+result<ExternalLayout> external_layout(const nlohmann::json& j, const JsonPath& at) {
   if (!j.is_object() || j.size() != 1 || !j.contains("tensors") || !j["tensors"].is_array() ||
       j["tensors"].empty()) {
     return at.bad(
@@ -162,15 +168,30 @@ result<ParamLayout> external_layout(const nlohmann::json& j, const JsonPath& at)
         "tensor, got " +
         describe_json(j));
   }
-  const auto& tensors = j["tensors"];
+  // The layout proper, without the marks (layout_from_json reads names and shapes only).
+  nlohmann::json plain = j;
+  auto& tensors = plain["tensors"];
+  std::vector<std::size_t> normalization;
   std::size_t total = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto& t = tensors[i];
+    auto& t = tensors[i];
     const auto where = at.key("tensors").index(i);
+    if (t.is_object() && t.contains("normalization")) {
+      if (!t["normalization"].is_boolean()) {
+        return where.key("normalization")
+            .bad("must be true or false, got " + describe_json(t["normalization"]));
+      }
+      if (t["normalization"].get<bool>()) {
+        normalization.push_back(i);
+      }
+      t.erase("normalization");
+    }
     if (!t.is_object() || t.size() != 2 || !t.contains("name") || !t["name"].is_string() ||
         !t.contains("shape") || !t["shape"].is_array()) {
-      return where.bad("must be {\"name\": string, \"shape\": [integers]}, got " +
-                       describe_json(t));
+      return where.bad(
+          "must be {\"name\": string, \"shape\": [integers]} (and optionally "
+          "\"normalization\": true), got " +
+          describe_json(j["tensors"][i]));
     }
     const auto name = t["name"].get<std::string>();
     if (name.empty() || name.size() > 256 ||
@@ -195,12 +216,12 @@ result<ParamLayout> external_layout(const nlohmann::json& j, const JsonPath& at)
                   at.document() + ": '" + at.path() + "' has more than 2^28 parameters");
     }
   }
-  auto layout = layout_from_json(j);
+  auto layout = layout_from_json(plain);
   if (!layout) {
     return fail(layout.error().code,
                 at.document() + ": '" + at.path() + "': " + layout.error().message);
   }
-  return layout;
+  return ExternalLayout{std::move(*layout), std::move(normalization)};
 }
 
 }  // namespace
@@ -244,7 +265,8 @@ result<ModelSpec> parse_model_spec(const nlohmann::json& j, const JsonPath& at) 
     if (o.ok()) {
       auto layout = external_layout(*o.find("layout"), o.at("layout"));
       if (o.take(layout)) {
-        spec.layout = std::move(*layout);
+        spec.layout = std::move(layout->layout);
+        spec.normalization_tensors = std::move(layout->normalization);
       }
     }
     o.string("initial", spec.initial, {.min_size = 1, .max_size = 4096});
@@ -343,6 +365,9 @@ void to_json(nlohmann::json& j, const ModelSpec& spec) {
     for (const auto& e : spec.layout.entries()) {
       tensors.push_back({{"name", e.name}, {"shape", e.shape}});
     }
+    for (const auto i : spec.normalization_tensors) {
+      tensors[i]["normalization"] = true;
+    }
     j["layout"] = {{"tensors", std::move(tensors)}};
     if (!spec.initial.empty()) {
       j["initial"] = spec.initial;
@@ -397,7 +422,22 @@ result<ParamLayout> layout_of(const ModelSpec& spec) {
 }
 
 bool has_batch_norm(const ModelSpec& spec) noexcept {
-  return spec.type == ModelType::mobilenetv2 || (spec.type == ModelType::cnn && spec.batch_norm);
+  return spec.type == ModelType::mobilenetv2 || (spec.type == ModelType::cnn && spec.batch_norm) ||
+         (spec.type == ModelType::external && !spec.normalization_tensors.empty());
+}
+
+std::vector<ValueRange> external_site_ranges(const ModelSpec& spec) {
+  std::vector<ValueRange> ranges;
+  const auto& entries = spec.layout.entries();
+  for (const auto i : spec.normalization_tensors) {
+    const auto& e = entries[i];
+    if (!ranges.empty() && ranges.back().offset + ranges.back().size == e.offset) {
+      ranges.back().size += e.size;
+    } else {
+      ranges.push_back({e.offset, e.size});
+    }
+  }
+  return ranges;
 }
 
 std::vector<float> initialize_external(const ParamLayout& layout, std::uint64_t seed) {

@@ -7,6 +7,8 @@
 //   {"type": "external", "layout": {"tensors": [{"name": "conv1.weight", "shape": [6, 1, 5, 5]},
 //                                               ...]},
 //    "initial": "/srv/fedcore/init.fcp"}
+//                       a tensor may carry "normalization": true (a BatchNorm weight, bias
+//                       or running statistic: what FedBN keeps at each site)
 //                       a model trained by the site's own code (the Python SDK, python/):
 //                       Fedcore aggregates its flat buffer and never builds it. "initial"
 //                       (optional, read by the server only) is a parameter file of the same
@@ -34,6 +36,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/layout.hpp"
 #include "shared/model/loss_kind.hpp"
 #include "shared/util/error.hpp"
@@ -58,7 +61,10 @@ struct ModelSpec {
   // mlp (after each hidden layer), cnn and mobilenetv2 (before the last dense); unset means
   // 0 for an mlp or a cnn and 0.2 for a mobilenetv2 (torchvision's)
   float dropout = 0.0f;
-  ParamLayout layout;   // external: its tensors, in flat-buffer order
+  ParamLayout layout;  // external: its tensors, in flat-buffer order
+  // external: the indices (ascending) of the layout's tensors marked "normalization": true,
+  // a normalisation layer's weight, bias or statistics (FedBN keeps them at the sites)
+  std::vector<std::size_t> normalization_tensors;
   std::string initial;  // external: the server's parameter file to start from ("" = none)
 
   bool complete() const noexcept { return !input_shape.empty() && num_classes > 0; }
@@ -93,9 +99,13 @@ result<Model> build_model(const ModelSpec& spec);
 // external one. Errors: those of build_model for the built-in types.
 result<ParamLayout> layout_of(const ModelSpec& spec);
 
-// Whether the spec builds BatchNorm layers (running statistics, FedBN's site-local values).
-// False for an external model: its layout does not say which tensors are normalisation's.
+// Whether the spec has BatchNorm layers (running statistics, FedBN's site-local values): a
+// mobilenetv2, a cnn with "batch_norm", an external model with tensors marked
+// "normalization" (python: fedcore.torch.spec_of marks BatchNorm's).
 bool has_batch_norm(const ModelSpec& spec) noexcept;
+// An external model's marked tensors as ranges of its flat buffer, in order, adjacent ones
+// merged (model/federated_vector.hpp site_ranges for the models Fedcore builds).
+std::vector<ValueRange> external_site_ranges(const ModelSpec& spec);
 
 // The starting point of an external model when the run names no "initial" file,
 // following PyTorch's defaults for its common layers so that a torch model started here

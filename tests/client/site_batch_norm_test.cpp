@@ -1,10 +1,11 @@
 // FedBN at the site: local training and evaluation with the site's own BatchNorm
 // (client/site_batch_norm.hpp), and the averaged mode that sends the statistics along.
+#include "client/site_batch_norm.hpp"
+
 #include <gtest/gtest.h>
 
 #include "client/local_evaluator.hpp"
 #include "client/local_trainer.hpp"
-#include "client/site_batch_norm.hpp"
 #include "shared/model/federated_vector.hpp"
 #include "shared/model/trainer.hpp"
 #include "tests/client/client_test_support.hpp"
@@ -43,8 +44,8 @@ struct AnnouncedBn {
 };
 
 AnnouncedBn announced_bn() {
-  const nlohmann::json spec = {{"type", "cnn"}, {"channels", {3}}, {"kernel", 3},
-                               {"dense", 4},    {"batch_norm", true}};
+  const nlohmann::json spec = {
+      {"type", "cnn"}, {"channels", {3}}, {"kernel", 3}, {"dense", 4}, {"batch_norm", true}};
   auto built =
       model::build_model(*model::complete_spec(*model::parse_model_spec(spec), {6, 6, 1}, 2));
   AnnouncedBn a{spec, std::move(*built), {}, {}, {}};
@@ -117,8 +118,8 @@ TEST(SiteBatchNorm, ASecondRoundStartsFromTheSitesValuesAndEvaluatesWithThem) {
   model::scatter_ranges(first.site_values, expected_values, a.ranges);
   auto expected_model = a.model;
   model::load_federated(expected_model, expected_values);
-  const auto expected = model::evaluate(expected_model, model::LossKind::binary_cross_entropy,
-                                        data.test);
+  const auto expected =
+      model::evaluate(expected_model, model::LossKind::binary_cross_entropy, data.test);
 
   protocol::EvaluateRequest eval;
   eval.run_id = 3;
@@ -134,8 +135,8 @@ TEST(SiteBatchNorm, ASecondRoundStartsFromTheSitesValuesAndEvaluatesWithThem) {
   EXPECT_NE(without->loss, with_site->loss);
 
   // Training again from the site's values differs from training from the global model's.
-  const auto again = train_locally(request_for(a, true), a.global, data, 1, std::nullopt, {},
-                                   first.site_values);
+  const auto again =
+      train_locally(request_for(a, true), a.global, data, 1, std::nullopt, {}, first.site_values);
   ASSERT_FALSE(again.failure);
   EXPECT_NE(again.site_values, first.site_values);
   EXPECT_NE(again.params, first.params);
@@ -162,12 +163,39 @@ TEST(SiteBatchNorm, RefusesWhatItCannotHonourWithAReason) {
   EXPECT_EQ(out.failure->code, errc::invalid_argument);
   EXPECT_NE(out.failure->message.find("BatchNorm"), std::string::npos);
   // A payload of the parameters alone (a server that drops the statistics).
-  const std::vector<float> params_only(a.global.begin(),
-                                       a.global.begin() + static_cast<std::ptrdiff_t>(
-                                                              a.model.param_count()));
+  const std::vector<float> params_only(
+      a.global.begin(), a.global.begin() + static_cast<std::ptrdiff_t>(a.model.param_count()));
   out = train_locally(request_for(a, true), params_only, tiny_images(), 1);
   ASSERT_TRUE(out.failure);
   EXPECT_EQ(out.failure->code, errc::failed_precondition);
+}
+
+TEST(SiteBatchNorm, SwapsTheSitesValuesInAndTheGlobalOnesBack) {
+  const std::vector<float> global{0, 1, 2, 3, 4, 5};
+  const std::vector<model::ValueRange> ranges{{1, 2}, {5, 1}};
+  // The first round: no values of its own yet, the global model's.
+  EXPECT_EQ(with_site_values(global, ranges, {}), global);
+  EXPECT_EQ(with_site_values(global, ranges, std::vector<float>{9, 9}), global);  // wrong size
+  const std::vector<float> site{10, 11, 15};
+  EXPECT_EQ(with_site_values(global, ranges, site), (std::vector<float>{0, 10, 11, 3, 4, 15}));
+  std::vector<float> trained{7, 20, 21, 7, 7, 25};
+  EXPECT_EQ(take_site_values(global, trained, ranges), (std::vector<float>{20, 21, 25}));
+  EXPECT_EQ(trained, (std::vector<float>{7, 1, 2, 7, 7, 5}));
+  // An external model's spec must mark what FedBN keeps.
+  const nlohmann::json marked = {
+      {"type", "external"},
+      {"layout",
+       {{"tensors",
+         {{{"name", "w"}, {"shape", {3}}},
+          {{"name", "bn.weight"}, {"shape", {2}}, {"normalization", true}}}}}}};
+  auto found = external_site_ranges(marked);
+  ASSERT_TRUE(found) << found.error().message;
+  EXPECT_EQ(*found, (std::vector<model::ValueRange>{{3, 2}}));
+  auto unmarked = marked;
+  unmarked["layout"]["tensors"][1].erase("normalization");
+  auto refused = external_site_ranges(unmarked);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("marks no tensor"), std::string::npos);
 }
 
 TEST(SiteBatchNorm, KeepsOneRunsValues) {

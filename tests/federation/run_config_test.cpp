@@ -122,13 +122,22 @@ TEST(RunConfig, BatchNormIsAveragedOrKeptAtTheSitesAndRefusedWhereItCannotWork) 
   auto again = parse_run_config(to_json_text(*local));
   ASSERT_TRUE(again) << again.error().to_string();
   EXPECT_EQ(again->batch_norm, BatchNormMode::local);
+  // An external model whose layout marks its normalisation tensors (the Python SDK's).
+  auto external = parse_run_config(
+      R"({"model":{"type":"external","layout":{"tensors":[{"name":"w","shape":[2]},)"
+      R"({"name":"bn.weight","shape":[2],"normalization":true}]}},"batch_norm":"local"})");
+  ASSERT_TRUE(external) << external.error().to_string();
+  EXPECT_EQ(external->model.normalization_tensors, std::vector<std::size_t>{1});
+  auto external_again = parse_run_config(to_json_text(*external));
+  ASSERT_TRUE(external_again) << external_again.error().to_string();
+  EXPECT_EQ(external_again->model.normalization_tensors, std::vector<std::size_t>{1});
   const std::pair<const char*, const char*> refused[] = {
       {R"({"model":{"type":"cnn","batch_norm":true},"batch_norm":"shared"})", "'batch_norm'"},
       {R"({"model":{"type":"cnn"},"batch_norm":"local"})",
        "'batch_norm' \"local\" (FedBN) keeps BatchNorm layers at the sites; this model has none"},
       {R"({"model":{"type":"external","layout":{"tensors":[{"name":"w","shape":[2]}]}},)"
        R"("batch_norm":"local"})",
-       "an external model's layout does not say which tensors are normalisation layers'"},
+       "this external model's layout marks no tensor \"normalization\": true"},
       {R"({"model":{"type":"mobilenetv2"},"batch_norm":"local",)"
        R"("server_test_set":"fashion-mnist"})",
        "every site evaluates with its own BatchNorm"},

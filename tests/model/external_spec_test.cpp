@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "shared/model/federated_vector.hpp"
 #include "shared/model/model.hpp"
 #include "shared/model/spec.hpp"
 
@@ -33,6 +34,33 @@ TEST(ExternalSpec, ParsesItsLayoutAndRoundTrips) {
   auto layout = layout_of(*spec);
   ASSERT_TRUE(layout);
   EXPECT_EQ(layout->fingerprint(), spec->layout.fingerprint());
+}
+
+TEST(ExternalSpec, MarksNormalisationTensorsForFedBN) {
+  auto j = torch_like_spec();
+  for (int i : {2, 3, 4, 5}) {  // bn1's weight, bias, running mean and variance
+    j["layout"]["tensors"][i]["normalization"] = true;
+  }
+  j["layout"]["tensors"][0]["normalization"] = false;  // said explicitly: not marked
+  auto spec = parse_model_spec(j);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->normalization_tensors, (std::vector<std::size_t>{2, 3, 4, 5}));
+  EXPECT_TRUE(has_batch_norm(*spec));
+  // bn1's four tensors sit side by side after conv1: one range of 24 values.
+  EXPECT_EQ(external_site_ranges(*spec), (std::vector<ValueRange>{{156, 24}}));
+  // The marks survive the spec's JSON (what TRAIN carries); the fingerprint ignores them.
+  auto again = parse_model_spec(nlohmann::json(*spec));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->normalization_tensors, spec->normalization_tensors);
+  EXPECT_EQ(again->layout.fingerprint(), parse_model_spec(torch_like_spec())->layout.fingerprint());
+  EXPECT_FALSE(has_batch_norm(*parse_model_spec(torch_like_spec())));
+
+  j["layout"]["tensors"][1]["normalization"] = "yes";
+  auto refused = parse_model_spec(j);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("'layout.tensors[1].normalization' must be true or false"),
+            std::string::npos)
+      << refused.error().message;
 }
 
 TEST(ExternalSpec, CannotBeBuiltAndSaysWhy) {

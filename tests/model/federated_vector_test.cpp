@@ -1,12 +1,13 @@
 // The vector federated rounds carry (shared/model/federated_vector.hpp): parameters then
 // BatchNorm state, FedBN's site ranges, and the cnn's "batch_norm" option that makes a small
 // model with both.
+#include "shared/model/federated_vector.hpp"
+
 #include <filesystem>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "shared/model/federated_vector.hpp"
 #include "shared/model/mobilenet_v2.hpp"
 #include "shared/model/model.hpp"
 #include "shared/model/param_io.hpp"
@@ -39,8 +40,8 @@ TEST(CnnSpec, BatchNormIsAnOptionOfTheCnnOnly) {
     names.push_back(e.name);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias",
-                                             "conv2.weight", "bn2.weight", "bn2.bias",
-                                             "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+                                             "conv2.weight", "bn2.weight", "bn2.bias", "fc1.weight",
+                                             "fc1.bias", "fc2.weight", "fc2.bias"}));
   EXPECT_EQ(model.state().size(), 2u * (4 + 5));
 
   auto spec = parse_model_spec(nlohmann::json{{"type", "cnn"}, {"batch_norm", true}});
@@ -53,8 +54,8 @@ TEST(CnnSpec, BatchNormIsAnOptionOfTheCnnOnly) {
   EXPECT_FALSE(nlohmann::json(*plain).contains("batch_norm"));  // the spec older sites know
   EXPECT_TRUE(has_batch_norm(*parse_model_spec(nlohmann::json{{"type", "mobilenetv2"}})));
 
-  auto refused = parse_model_spec(nlohmann::json{{"type", "mlp"}, {"hidden", {4}},
-                                                 {"batch_norm", true}});
+  auto refused =
+      parse_model_spec(nlohmann::json{{"type", "mlp"}, {"hidden", {4}}, {"batch_norm", true}});
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("'batch_norm' applies only to a cnn"), std::string::npos)
       << refused.error().message;
@@ -123,8 +124,10 @@ TEST(FederatedVector, SiteRangesAreEveryBatchNormWeightBiasAndTheState) {
   EXPECT_EQ(other[0], -1.0f);  // conv1's weight is shared, not the site's
 
   // MobileNetV2 marks the BatchNorm layers inside its blocks too (every "..._bn." entry).
-  auto mobile = build_model(*parse_model_spec(nlohmann::json{
-      {"type", "mobilenetv2"}, {"width", 0.25}, {"input_shape", {32, 32, 3}}, {"num_classes", 10}}));
+  auto mobile = build_model(*parse_model_spec(nlohmann::json{{"type", "mobilenetv2"},
+                                                             {"width", 0.25},
+                                                             {"input_shape", {32, 32, 3}},
+                                                             {"num_classes", 10}}));
   ASSERT_TRUE(mobile);
   std::size_t bn_params = 0;
   for (const auto& e : mobile->layout().entries()) {

@@ -42,6 +42,11 @@ class TorchHelpersTest(unittest.TestCase):
         names = [name for name, _ in fedtorch.layout_of(model)]
         self.assertEqual(names, ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean",
                                  "1.running_var"])
+        # spec_of marks the BatchNorm tensors, which FedBN keeps at the sites.
+        self.assertEqual(fedtorch.normalization_of(model), names[2:])
+        tensors = fedtorch.spec_of(model, [5, 5, 1], 2)["layout"]["tensors"]
+        self.assertEqual([t.get("normalization", False) for t in tensors],
+                         [False, False, True, True, True, True])
 
 
 class TorchSitesTest(unittest.TestCase):
@@ -73,6 +78,39 @@ class TorchSitesTest(unittest.TestCase):
                 layout, arrays, _ = fedcore.load_parameters(path)
                 np.testing.assert_array_equal(model.classifier[3].bias.detach().numpy(), arrays[-1])
                 self.assertNotEqual(float(np.abs(arrays[-1]).sum()), 0.0)  # trained, not zeros
+            finally:
+                fed.close()
+
+    def test_fedbn_keeps_the_batchnorm_of_pytorch_sites_at_the_sites(self):
+        with tempfile.TemporaryDirectory(prefix="fedcore-torch-fedbn-") as tmp:
+            fed = Federation(tmp, ["site-1", "site-2"])
+            try:
+                script = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn_site.py")
+                for i in range(2):
+                    fed.start_site(f"site-{i + 1}", script, "--index", str(i), "--sites", "2",
+                                   "--partition", "dirichlet:0.5", "--train-limit", "600",
+                                   "--test-limit", "400", "--threads", "1", "--batch-norm")
+                fed.wait_online(2, timeout=120)
+                spec = fedtorch.spec_of(Cnn(batch_norm=True), [28, 28, 1], 10)
+                run = fed.admin.start_run({
+                    "name": "torch-fedbn", "model": spec, "batch_norm": "local",
+                    "rounds": 2, "clients_per_round": 2, "min_clients": 2, "local_epochs": 1,
+                    "batch_size": 32, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+                    "round_timeout_s": 300, "wait_for_clients_s": 60, "seed": 1})
+                ended = fed.admin.wait(run["id"], poll_seconds=0.5, timeout=500)
+                self.assertEqual(ended["state"], "finished", fed.log("server"))
+                rounds = fed.admin.rounds(run["id"])
+                self.assertEqual([r["accepted"] for r in rounds], [2, 2])
+                self.assertGreater(rounds[-1]["fed_eval_accuracy"], 0.3)
+                path = fed.admin.download_model(run["id"], os.path.join(tmp, "final.fcp"))
+                state = fedtorch.state_dict_from_file(path)
+                # The BatchNorm tensors are the start's (ones and zeros, model.initialize_
+                # external): no site ever sent its own.
+                for name in fedtorch.normalization_of(Cnn(batch_norm=True)):
+                    start = 1.0 if name.endswith(("weight", "running_var")) else 0.0
+                    np.testing.assert_array_equal(state[name].numpy(), start, err_msg=name)
+                model = Cnn(batch_norm=True)
+                model.load_state_dict(state, strict=False)  # num_batches_tracked is local
             finally:
                 fed.close()
 

@@ -7,6 +7,7 @@
 #include "client/audit_log.hpp"
 #include "client/client_config.hpp"
 #include "client/data_source.hpp"
+#include "client/site_batch_norm.hpp"
 #include "shared/tls/context.hpp"
 #include "shared/util/client_id.hpp"
 
@@ -88,6 +89,29 @@ void check_audit_log(const std::string& path, tls::CheckReport& report) {
             quoted(path) + ": " + std::to_string(summary->lines) + " line(s), chain intact");
 }
 
+// The folder the daemon creates at start, and the FedBN file it would continue from.
+void check_site_state(const std::string& dir, tls::CheckReport& report) {
+  if (dir.empty()) {
+    report.ok("site_state", "none configured (optional: FedBN values stay in memory)");
+    return;
+  }
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    report.ok("site_state", quoted(dir) + " will be created");
+    return;
+  }
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0) {
+    report.fail("site_state", quoted(dir) + " is not a writable folder");
+    return;
+  }
+  SiteBatchNorm kept;
+  if (auto opened = kept.persist_to((fs::path(dir) / "site-batch-norm.fcp").string()); !opened) {
+    report.fail("site_state", opened.error().message);
+    return;
+  }
+  report.ok("site_state", quoted(dir) + ": a writable folder");
+}
+
 void check_policy(const SitePolicy& p, tls::CheckReport& report) {
   std::string limits;
   const auto add = [&limits](const std::string& part) {
@@ -164,6 +188,7 @@ tls::CheckReport check_client_config(const std::string& path, const tls::CheckOp
   }
   check_data(config->data, report);
   check_audit_log(config->audit_log, report);
+  check_site_state(config->site_state, report);
   check_policy(config->policy, report);
   return report;
 }

@@ -85,8 +85,9 @@ result<DataSource> parse_data(const json& j, const JsonPath& at) {
 }  // namespace
 
 result<ClientOptions> parse_client_config(const json& j, DataSection data_section) {
-  StrictObject o(
-      j, kRoot, {"server", "port", "server_name", "tls", "data", "threads", "audit_log", "policy"});
+  StrictObject o(j, kRoot,
+                 {"server", "port", "server_name", "tls", "data", "threads", "audit_log",
+                  "site_state", "policy"});
   ClientOptions options;
   o.string("server", options.host, {.min_size = 1, .max_size = 255});
   o.integer("port", options.port, {1, 65535});
@@ -94,6 +95,7 @@ result<ClientOptions> parse_client_config(const json& j, DataSection data_sectio
   o.string("server_name", options.tls.server_name, {.min_size = 1, .max_size = 255});
   o.integer("threads", options.threads, {0, 1024});
   o.string("audit_log", options.audit_log, kPath);
+  o.string("site_state", options.site_state, kPath);
   if (o.ok() && !o.has("tls")) {
     o.reject("tls", "is required");
   }

@@ -13,6 +13,7 @@
 //      "partition_clients": 8, "partition_index": 3, "partition_seed": 1},  // with partition only
 //    "threads": 2,                           // compute threads, 0 = all (0..1024)
 //    "audit_log": "/var/lib/fedcore/audit.jsonl",         // client/audit_log.hpp
+//    "site_state": "/var/lib/fedcore/site",  // kept across restarts (FedBN's BatchNorm)
 //    "policy": {...}}                        // client/site_policy.hpp
 //
 // Unknown keys, wrong types and out-of-range values are errors naming the key path and,

@@ -1,6 +1,7 @@
 #include "client/daemon.hpp"
 
 #include <csignal>
+#include <filesystem>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -71,6 +72,15 @@ struct ClientDaemon::Impl {
   ErrorFeedback error_feedback;      // top-k's residual, across sessions
   ControlVariates control_variates;  // SCAFFOLD's c_i, across sessions
   SiteBatchNorm site_batch_norm;     // FedBN's BatchNorm of this site, across sessions
+
+  // Keeps the site's FedBN values; a file that cannot be written costs the next restart
+  // its values, not this round.
+  void keep_site_values(std::int64_t run_id, std::vector<float> values) {
+    if (auto kept = site_batch_norm.keep(run_id, std::move(values)); !kept) {
+      spdlog::warn("run {}: the site's BatchNorm values are kept in memory only: {}", run_id,
+                   kept.error().message);
+    }
+  }
 
   // How one connection went: how it ended, and whether it was a healthy session
   // (client/backoff.hpp) that resets the backoff.
@@ -160,6 +170,19 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
       return audit.error();
     }
     impl->audit = std::move(*audit);
+  }
+  if (!impl->options.site_state.empty()) {
+    const std::filesystem::path dir(impl->options.site_state);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return fail(errc::io_error,
+                  "site_state: cannot create '" + dir.string() + "': " + ec.message());
+    }
+    if (auto opened = impl->site_batch_norm.persist_to((dir / "site-batch-norm.fcp").string());
+        !opened) {
+      return opened.error();
+    }
   }
   return std::unique_ptr<ClientDaemon>(new ClientDaemon(std::move(impl)));
 }
@@ -262,7 +285,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
                 with_site_values(global, *ranges, site_batch_norm.of(request.run_id));
             auto local = train_externally(*options.external, request, start);
             if (!local.failure && local.params.size() == global.size()) {
-              site_batch_norm.keep(request.run_id, take_site_values(global, local.params, *ranges));
+              keep_site_values(request.run_id, take_site_values(global, local.params, *ranges));
             }
             co_return local;
           }
@@ -271,7 +294,7 @@ SessionHooks ClientDaemon::Impl::hooks() {
           auto local = train_locally(request, global, *data.samples(), options.threads, {},
                                      correction, site);
           if (request.site_batch_norm && !local.failure) {
-            site_batch_norm.keep(request.run_id, std::move(local.site_values));
+            keep_site_values(request.run_id, std::move(local.site_values));
           }
           if (options.after_training && !local.failure) {
             options.after_training(request, global, local);

@@ -98,6 +98,9 @@ struct ClientOptions {
   SitePolicy policy;
   // The site's audit log (client/audit_log.hpp): a path, or empty for none.
   std::string audit_log;
+  // A directory for what the site keeps across restarts (created if missing): its FedBN
+  // BatchNorm values, "site-batch-norm.fcp" (client/site_batch_norm.hpp). Empty: memory only.
+  std::string site_state;
   // Time for the policy's rounds-per-day window, the audit log and the length of a session
   // (healthy_session); the system clock when empty.
   std::shared_ptr<const Clock> clock;

@@ -9,7 +9,9 @@
 //
 // The values of one run are kept, the run the site last trained for (another run starts
 // from the global model's): the memory is the BatchNorm part of one model. They live in the
-// daemon, not the session, so a reconnect between rounds keeps them; a restarted daemon
+// daemon, not the session, so a reconnect between rounds keeps them. With a file
+// (persist_to; the client config's "site_state" directory) every keep also writes them there,
+// atomically, so a restarted daemon continues with them; without one, a restarted daemon
 // starts again from the global model's values, like a site joining late. Thread safety: all
 // methods may be called from any thread.
 #pragma once
@@ -44,11 +46,19 @@ class SiteBatchNorm {
  public:
   // The site's values for `run_id`, packed in site_ranges order; empty when it has none.
   std::vector<float> of(std::int64_t run_id);
-  // Keeps `values` as the site's for `run_id`, replacing another run's.
-  void keep(std::int64_t run_id, std::vector<float> values);
+  // Keeps `values` as the site's for `run_id`, replacing another run's, and writes them to
+  // the file when there is one. Errors: the file's (io_error); the values are kept in memory
+  // all the same.
+  result<void> keep(std::int64_t run_id, std::vector<float> values);
+  // From now on keeps the values in `path` (a Fedcore parameter file, docs/formats.md) too,
+  // and continues with the ones it holds. A missing file is an empty start. Errors: a file
+  // that is not one this class wrote (invalid_argument, data_loss, ... naming the path: it
+  // is not overwritten; move it away to start afresh).
+  result<void> persist_to(std::string path);
 
  private:
   std::mutex mutex_;
+  std::string path_;           // guarded by mutex_; empty: memory only
   std::int64_t run_id_ = 0;    // guarded by mutex_
   std::vector<float> values_;  // guarded by mutex_
 };

@@ -23,6 +23,7 @@ std::string config(const std::string& data, const std::string& extra = "") {
 TEST(ClientConfig, ReadsEveryKey) {
   auto c = parse_client_config_text(R"({"server": "fl.example.org", "port": 7500,
       "server_name": "fl", "threads": 2, "audit_log": "/var/audit.jsonl",
+      "site_state": "/var/lib/fedcore/site",
       "tls": {"ca": "ca.pem", "cert": "c.pem", "key": "c.key"},
       "data": {"format": "csv", "path": "d.csv", "label_column": "y", "test_fraction": 0.25,
                "split_seed": 7, "partition": "dirichlet:0.5", "partition_clients": 4,
@@ -35,6 +36,7 @@ TEST(ClientConfig, ReadsEveryKey) {
   EXPECT_EQ(c->tls.key_file, "c.key");
   EXPECT_EQ(c->threads, 2);
   EXPECT_EQ(c->audit_log, "/var/audit.jsonl");
+  EXPECT_EQ(c->site_state, "/var/lib/fedcore/site");
   EXPECT_EQ(c->data.label_column, "y");
   EXPECT_DOUBLE_EQ(c->data.test_fraction, 0.25);
   EXPECT_EQ(c->data.split_seed, 7u);

@@ -2,13 +2,17 @@
 // (client/site_batch_norm.hpp), and the averaged mode that sends the statistics along.
 #include "client/site_batch_norm.hpp"
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "client/local_evaluator.hpp"
 #include "client/local_trainer.hpp"
 #include "shared/model/federated_vector.hpp"
+#include "shared/model/param_io.hpp"
 #include "shared/model/trainer.hpp"
 #include "tests/client/client_test_support.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::client {
 namespace {
@@ -198,13 +202,50 @@ TEST(SiteBatchNorm, SwapsTheSitesValuesInAndTheGlobalOnesBack) {
   EXPECT_NE(refused.error().message.find("marks no tensor"), std::string::npos);
 }
 
+TEST(SiteBatchNorm, AFileKeepsTheValuesAcrossARestartAndAForeignFileStopsTheStart) {
+  fedcore::testing::TempDir dir;
+  const auto path = dir.path("site-batch-norm.fcp");
+  {
+    SiteBatchNorm kept;
+    ASSERT_TRUE(kept.persist_to(path));  // no file yet: an empty start
+    EXPECT_TRUE(kept.of(8).empty());
+    ASSERT_TRUE(kept.keep(8, {0.5f, -2.0f, 3.0f}));
+  }
+  SiteBatchNorm restarted;
+  ASSERT_TRUE(restarted.persist_to(path));
+  EXPECT_EQ(restarted.of(8), (std::vector<float>{0.5f, -2.0f, 3.0f}));
+  EXPECT_TRUE(restarted.of(9).empty());
+  ASSERT_TRUE(restarted.keep(9, {1.0f}));
+  SiteBatchNorm again;
+  ASSERT_TRUE(again.persist_to(path));
+  EXPECT_EQ(again.of(9), std::vector<float>{1.0f});
+
+  // A parameter file of something else, and a damaged file: refused, left as they are.
+  const auto foreign = dir.path("model.fcp");
+  model::ParamLayout layout;
+  layout.append("w", {2});
+  ASSERT_TRUE(model::save_params(foreign, layout, std::vector<float>{1, 2}));
+  SiteBatchNorm refused;
+  auto opened = refused.persist_to(foreign);
+  ASSERT_FALSE(opened);
+  EXPECT_NE(opened.error().message.find("not this site's BatchNorm"), std::string::npos);
+  {
+    std::ofstream damaged(path, std::ios::binary | std::ios::in | std::ios::out);
+    damaged.seekp(40);
+    damaged.put('\x7f');
+  }
+  opened = refused.persist_to(path);
+  ASSERT_FALSE(opened);
+  EXPECT_NE(opened.error().message.find(path), std::string::npos);
+}
+
 TEST(SiteBatchNorm, KeepsOneRunsValues) {
   SiteBatchNorm kept;
   EXPECT_TRUE(kept.of(4).empty());
-  kept.keep(4, {1.0f, 2.0f});
+  ASSERT_TRUE(kept.keep(4, {1.0f, 2.0f}));
   EXPECT_EQ(kept.of(4), (std::vector<float>{1.0f, 2.0f}));
   EXPECT_TRUE(kept.of(5).empty());
-  kept.keep(5, {3.0f});
+  ASSERT_TRUE(kept.keep(5, {3.0f}));
   EXPECT_TRUE(kept.of(4).empty());
   EXPECT_EQ(kept.of(5), std::vector<float>{3.0f});
 }

@@ -317,6 +317,13 @@ TEST_F(CheckConfig, ClientProblemsAreNamed) {
   audit["audit_log"] = temp_.path("audit.jsonl");
   write(temp_.path("audit.jsonl"), "not an audit line\n");
   expect_line(check_client(audit), "audit_log", CheckStatus::fail, "line 1");
+
+  auto state = client_json();
+  state["site_state"] = temp_.path("site");
+  expect_line(check_client(state), "site_state", CheckStatus::ok, "will be created");
+  std::filesystem::create_directories(temp_.path("site"));
+  write(temp_.path("site") + "/site-batch-norm.fcp", "not a parameter file");
+  expect_line(check_client(state), "site_state", CheckStatus::fail, "site-batch-norm.fcp");
 }
 
 // The flags end to end: the report on stdout, exit 0 without FAIL lines and 1 with them.

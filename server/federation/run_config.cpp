@@ -59,7 +59,6 @@ result<RunConfig> parse_run_config(std::string_view json_text) {
   return run_config_from_json(*j);
 }
 
-// "compression": {"up": "int8", "int8_block": 256} / {"up": "topk", "topk_fraction": 0.01}.
 // What a run with BatchNorm layers cannot do, in words; null when it can. Rounds carry the
 // running statistics after the parameters (model/federated_vector.hpp), averaged like them
 // or kept at the sites (FedBN).
@@ -125,6 +124,7 @@ static const char* scaffold_refusal(const RunConfig& c) {
   return nullptr;
 }
 
+// "compression": {"up": "int8", "int8_block": 256} / {"up": "topk", "topk_fraction": 0.01}.
 static result<protocol::CompressionTerms> parse_compression(const json& j, const JsonPath& at) {
   StrictObject o(j, at, {"up", "down", "int8_block", "topk_fraction"});
   std::string up = "none";

@@ -50,28 +50,34 @@ class TorchHelpersTest(unittest.TestCase):
 
 
 class TorchSitesTest(unittest.TestCase):
+    def federate(self, fed, partition, site_args=(), **config):
+        """Two cnn_site.py sites on 600 images each, one 2-round run of `config` (over the
+        defaults below); returns the run's rounds once it has finished."""
+        script = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn_site.py")
+        for i in range(2):
+            fed.start_site(f"site-{i + 1}", script, "--index", str(i), "--sites", "2",
+                           "--partition", partition, "--train-limit", "600",
+                           "--test-limit", "400", "--threads", "1", *site_args)
+        fed.wait_online(2, timeout=120)
+        run = fed.admin.start_run({
+            "rounds": 2, "clients_per_round": 2, "min_clients": 2, "local_epochs": 1,
+            "batch_size": 32, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+            "round_timeout_s": 300, "wait_for_clients_s": 60, "seed": 1, **config})
+        ended = fed.admin.wait(run["id"], poll_seconds=0.5, timeout=500)
+        self.assertEqual(ended["state"], "finished", fed.log("server"))
+        rounds = fed.admin.rounds(run["id"])
+        self.assertEqual([r["accepted"] for r in rounds], [2, 2])
+        return run["id"], rounds
+
     def test_two_pytorch_sites_train_the_cnn_and_the_result_loads_as_a_state_dict(self):
         with tempfile.TemporaryDirectory(prefix="fedcore-torch-") as tmp:
             fed = Federation(tmp, ["site-1", "site-2"])
             try:
-                script = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn_site.py")
-                for i in range(2):
-                    fed.start_site(f"site-{i + 1}", script, "--index", str(i), "--sites", "2",
-                                   "--partition", "iid", "--train-limit", "600",
-                                   "--test-limit", "400", "--threads", "1")
-                fed.wait_online(2, timeout=120)
-                run = fed.admin.start_run({
-                    "name": "torch", "model": fedtorch.spec_of(Cnn(), [28, 28, 1], 10),
-                    "rounds": 2, "clients_per_round": 2, "min_clients": 2, "local_epochs": 1,
-                    "batch_size": 32, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
-                    "round_timeout_s": 300, "wait_for_clients_s": 60, "seed": 1})
-                ended = fed.admin.wait(run["id"], poll_seconds=0.5, timeout=500)
-                self.assertEqual(ended["state"], "finished", fed.log("server"))
-                rounds = fed.admin.rounds(run["id"])
-                self.assertEqual([r["accepted"] for r in rounds], [2, 2])
+                run_id, rounds = self.federate(
+                    fed, "iid", name="torch", model=fedtorch.spec_of(Cnn(), [28, 28, 1], 10))
                 # 600 images, 2 rounds: well above chance (10%) already.
                 self.assertGreater(rounds[-1]["fed_eval_accuracy"], 0.5)
-                path = fed.admin.download_model(run["id"], os.path.join(tmp, "final.fcp"))
+                path = fed.admin.download_model(run_id, os.path.join(tmp, "final.fcp"))
                 state = fedtorch.state_dict_from_file(path)
                 model = Cnn()
                 model.load_state_dict(state)  # strict: every tensor, right names and shapes
@@ -85,24 +91,12 @@ class TorchSitesTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="fedcore-torch-fedbn-") as tmp:
             fed = Federation(tmp, ["site-1", "site-2"])
             try:
-                script = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn_site.py")
-                for i in range(2):
-                    fed.start_site(f"site-{i + 1}", script, "--index", str(i), "--sites", "2",
-                                   "--partition", "dirichlet:0.5", "--train-limit", "600",
-                                   "--test-limit", "400", "--threads", "1", "--batch-norm")
-                fed.wait_online(2, timeout=120)
                 spec = fedtorch.spec_of(Cnn(batch_norm=True), [28, 28, 1], 10)
-                run = fed.admin.start_run({
-                    "name": "torch-fedbn", "model": spec, "batch_norm": "local",
-                    "rounds": 2, "clients_per_round": 2, "min_clients": 2, "local_epochs": 1,
-                    "batch_size": 32, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
-                    "round_timeout_s": 300, "wait_for_clients_s": 60, "seed": 1})
-                ended = fed.admin.wait(run["id"], poll_seconds=0.5, timeout=500)
-                self.assertEqual(ended["state"], "finished", fed.log("server"))
-                rounds = fed.admin.rounds(run["id"])
-                self.assertEqual([r["accepted"] for r in rounds], [2, 2])
+                run_id, rounds = self.federate(fed, "dirichlet:0.5", ["--batch-norm"],
+                                               name="torch-fedbn", model=spec,
+                                               batch_norm="local")
                 self.assertGreater(rounds[-1]["fed_eval_accuracy"], 0.3)
-                path = fed.admin.download_model(run["id"], os.path.join(tmp, "final.fcp"))
+                path = fed.admin.download_model(run_id, os.path.join(tmp, "final.fcp"))
                 state = fedtorch.state_dict_from_file(path)
                 # The BatchNorm tensors are the start's (ones and zeros, model.initialize_
                 # external): no site ever sent its own.
@@ -113,7 +107,6 @@ class TorchSitesTest(unittest.TestCase):
                 model.load_state_dict(state, strict=False)  # num_batches_tracked is local
             finally:
                 fed.close()
-
 
 if __name__ == "__main__":
     unittest.main()

@@ -9,6 +9,11 @@
 #include "shared/model/spec.hpp"
 
 namespace fedcore::client {
+namespace {
+
+constexpr const char* kTensor = "site_batch_norm";  // the one tensor of the state file
+
+}  // namespace
 
 std::vector<float> with_site_values(std::span<const float> global,
                                     std::span<const model::ValueRange> ranges,
@@ -45,12 +50,6 @@ std::vector<float> SiteBatchNorm::of(std::int64_t run_id) {
   std::lock_guard lock(mutex_);
   return run_id == run_id_ ? values_ : std::vector<float>();
 }
-
-namespace {
-
-constexpr const char* kTensor = "site_batch_norm";
-
-}  // namespace
 
 result<void> SiteBatchNorm::keep(std::int64_t run_id, std::vector<float> values) {
   std::lock_guard lock(mutex_);

@@ -6,22 +6,6 @@
 #include "shared/util/assert.hpp"
 
 namespace fedcore::model {
-namespace {
-
-// Appends a range, merging it into the last one when they touch (BatchNorm's weight and
-// bias are adjacent, and so is all of the state).
-void add_range(std::vector<ValueRange>& ranges, std::size_t offset, std::size_t size) {
-  if (size == 0) {
-    return;
-  }
-  if (!ranges.empty() && ranges.back().offset + ranges.back().size == offset) {
-    ranges.back().size += size;
-    return;
-  }
-  ranges.push_back({offset, size});
-}
-
-}  // namespace
 
 ParamLayout federated_layout(const Model& model) {
   ParamLayout layout = model.layout();
@@ -52,17 +36,35 @@ void load_federated(Model& model, std::span<const float> values) {
   std::copy(state.begin(), state.end(), model.state().begin());
 }
 
-std::vector<ValueRange> site_ranges(const Model& model) {
+std::vector<ValueRange> entry_ranges(const ParamLayout& layout,
+                                     std::span<const std::size_t> indices) {
   std::vector<ValueRange> ranges;
-  const auto& entries = model.layout().entries();
-  const auto& normalization = model.normalization_entries();
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    if (normalization[i]) {
-      add_range(ranges, entries[i].offset, entries[i].size);
+  const auto& entries = layout.entries();
+  for (const auto i : indices) {
+    FEDCORE_ASSERT(i < entries.size(), "entry_ranges: no such entry");
+    const auto& e = entries[i];
+    // Adjacent entries make one range (BatchNorm's weight and bias, all of the state).
+    if (!ranges.empty() && ranges.back().offset + ranges.back().size == e.offset) {
+      ranges.back().size += e.size;
+    } else {
+      ranges.push_back({e.offset, e.size});
     }
   }
-  add_range(ranges, model.param_count(), model.state().size());
   return ranges;
+}
+
+std::vector<ValueRange> site_ranges(const Model& model) {
+  std::vector<std::size_t> indices;
+  const auto& normalization = model.normalization_entries();
+  for (std::size_t i = 0; i < normalization.size(); ++i) {
+    if (normalization[i]) {
+      indices.push_back(i);
+    }
+  }
+  for (std::size_t i = 0; i < model.state_layout().entries().size(); ++i) {
+    indices.push_back(normalization.size() + i);
+  }
+  return entry_ranges(federated_layout(model), indices);
 }
 
 std::size_t total_size(std::span<const ValueRange> ranges) noexcept {

@@ -42,6 +42,10 @@ std::vector<float> federated_values(const Model& model);
 // REQUIRES: values.size() == federated_size(model).
 void load_federated(Model& model, std::span<const float> values);
 
+// The entries `indices` (ascending) of `layout` as ranges of its flat buffer, adjacent ones
+// merged. REQUIRES: every index < layout.entries().size().
+std::vector<ValueRange> entry_ranges(const ParamLayout& layout,
+                                     std::span<const std::size_t> indices);
 // Where FedBN's site-local values sit in the federated vector: in order, disjoint, adjacent
 // runs merged. Empty for a model without normalisation layers.
 std::vector<ValueRange> site_ranges(const Model& model);

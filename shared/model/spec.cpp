@@ -427,17 +427,7 @@ bool has_batch_norm(const ModelSpec& spec) noexcept {
 }
 
 std::vector<ValueRange> external_site_ranges(const ModelSpec& spec) {
-  std::vector<ValueRange> ranges;
-  const auto& entries = spec.layout.entries();
-  for (const auto i : spec.normalization_tensors) {
-    const auto& e = entries[i];
-    if (!ranges.empty() && ranges.back().offset + ranges.back().size == e.offset) {
-      ranges.back().size += e.size;
-    } else {
-      ranges.push_back({e.offset, e.size});
-    }
-  }
-  return ranges;
+  return entry_ranges(spec.layout, spec.normalization_tensors);
 }
 
 std::vector<float> initialize_external(const ParamLayout& layout, std::uint64_t seed) {

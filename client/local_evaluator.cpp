@@ -54,7 +54,8 @@ result<protocol::LocalEvaluation> evaluate_locally(const protocol::EvaluateReque
                                                layout.fingerprint_hex() + ", " +
                                                std::to_string(layout.total()) + " parameters)");
   }
-  std::vector<float> values(params.begin(), params.end());
+  std::vector<float> with_site;  // FedBN: a copy of the payload with the site's values
+  std::span<const float> values = params;
   if (request.site_batch_norm) {
     // FedBN: the site evaluates the shared layers with its own BatchNorm.
     const auto ranges = model::site_ranges(model);
@@ -63,7 +64,8 @@ result<protocol::LocalEvaluation> evaluate_locally(const protocol::EvaluateReque
                   "'site_batch_norm' (FedBN) asks for the site's own BatchNorm, but the model "
                   "has no BatchNorm layer");
     }
-    values = with_site_values(params, ranges, site_values);
+    with_site = with_site_values(params, ranges, site_values);
+    values = with_site;
   }
   model::load_federated(model, values);
   const auto report = model::evaluate(model, model::loss_for(*spec), data.test);

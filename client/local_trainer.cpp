@@ -95,7 +95,9 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
   }
   // FedBN: the site's own BatchNorm in place of the global model's (site_batch_norm.hpp).
   std::vector<model::ValueRange> site_ranges;
-  std::vector<float> start(global.begin(), global.end());
+  // The values training starts from: the received ones, or (FedBN) a copy with the site's.
+  std::vector<float> with_site;
+  std::span<const float> start = global;
   if (request.site_batch_norm) {
     site_ranges = model::site_ranges(model);
     if (site_ranges.empty()) {
@@ -104,7 +106,8 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
                          "model has no BatchNorm layer");
       return out;
     }
-    start = with_site_values(global, site_ranges, site_values);
+    with_site = with_site_values(global, site_ranges, site_values);
+    start = with_site;
   }
   model::load_federated(model, start);
   const auto loss = model::loss_for(*spec);
@@ -119,9 +122,8 @@ LocalResult train_locally(const protocol::TrainRequest& request, std::span<const
   }
   auto optimizer = model::make_optimizer(*optimizer_config, model.param_count());
   // FedProx pulls towards the model training started from (with FedBN, the site's BatchNorm).
-  const auto anchor = request.settings.proximal_mu > 0
-                          ? std::span<const float>(start).first(model.param_count())
-                          : std::span<const float>();
+  const auto anchor = request.settings.proximal_mu > 0 ? start.first(model.param_count())
+                                                       : std::span<const float>();
   model::TrainReport report;
   if (record_dp) {
     const model::DpSgdConfig config{.epochs = request.settings.epochs,

@@ -7,6 +7,7 @@
 #include "client/audit_log.hpp"
 #include "client/client_config.hpp"
 #include "client/data_source.hpp"
+#include "client/dp_ledger.hpp"
 #include "client/site_batch_norm.hpp"
 #include "shared/tls/context.hpp"
 #include "shared/util/client_id.hpp"
@@ -92,7 +93,7 @@ void check_audit_log(const std::string& path, tls::CheckReport& report) {
 // The folder the daemon creates at start, and the FedBN file it would continue from.
 void check_site_state(const std::string& dir, tls::CheckReport& report) {
   if (dir.empty()) {
-    report.ok("site_state", "none configured (optional: FedBN values stay in memory)");
+    report.ok("site_state", "none configured (optional: FedBN values and the DP ledger stay in memory)");
     return;
   }
   std::error_code ec;
@@ -106,6 +107,11 @@ void check_site_state(const std::string& dir, tls::CheckReport& report) {
   }
   SiteBatchNorm kept;
   if (auto opened = kept.persist_to((fs::path(dir) / "site-batch-norm.fcp").string()); !opened) {
+    report.fail("site_state", opened.error().message);
+    return;
+  }
+  RecordDpLedger ledger(0);
+  if (auto opened = ledger.persist_to((fs::path(dir) / "dp-ledger.json").string()); !opened) {
     report.fail("site_state", opened.error().message);
     return;
   }

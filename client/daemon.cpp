@@ -183,6 +183,9 @@ result<std::unique_ptr<ClientDaemon>> ClientDaemon::create(asio::io_context& io,
         !opened) {
       return opened.error();
     }
+    if (auto opened = impl->dp_ledger.persist_to((dir / "dp-ledger.json").string()); !opened) {
+      return opened.error();
+    }
   }
   return std::unique_ptr<ClientDaemon>(new ClientDaemon(std::move(impl)));
 }

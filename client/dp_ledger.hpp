@@ -9,8 +9,12 @@
 // bring its ε to with the request's terms; a round that would pass the run's stated
 // budget (epsilon, delta) is refused with a reason the server records.
 //
-// The ledger lives in memory: a restarted daemon starts from zero for a run (the audit
-// log keeps what was trained; rebuilding the ledger from it is future work).
+// With a file (persist_to; the client config's "site_state" folder) every record is
+// written there, atomically and synced, before the round's update may leave the site, so a
+// restarted daemon continues each run's ledger where it stopped. Without one the ledger
+// lives in memory and a restarted daemon starts a run from zero. Runs are keyed by the
+// server's run id: a site serving two federations whose run ids meet composes both into one
+// ledger, which can only refuse earlier (conservative), never later.
 //
 // Thread safety: none; the session's thread.
 #pragma once
@@ -38,16 +42,26 @@ class RecordDpLedger {
   // Why the site must refuse the request (it would pass the run's stated budget), or
   // nothing. Requests without record-level DP pass.
   std::optional<std::string> check(const protocol::TrainRequest& request) const;
-  // What DP-SGD did for `run`; returns the ε now spent there at `delta`.
+  // What DP-SGD did for `run`; returns the ε now spent there at `delta`. Errors: the
+  // file's (io_error) when it cannot be written — the steps are counted in memory all the
+  // same, and the caller must not let the round's update leave.
   result<double> record(std::int64_t run, const RecordDpSteps& steps, double delta);
   // ε spent in `run` at `delta` (0 before any round).
   result<double> spent(std::int64_t run, double delta) const;
+  // From now on writes the ledger to `path` (JSON, docs/formats.md "Site DP ledger") after
+  // every record, continuing with the runs the file holds. A missing file is an empty
+  // start. Errors: a file that is not a ledger or is damaged (invalid_argument / data_loss,
+  // naming the path; it is not overwritten: a site must not forget spent privacy by
+  // accident), or one that cannot be read (io_error).
+  result<void> persist_to(std::string path);
 
  private:
   result<double> epsilon_of(const std::vector<RecordDpSteps>& steps, double delta) const;
+  result<void> write() const;
 
   std::uint64_t records_;
   std::map<std::int64_t, std::vector<RecordDpSteps>> runs_;
+  std::string path_;  // empty: memory only
 };
 
 }  // namespace fedcore::client

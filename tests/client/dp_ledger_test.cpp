@@ -2,10 +2,13 @@
 // past the run's stated budget, whatever the server says it has spent.
 #include "client/dp_ledger.hpp"
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "shared/model/dp_sgd.hpp"
 #include "shared/privacy/rdp_accountant.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::client {
 namespace {
@@ -63,6 +66,58 @@ TEST(RecordDpLedger, PredictsWhatDpSgdDoes) {
   const auto steps = 2 * model::dp_sgd_steps_per_epoch(1000, 50);
   auto recorded = ledger.record(1, {0.05, 1.1, steps}, 1e-5).value();
   EXPECT_DOUBLE_EQ(predicted, recorded);
+}
+
+TEST(RecordDpLedger, AFileKeepsTheSpendAcrossARestartAndADamagedFileStopsTheStart) {
+  fedcore::testing::TempDir dir;
+  const auto path = dir.path("dp-ledger.json");
+  auto accountant = privacy::RdpAccountant::create().value();
+  ASSERT_TRUE(accountant.compose_poisson_gaussian(0.05, 1.0, 60));
+  const double three_rounds = accountant.epsilon(1e-5)->epsilon;
+  auto request = record_request(7, three_rounds * 1.000001, 1.0);
+  {
+    RecordDpLedger ledger(1000);
+    ASSERT_TRUE(ledger.persist_to(path));  // no file yet: an empty start
+    ASSERT_TRUE(ledger.record(7, {0.05, 1.0, 20}, 1e-5));
+    ASSERT_TRUE(ledger.record(7, {0.05, 1.0, 20}, 1e-5));
+    ASSERT_TRUE(ledger.record(3, {0.1, 2.0, 10}, 1e-5));
+  }
+  // The restarted daemon's ledger: the third round fits, the fourth does not — exactly as
+  // if it had never stopped.
+  RecordDpLedger restarted(1000);
+  ASSERT_TRUE(restarted.persist_to(path));
+  EXPECT_NEAR(*restarted.spent(7, 1e-5),
+              *RecordDpLedger(1000).record(7, {0.05, 1.0, 40}, 1e-5), 1e-12);
+  EXPECT_EQ(restarted.check(request), std::nullopt);
+  ASSERT_TRUE(restarted.record(7, {0.05, 1.0, 20}, 1e-5));
+  ASSERT_TRUE(restarted.check(request).has_value());
+  RecordDpLedger again(1000);
+  ASSERT_TRUE(again.persist_to(path));
+  EXPECT_NEAR(*again.spent(7, 1e-5), three_rounds, 1e-9);
+  EXPECT_GT(*again.spent(3, 1e-5), 0);  // the other run is kept too
+
+  // Something else, and a damaged ledger: refused naming the file, and left as they are.
+  const auto foreign = dir.path("other.json");
+  std::ofstream(foreign) << R"({"hello": 1})";
+  RecordDpLedger refused(1000);
+  auto opened = refused.persist_to(foreign);
+  ASSERT_FALSE(opened);
+  EXPECT_NE(opened.error().message.find("not a Fedcore DP ledger"), std::string::npos);
+  std::ofstream(path) << R"({"fedcore_dp_ledger": 1, "runs": [{"run": 7, "rounds": [{"q": 2}]}]})";
+  opened = refused.persist_to(path);
+  ASSERT_FALSE(opened);
+  EXPECT_EQ(opened.error().code, errc::data_loss);
+  EXPECT_NE(opened.error().message.find(path), std::string::npos) << opened.error().message;
+}
+
+TEST(RecordDpLedger, AnUnwritableLedgerFailsTheRecord) {
+  fedcore::testing::TempDir dir;
+  RecordDpLedger ledger(1000);
+  ASSERT_TRUE(ledger.persist_to(dir.path("missing-folder/dp-ledger.json")));
+  auto recorded = ledger.record(1, {0.05, 1.0, 20}, 1e-5);
+  ASSERT_FALSE(recorded);
+  EXPECT_EQ(recorded.error().code, errc::io_error);
+  EXPECT_NE(recorded.error().message.find("site DP ledger"), std::string::npos);
 }
 
 }  // namespace

@@ -93,7 +93,8 @@ void check_audit_log(const std::string& path, tls::CheckReport& report) {
 // The folder the daemon creates at start, and the FedBN file it would continue from.
 void check_site_state(const std::string& dir, tls::CheckReport& report) {
   if (dir.empty()) {
-    report.ok("site_state", "none configured (optional: FedBN values and the DP ledger stay in memory)");
+    report.ok("site_state",
+              "none configured (optional: FedBN values and the DP ledger stay in memory)");
     return;
   }
   std::error_code ec;

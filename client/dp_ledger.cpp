@@ -149,8 +149,8 @@ result<void> RecordDpLedger::persist_to(std::string path) {
       steps.sampling_rate = r["q"].get<double>();
       steps.noise_multiplier = r["z"].get<double>();
       steps.steps = r["steps"].get<std::uint64_t>();
-      if (!(steps.sampling_rate > 0 && steps.sampling_rate <= 1) ||
-          !(steps.noise_multiplier > 0) || !std::isfinite(steps.noise_multiplier)) {
+      if (!(steps.sampling_rate > 0 && steps.sampling_rate <= 1) || !(steps.noise_multiplier > 0) ||
+          !std::isfinite(steps.noise_multiplier)) {
         return damaged("a round with q outside (0, 1] or z not positive");
       }
       rounds.push_back(steps);

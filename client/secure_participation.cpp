@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "shared/privacy/adaptive_clip.hpp"
 #include "shared/privacy/distributed_dp.hpp"
 #include "shared/privacy/gaussian.hpp"
 #include "shared/privacy/noise_source.hpp"
@@ -102,8 +103,11 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
       Rng rounding(std::hash<std::string>{}(envelope_.nonce));
       // Federated evaluation, summed too: e = min(test samples, cap) / cap weighs this
       // site's loss and accuracy on the received model; a site without one sends zeros.
+      // With adaptive clipping the last slot is the unclipped bit (clip_report).
+      const std::uint32_t slots = client_.plan().metric_slots;
+      const std::uint32_t evaluation_slots = slots - (clip_slot_ && slots > 0 ? 1 : 0);
       std::vector<double> metrics;
-      if (client_.plan().metric_slots == 3) {
+      if (evaluation_slots == 3) {
         metrics = {0.0, 0.0, 0.0};
         if (const auto& eval = report_.evaluation; eval && eval->samples > 0) {
           const double e =
@@ -111,7 +115,15 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
           metrics = {e * eval->loss, e * eval->accuracy, e};
         }
       } else {
-        metrics.assign(client_.plan().metric_slots, 0.0);
+        metrics.assign(evaluation_slots, 0.0);
+      }
+      if (clip_slot_) {
+        if (slots == 0) {
+          return fail(errc::invalid_argument,
+                      "secure aggregation: the run asks for the unclipped bit of adaptive "
+                      "clipping but the round's plan has no slot for it");
+        }
+        metrics.push_back(*clip_slot_);
       }
       // The frame payload type is a float vector; the words are written into it bit for bit.
       auto payload = std::make_shared<std::vector<float>>(client_.masked_words(delta_.size()));
@@ -175,12 +187,29 @@ result<bool> SecureParticipation::apply_client_dp() {
       terms.dp != protocol::DpMode::client_distributed) {
     return false;
   }
-  if (auto clipped = privacy::clip_l2(delta_, terms.clip_norm); !clipped) {
+  auto clipped = privacy::clip_l2(delta_, terms.clip_norm);
+  if (!clipped) {
     return clipped.error();
   }
+  double update_z = terms.noise_multiplier;
+  if (terms.count_stddev > 0) {
+    // Adaptive clipping: the bit is released too, so the update's noise is the smaller z_Δ
+    // that leaves room for it within the run's z (privacy/adaptive_clip.hpp).
+    auto report = clip_report(clipped->norm);
+    if (!report) {
+      return report.error();
+    }
+    clip_slot_ = *report;
+    if (terms.noise_multiplier > 0) {
+      auto z = privacy::update_noise_multiplier(terms.noise_multiplier, terms.count_stddev);
+      if (!z) {
+        return z.error();
+      }
+      update_z = *z;
+    }
+  }
   if (terms.dp == protocol::DpMode::client_distributed) {
-    auto stddev =
-        privacy::per_client_noise_stddev(terms.noise_multiplier, terms.clip_norm, threshold_);
+    auto stddev = privacy::per_client_noise_stddev(update_z, terms.clip_norm, threshold_);
     if (!stddev) {
       return stddev.error();
     }
@@ -192,6 +221,27 @@ result<bool> SecureParticipation::apply_client_dp() {
     }
   }
   return true;
+}
+
+result<double> SecureParticipation::clip_report(double update_norm) {
+  const auto& terms = request_.privacy;
+  const bool distributed = terms.dp == protocol::DpMode::client_distributed;
+  auto slot = privacy::clip_report_slot(terms.count_stddev, distributed, threshold_,
+                                        client_.plan().clip_range);
+  if (!slot) {
+    return slot.error();
+  }
+  double report = privacy::unclipped_report(update_norm, terms.clip_norm);
+  if (slot->share_stddev > 0) {
+    // The count's noise, this site's share, from OpenSSL's DRBG like the update's.
+    privacy::CryptoNormal noise;
+    double draw = 0;
+    if (auto ok = noise.fill_standard_normal(std::span(&draw, 1)); !ok) {
+      return ok.error();
+    }
+    report += slot->share_stddev * draw;
+  }
+  return report / slot->scale;
 }
 
 }  // namespace fedcore::client

@@ -77,8 +77,13 @@ class SecureParticipation {
   // the run has client-level DP (the update then weighs 1).
   result<bool> apply_client_dp();
 
-  std::uint64_t weight_cap_ = 1;  // from the plan, with the neighbours' keys
-  std::uint32_t threshold_ = 1;   // t: distributed DP sizes each share of noise for it
+  // Adaptive clipping (count_stddev > 0): this site's centred unclipped bit, with its share
+  // of the count noise under distributed DP, divided by the slot's public scale.
+  result<double> clip_report(double update_norm);
+
+  std::uint64_t weight_cap_ = 1;     // from the plan, with the neighbours' keys
+  std::uint32_t threshold_ = 1;      // t: distributed DP sizes each share of noise for it
+  std::optional<double> clip_slot_;  // adaptive clipping: the last metric slot's value
   bool masked_sent_ = false;
   bool finished_ = false;
 };

@@ -336,14 +336,13 @@ asio::awaitable<result<void>> ClientSession::on_train(const protocol::Frame& fra
   if (hooks_.dp_ledger && local.record_dp) {
     // What DP-SGD really did, not what was asked, goes into the site's ledger — on disk
     // before the update may leave: privacy spent must not be forgotten by a restart.
-    auto eps =
-        hooks_.dp_ledger->record(request->run_id, *local.record_dp, request->privacy.delta);
+    auto eps = hooks_.dp_ledger->record(request->run_id, *local.record_dp, request->privacy.delta);
     if (eps) {
       spdlog::info("run {} round {}: record-level DP, this site's epsilon now {:.4f} of {}",
                    request->run_id, request->round, *eps, request->privacy.epsilon);
     } else if (eps.error().code == errc::io_error) {
-      spdlog::error("run {} round {}: the update is not sent: {}", request->run_id,
-                    request->round, eps.error().message);
+      spdlog::error("run {} round {}: the update is not sent: {}", request->run_id, request->round,
+                    eps.error().message);
       send_error(*link_, errc::failed_precondition,
                  "site DP ledger: the round's privacy spend could not be recorded at the site");
       co_return result<void>{};

@@ -50,15 +50,18 @@ result<PrivacyBudget> PrivacyBudget::create(const DpConfig& dp, std::int64_t pla
   return PrivacyBudget(dp, z);
 }
 
-result<double> PrivacyBudget::epsilon_for(std::int64_t rounds, DpRoundShape shape) const {
+result<double> PrivacyBudget::epsilon_for(
+    DpRoundShape shape, const std::vector<std::pair<double, std::int64_t>>& rounds_at) const {
   auto accountant = privacy::RdpAccountant::create(privacy::default_orders());
   if (!accountant) {
     return accountant.error();
   }
-  if (auto ok = accountant->compose_poisson_gaussian(shape.q, noise_multiplier_,
-                                                     std::uint64_t(rounds) * shape.steps_per_round);
-      !ok) {
-    return ok.error();
+  for (const auto& [z, rounds] : rounds_at) {
+    if (auto ok = accountant->compose_poisson_gaussian(
+            shape.q, z, std::uint64_t(rounds) * shape.steps_per_round);
+        !ok) {
+      return ok.error();
+    }
   }
   auto eps = accountant->epsilon(dp_.delta);
   if (!eps) {
@@ -67,13 +70,21 @@ result<double> PrivacyBudget::epsilon_for(std::int64_t rounds, DpRoundShape shap
   return eps->epsilon;
 }
 
-result<double> PrivacyBudget::worst_epsilon(std::int64_t rounds, DpRoundShape extra) const {
-  auto worst = epsilon_for(rounds, extra);
+result<double> PrivacyBudget::worst_epsilon_after_next(DpRoundShape extra) const {
+  auto rounds_at = rounds_at_;
+  auto at_z = std::find_if(rounds_at.begin(), rounds_at.end(),
+                           [&](const auto& r) { return r.first == noise_multiplier_; });
+  if (at_z == rounds_at.end()) {
+    rounds_at.emplace_back(noise_multiplier_, 1);
+  } else {
+    ++at_z->second;
+  }
+  auto worst = epsilon_for(extra, rounds_at);
   for (const auto& shape : shapes_) {
     if (!worst) {
       break;
     }
-    auto eps = epsilon_for(rounds, shape);
+    auto eps = epsilon_for(shape, rounds_at);
     if (!eps) {
       return eps;
     }
@@ -83,7 +94,7 @@ result<double> PrivacyBudget::worst_epsilon(std::int64_t rounds, DpRoundShape ex
 }
 
 result<double> PrivacyBudget::epsilon_after_next(DpRoundShape shape) const {
-  return worst_epsilon(rounds_spent_ + 1, shape);
+  return worst_epsilon_after_next(shape);
 }
 
 result<double> PrivacyBudget::epsilon_after_next(std::span<const DpRoundShape> shapes) const {
@@ -101,10 +112,7 @@ result<double> PrivacyBudget::epsilon_after_next(std::span<const DpRoundShape> s
 result<double> PrivacyBudget::spend(std::span<const DpRoundShape> shapes) {
   auto eps = epsilon_after_next(shapes);
   if (eps) {
-    for (const auto& shape : shapes) {
-      restore(rounds_spent_, shape);
-    }
-    ++rounds_spent_;
+    restore(shapes, noise_multiplier_);
   }
   return eps;
 }
@@ -131,15 +139,36 @@ result<PrivacyBudget> PrivacyBudget::create(const DpConfig& dp, std::int64_t pla
 }
 
 result<double> PrivacyBudget::spend(DpRoundShape shape) {
-  auto eps = epsilon_after_next(shape);
-  if (eps) {
-    restore(rounds_spent_ + 1, shape);
-  }
-  return eps;
+  return spend(std::span<const DpRoundShape>(&shape, 1));
 }
 
-void PrivacyBudget::restore(std::int64_t rounds, DpRoundShape shape) {
-  rounds_spent_ = rounds;
+result<PrivacyBudget> PrivacyBudget::with_noise_multiplier(const DpConfig& dp,
+                                                           double noise_multiplier) {
+  if (dp.mode == protocol::DpMode::none) {
+    return fail(errc::invalid_argument, "a privacy budget needs a DP mode");
+  }
+  if (!(noise_multiplier > 0) || !std::isfinite(noise_multiplier)) {
+    return fail(errc::invalid_argument, "a privacy budget needs a positive noise multiplier, not " +
+                                            std::to_string(noise_multiplier));
+  }
+  return PrivacyBudget(dp, noise_multiplier);
+}
+
+void PrivacyBudget::restore(std::span<const DpRoundShape> shapes, double z) {
+  for (const auto& shape : shapes) {
+    remember(shape);
+  }
+  auto at_z = std::find_if(rounds_at_.begin(), rounds_at_.end(),
+                           [&](const auto& r) { return r.first == z; });
+  if (at_z == rounds_at_.end()) {
+    rounds_at_.emplace_back(z, 1);
+  } else {
+    ++at_z->second;
+  }
+  ++rounds_spent_;
+}
+
+void PrivacyBudget::remember(DpRoundShape shape) {
   if (std::none_of(shapes_.begin(), shapes_.end(),
                    [&](DpRoundShape s) { return same(s, shape); })) {
     shapes_.push_back(shape);

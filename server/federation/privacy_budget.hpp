@@ -16,13 +16,16 @@
 // would pass the budget is not started (the run ends with the reason).
 //
 // The noise multiplier is the configured one or, when 0, the smallest that lets the
-// planned rounds fit the budget (calibrated for the shape of the first round).
+// planned rounds fit the budget (calibrated for the shape of the first round). A resumed run
+// keeps the noise multiplier its rounds were charged at (store::DpCharge) and composes every
+// past round with its own z and shapes, so a restart changes nothing of the accounting.
 //
 // Thread safety: none; the run controller's thread.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "server/federation/privacy_config.hpp"
@@ -50,6 +53,9 @@ class PrivacyBudget {
   // Calibrated for the worst of the first round's shapes (the largest z any needs).
   static result<PrivacyBudget> create(const DpConfig& dp, std::int64_t planned_rounds,
                                       std::span<const DpRoundShape> first_round);
+  // A budget that charges its next rounds at `noise_multiplier` (a resumed run's: the z its
+  // rounds were charged at). Errors: invalid_argument for a config without DP or z <= 0.
+  static result<PrivacyBudget> with_noise_multiplier(const DpConfig& dp, double noise_multiplier);
 
   double noise_multiplier() const noexcept { return noise_multiplier_; }
   double epsilon_budget() const noexcept { return dp_.epsilon; }
@@ -63,19 +69,25 @@ class PrivacyBudget {
   // Records that a round of `shape` ran (or was attempted); returns the ε now spent.
   result<double> spend(DpRoundShape shape);
   result<double> spend(std::span<const DpRoundShape> shapes);
-  // For a resumed run: `rounds` attempts already ran.
-  void restore(std::int64_t rounds, DpRoundShape shape);
+  // For a resumed run: one attempt that already ran with these shapes at noise
+  // multiplier `z` (the round's stored charge).
+  void restore(std::span<const DpRoundShape> shapes, double z);
 
  private:
   PrivacyBudget(DpConfig dp, double noise_multiplier)
       : dp_(dp), noise_multiplier_(noise_multiplier) {}
-  result<double> epsilon_for(std::int64_t rounds, DpRoundShape shape) const;
-  result<double> worst_epsilon(std::int64_t rounds, DpRoundShape extra) const;
+  // ε of `shape` composed over every round counted in `rounds_at`.
+  result<double> epsilon_for(DpRoundShape shape,
+                             const std::vector<std::pair<double, std::int64_t>>& rounds_at) const;
+  // ε after one more round at noise_multiplier_, worst over the shapes seen and `extra`.
+  result<double> worst_epsilon_after_next(DpRoundShape extra) const;
+  void remember(DpRoundShape shape);
 
   DpConfig dp_;
   double noise_multiplier_;
   std::int64_t rounds_spent_ = 0;
-  std::vector<DpRoundShape> shapes_;  // distinct shapes seen
+  std::vector<DpRoundShape> shapes_;                        // distinct shapes seen
+  std::vector<std::pair<double, std::int64_t>> rounds_at_;  // (z, rounds charged at z)
 };
 
 }  // namespace fedcore::federation

@@ -164,10 +164,11 @@ result<void> check_compatibility(const PrivacyConfig& privacy, const RunFeatures
           "other's update from the sum)");
     }
   }
-  if (privacy.dp.adaptive && (privacy.dp.mode != protocol::DpMode::client_central || secure)) {
+  if (privacy.dp.adaptive && privacy.dp.mode != protocol::DpMode::client_central &&
+      privacy.dp.mode != protocol::DpMode::client_distributed) {
     return refuse(
-        "adaptive clipping needs each update's norm at the server: dp.mode "
-        "client_central without secure aggregation");
+        "adaptive clipping moves the clip of client-level DP-FedAvg: dp.mode client_central "
+        "or client_distributed");
   }
   if (privacy.dp.mode != protocol::DpMode::none && run.federated_evaluation) {
     return refuse(

@@ -69,6 +69,7 @@
 #include <string>
 #include <vector>
 
+#include "server/federation/privacy_budget.hpp"
 #include "server/federation/round_stage.hpp"
 #include "server/federation/run_config.hpp"
 #include "server/federation/server_hooks.hpp"
@@ -299,6 +300,11 @@ class RunController {
   void fail_secure_round(const std::string& why);
   void record_failed_round();
   bool spend_privacy_budget(const std::vector<Candidate>& selected);
+  result<PrivacyBudget> resume_privacy_budget(const DpConfig& dp,
+                                              std::span<const DpRoundShape> shapes,
+                                              const std::vector<store::RoundRecord>& past,
+                                              std::optional<double>& clip);
+  std::optional<double> adaptive_clip_norm() const;
   result<void> privatize_secure_mean(secagg::SecAggResult& result, std::size_t selected);
   void commit_round();
   // A round handed off to the background worker (class comment, "Overlap").

@@ -37,6 +37,7 @@ void RunController::commit_round() {
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.secure_aggregation = round.secure.has_value();
   report.record.epsilon = round.epsilon;
+  report.record.dp_charge = round.dp_charge;
   auto evaluations = take_evaluations(report.record);
   // The judge viewed the old global model; it is not used past this point.
   round.judge.reset();
@@ -54,6 +55,10 @@ void RunController::commit_round() {
     run.move(RoundEvent::commit_failed);
     end_run(store::RunState::paused, "the DP noise source failed; the round was not committed");
     return;
+  }
+  if (report.record.dp_charge) {
+    // Adaptive clipping's C after this round, so a resumed run continues from it.
+    report.record.dp_charge->clip_norm = adaptive_clip_norm();
   }
   const auto evaluating = round.timer->now();
   if (auto eval = model.evaluate_global()) {

@@ -19,6 +19,8 @@
 #include "server/federation/run_controller.hpp"
 #include "server/federation/run_model.hpp"
 #include "server/federation/secure_round.hpp"
+#include "shared/privacy/adaptive_clip.hpp"
+#include "shared/privacy/distributed_dp.hpp"
 #include "shared/privacy/gaussian.hpp"
 #include "shared/privacy/noise_source.hpp"
 #include "shared/protocol/frame.hpp"
@@ -94,6 +96,8 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
   const bool compressed = active_->config.compression.up != protocol::UpdateEncoding::f32;
   const bool scaffold = active_->model->strategy->wants_control();
   const bool site_batch_norm = !active_->model->site_ranges.empty();
+  const bool secure_clip = active_->config.privacy.dp.adaptive.has_value() &&
+                           active_->config.privacy.secure_aggregation.has_value();
   std::erase_if(online, [&](const Candidate& c) {
     // A client whose data does not fit this model cannot train it, nor can a client of a
     // protocol version before external models train one, nor one before compressed updates
@@ -104,7 +108,8 @@ std::vector<Candidate> RunController::eligible(bool check_schema) const {
             c.protocol_version < protocol::kExternalModelsProtocolVersion) ||
            (compressed && c.protocol_version < protocol::kCompressionProtocolVersion) ||
            (scaffold && c.protocol_version < protocol::kScaffoldProtocolVersion) ||
-           (site_batch_norm && c.protocol_version < protocol::kSiteBatchNormProtocolVersion);
+           (site_batch_norm && c.protocol_version < protocol::kSiteBatchNormProtocolVersion) ||
+           (secure_clip && c.protocol_version < protocol::kSecureAdaptiveClipProtocolVersion);
   });
   return online;
 }
@@ -316,6 +321,11 @@ void RunController::begin_round() {
   privacy.delta = run.config.privacy.dp.delta;
   privacy.clip_norm = run.config.privacy.dp.clip_norm;
   privacy.noise_multiplier = run.budget ? run.budget->noise_multiplier() : 0.0;
+  if (run.secure_clip) {
+    // The sites clip to this round's C and report their unclipped bit (protocol 6).
+    privacy.clip_norm = run.secure_clip->clip();
+    privacy.count_stddev = run.secure_clip->count_stddev();
+  }
   if (const auto& secure = run.config.privacy.secure_aggregation) {
     privacy.secure_aggregation = true;
     auto plan = secagg::plan_round(static_cast<std::uint32_t>(candidates.size()), secure->settings);
@@ -335,6 +345,9 @@ void RunController::begin_round() {
       // unless the run lets the sites send their own (an evaluating stage, as in plain runs).
       plan->metric_slots =
           run.config.federated_evaluation && !secure->per_client_evaluation ? 3 : 0;
+      if (run.secure_clip) {
+        plan->metric_slots += 1;  // the unclipped bit, last
+      }
       round.secure.emplace(run.record.id, round.number, *plan, nonces, model.global->size());
     } else {
       spdlog::warn("run {} round {}: {}", run.record.id, round.number, plan.error().message);
@@ -599,6 +612,10 @@ void RunController::record_failed_round() {
   report.record.failure_reason = round.closed.failure_reason;
   report.record.secure_aggregation = round.secure.has_value();
   report.record.epsilon = round.epsilon;
+  report.record.dp_charge = round.dp_charge;
+  if (report.record.dp_charge) {
+    report.record.dp_charge->clip_norm = adaptive_clip_norm();
+  }
   spdlog::warn("run {} round {} failed: {}", run.record.id, round.number,
                round.closed.failure_reason);
   // The attempt's event is written in the attempt's own transaction: one fsync for both.
@@ -680,27 +697,43 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
     shapes.push_back(DpRoundShape{});
   }
   const std::span<const DpRoundShape> shape(shapes);
+  std::optional<double> resumed_clip;
   if (!run.budget) {
-    auto budget = PrivacyBudget::create(dp, run.config.rounds, shape);
+    auto past = env_.store.list_rounds(run.record.id);
+    if (!past) {
+      end_run(store::RunState::paused,
+              "privacy: reading the run's past rounds: " + past.error().message);
+      return false;
+    }
+    auto budget = resume_privacy_budget(dp, shape, *past, resumed_clip);
     if (!budget) {
       end_run(store::RunState::failed, "privacy: " + budget.error().message);
       return false;
-    }
-    if (auto past = env_.store.list_rounds(run.record.id); past && !past->empty()) {
-      for (const auto& s : shapes) {
-        budget->restore(static_cast<std::int64_t>(past->size()), s);
-      }
     }
     run.budget = std::move(*budget);
     spdlog::info("run {}: {} DP, budget epsilon {} at delta {}, noise multiplier {:.4f}",
                  run.record.id, protocol::dp_mode_name(dp.mode), dp.epsilon, dp.delta,
                  run.budget->noise_multiplier());
+    if (dp.adaptive && run.config.privacy.secure_aggregation) {
+      auto made = privacy::AdaptiveClip::create(
+          resumed_clip.value_or(dp.clip_norm), dp.adaptive->target_quantile,
+          dp.adaptive->learning_rate, dp.adaptive->count_stddev);
+      auto split = privacy::update_noise_multiplier(run.budget->noise_multiplier(),
+                                                    dp.adaptive->count_stddev);
+      if (!made || !split) {
+        end_run(store::RunState::failed,
+                "privacy: adaptive clipping: " +
+                    (!made ? made.error().message : split.error().message));
+        return false;
+      }
+      run.secure_clip = *made;
+    }
     if (dp.mode == protocol::DpMode::client_central && !run.config.privacy.secure_aggregation) {
       std::optional<privacy::AdaptiveClip> adaptive;
       if (dp.adaptive) {
-        auto made =
-            privacy::AdaptiveClip::create(dp.clip_norm, dp.adaptive->target_quantile,
-                                          dp.adaptive->learning_rate, dp.adaptive->count_stddev);
+        auto made = privacy::AdaptiveClip::create(
+            resumed_clip.value_or(dp.clip_norm), dp.adaptive->target_quantile,
+            dp.adaptive->learning_rate, dp.adaptive->count_stddev);
         auto split = privacy::update_noise_multiplier(run.budget->noise_multiplier(),
                                                       dp.adaptive->count_stddev);
         if (!made || !split) {
@@ -731,7 +764,69 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
   }
   auto spent = run.budget->spend(shape);
   run.round->epsilon = *spent;
+  store::DpCharge charge;
+  charge.noise_multiplier = run.budget->noise_multiplier();
+  for (const auto& s : shapes) {
+    const store::DpCharge::Shape stored{s.q, static_cast<std::int64_t>(s.steps_per_round)};
+    if (std::find(charge.shapes.begin(), charge.shapes.end(), stored) == charge.shapes.end()) {
+      charge.shapes.push_back(stored);
+    }
+  }
+  std::sort(charge.shapes.begin(), charge.shapes.end(), [](const auto& a, const auto& b) {
+    return a.q != b.q ? a.q < b.q : a.steps < b.steps;
+  });
+  run.round->dp_charge = std::move(charge);
   return true;
+}
+
+// The budget of a run at its first DP round in this activation. Past attempts with a stored
+// charge (schema 7) are composed exactly, each with its own z and shapes, and the run keeps
+// the z they were charged at; attempts without one (a history written before schema 7) are
+// charged at `shapes` and the calibrated z, as before. `clip` gets adaptive clipping's last
+// stored C.
+result<PrivacyBudget> RunController::resume_privacy_budget(
+    const DpConfig& dp, std::span<const DpRoundShape> shapes,
+    const std::vector<store::RoundRecord>& past, std::optional<double>& clip) {
+  std::optional<double> charged_z;
+  for (const auto& r : past) {
+    if (r.dp_charge) {
+      charged_z = r.dp_charge->noise_multiplier;
+      if (r.dp_charge->clip_norm) {
+        clip = r.dp_charge->clip_norm;
+      }
+    }
+  }
+  auto budget = charged_z ? PrivacyBudget::with_noise_multiplier(dp, *charged_z)
+                          : PrivacyBudget::create(dp, active_->config.rounds, shapes);
+  if (!budget) {
+    return budget;
+  }
+  for (const auto& r : past) {
+    if (r.dp_charge) {
+      std::vector<DpRoundShape> charged;
+      for (const auto& s : r.dp_charge->shapes) {
+        charged.push_back({s.q, static_cast<std::uint64_t>(s.steps)});
+      }
+      budget->restore(charged, r.dp_charge->noise_multiplier);
+    } else {
+      budget->restore(shapes, budget->noise_multiplier());
+    }
+  }
+  return budget;
+}
+
+// Adaptive clipping's C now (after the strategy's last finish_round), or nothing.
+std::optional<double> RunController::adaptive_clip_norm() const {
+  if (!active_ || !active_->config.privacy.dp.adaptive) {
+    return std::nullopt;
+  }
+  if (active_->secure_clip) {
+    return active_->secure_clip->clip();
+  }
+  if (const auto* dp = dynamic_cast<const DpFedAvg*>(active_->model->strategy.get())) {
+    return dp->clip_norm();
+  }
+  return std::nullopt;
 }
 
 // Client-level DP under secure aggregation: clients clipped their updates and sent them
@@ -741,7 +836,7 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
 // the number selected (public), as in DP-FedAvg.
 result<void> RunController::privatize_secure_mean(secagg::SecAggResult& result,
                                                   std::size_t selected) {
-  const auto& run = *active_;
+  auto& run = *active_;
   const auto& dp = run.config.privacy.dp;
   if (dp.mode != protocol::DpMode::client_central &&
       dp.mode != protocol::DpMode::client_distributed) {
@@ -751,17 +846,45 @@ result<void> RunController::privatize_secure_mean(secagg::SecAggResult& result,
   for (auto& v : result.mean_delta) {
     v = static_cast<float>(double(v) * contributors);
   }
+  const double divisor = double(std::max<std::size_t>(selected, 1));
+  const double clip = run.secure_clip ? run.secure_clip->clip() : dp.clip_norm;
+  privacy::CryptoNormal noise;
   if (dp.mode == protocol::DpMode::client_central) {
-    privacy::CryptoNormal noise;
-    if (auto ok = privacy::add_gaussian_noise(result.mean_delta, run.budget->noise_multiplier(),
-                                              dp.clip_norm, noise);
-        !ok) {
+    double z = run.budget->noise_multiplier();
+    if (run.secure_clip && z > 0) {
+      auto split = privacy::update_noise_multiplier(z, run.secure_clip->count_stddev());
+      if (!split) {
+        return split.error();
+      }
+      z = *split;  // the bit count takes the rest of the round's z
+    }
+    if (auto ok = privacy::add_gaussian_noise(result.mean_delta, z, clip, noise); !ok) {
       return ok.error();
     }
   }
-  const double divisor = double(std::max<std::size_t>(selected, 1));
   for (auto& v : result.mean_delta) {
     v = static_cast<float>(double(v) / divisor);
+  }
+  if (run.secure_clip) {
+    if (result.metric_sums.empty()) {
+      return fail(errc::internal, "adaptive clipping: the round's sum has no unclipped-bit slot");
+    }
+    const bool distributed = dp.mode == protocol::DpMode::client_distributed;
+    const auto& plan = run.round->secure->plan();
+    auto slot = privacy::clip_report_slot(run.secure_clip->count_stddev(), distributed,
+                                          plan.threshold, plan.clip_range);
+    if (!slot) {
+      return slot.error();
+    }
+    const double report_sum = result.metric_sums.back() * slot->scale;
+    if (distributed) {
+      // Already noised by the sites' shares: no party saw the bare count.
+      run.secure_clip->step(report_sum / divisor + 0.5);
+    } else if (auto moved = run.secure_clip->update(report_sum, divisor, noise); !moved) {
+      return moved.error();
+    }
+    spdlog::info("run {} round {}: adaptive clip now {:.4f}", run.record.id, run.round->number,
+                 run.secure_clip->clip());
   }
   return {};
 }

@@ -1,5 +1,6 @@
 // HistoryStore's rounds: the one transaction that commits a round (or records a failed
 // attempt) with its client results and checkpoint reference, and the queries over rounds.
+#include "server/store/detail/dp_charge_text.hpp"
 #include "server/store/detail/rows.hpp"
 #include "server/store/history_store.hpp"
 #include "server/store/schema.hpp"
@@ -110,9 +111,9 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
         "INSERT INTO rounds (run_id, round, attempt, state, started_ms, finished_ms, selected, "
         "  accepted, rejected, timed_out, dropped, train_loss, train_accuracy, eval_loss, "
         "  eval_accuracy, fed_eval_loss, fed_eval_accuracy, bytes_up, bytes_down, "
-        "  failure_reason, checkpoint_id, secure_aggregation, epsilon, late) "
+        "  failure_reason, checkpoint_id, secure_aggregation, epsilon, late, dp_charge) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-        "        ?18, ?19, ?20, ?21, ?22, ?23, ?24)");
+        "        ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)");
     if (!s) {
       return in(what, s.error());
     }
@@ -140,6 +141,11 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
     s->bind_int64(22, stored.secure_aggregation ? 1 : 0);
     bind_optional(*s, 23, stored.epsilon);
     s->bind_int64(24, stored.late);
+    if (stored.dp_charge) {
+      s->bind_text(25, detail::dp_charge_text(*stored.dp_charge));
+    } else {
+      s->bind_null(25);
+    }
     if (auto ok = s->run(); !ok) {
       return in(what, ok.error());
     }

@@ -91,6 +91,20 @@ struct RunRecord {
   bool operator==(const RunRecord&) const = default;
 };
 
+// What a DP round attempt was charged (server/federation/privacy_budget.hpp): enough to
+// compose the run's ε again, exactly, after a restart, and to continue adaptive clipping.
+struct DpCharge {
+  struct Shape {
+    double q = 1.0;  // sampling ratio of each step
+    std::int64_t steps = 1;
+    bool operator==(const Shape&) const = default;
+  };
+  double noise_multiplier = 0;      // z of the round
+  std::vector<Shape> shapes;        // every distinct (q, steps) of the round's selected sites
+  std::optional<double> clip_norm;  // adaptive clipping's C after the round
+  bool operator==(const DpCharge&) const = default;
+};
+
 // One attempt at one round of a run. A round number may be attempted several times: any
 // number of failed attempts, then at most one committed attempt. Attempts are numbered
 // 1, 2, ... per (run, round) by the store.
@@ -118,6 +132,7 @@ struct RoundRecord {
   std::int64_t bytes_down = 0;
   bool secure_aggregation = false;            // only the sum of the updates was ever unmasked
   std::optional<double> epsilon;              // DP budget spent by the run through this round
+  std::optional<DpCharge> dp_charge;          // what the accountant charged (DP runs)
   std::string failure_reason;                 // failed attempts only
   std::optional<std::int64_t> checkpoint_id;  // assigned by commit_round; ignored on write
 

@@ -241,6 +241,14 @@ CREATE TABLE round_phases (
 ) STRICT;
 PRAGMA user_version = 6;
 )sql"},
+    // What the privacy accountant charged each DP round (z, the sites' (q, steps) shapes,
+    // adaptive clipping's C), so a resumed run composes its ε exactly instead of assuming
+    // today's sites and noise for every past round. NULL for rounds before this version and
+    // for runs without DP.
+    {7, R"sql(
+ALTER TABLE rounds ADD COLUMN dp_charge TEXT CHECK (dp_charge IS NULL OR json_valid(dp_charge));
+PRAGMA user_version = 7;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

@@ -25,4 +25,20 @@ namespace fedcore::privacy {
 result<double> per_client_noise_stddev(double noise_multiplier, double clip_norm,
                                        std::uint64_t min_survivors);
 
+// Adaptive clipping under secure aggregation (privacy/adaptive_clip.hpp): each site puts
+// its centred unclipped bit (±1/2), with distributed DP plus its share of the count noise,
+// into one slot of the masked vector, where every value is clipped to ±clip_range before
+// it is quantized. Clipping the noise would weaken it, so the slot carries report / scale
+// with a public scale that keeps a report inside the range out to 8 standard deviations of
+// its noise share; the server multiplies the slot's sum by the same scale.
+struct ClipReportSlot {
+  double share_stddev = 0;  // the site's share of N(0, count_stddev²): count_stddev/√t, or 0
+  double scale = 1;         // max(1, (1/2 + 8·share_stddev) / clip_range)
+};
+// `distributed`: each site adds its share of the count noise (else the server adds it all).
+// Errors: invalid_argument if count_stddev or clip_range is not positive and finite, or
+// min_survivors is 0.
+result<ClipReportSlot> clip_report_slot(double count_stddev, bool distributed,
+                                        std::uint64_t min_survivors, double clip_range);
+
 }  // namespace fedcore::privacy

@@ -300,6 +300,7 @@ result<PrivacyTerms> parse_privacy(const std::string& what, const json& p) {
   out.delta = inner.number("delta", 0.0, 1.0, 0.0);
   out.clip_norm = inner.number("clip_norm", 0.0, 1e9, 0.0);
   out.noise_multiplier = inner.number("noise_multiplier", 0.0, 1e6, 0.0);
+  out.count_stddev = inner.number("count_stddev", 0.0, 1e6, 0.0);
   if (!inner.ok()) {
     return inner.take_error();
   }
@@ -307,12 +308,16 @@ result<PrivacyTerms> parse_privacy(const std::string& what, const json& p) {
 }
 
 json privacy_json(const PrivacyTerms& p) {
-  return {{"secure_aggregation", p.secure_aggregation},
-          {"dp", dp_mode_name(p.dp)},
-          {"epsilon", p.epsilon},
-          {"delta", p.delta},
-          {"clip_norm", p.clip_norm},
-          {"noise_multiplier", p.noise_multiplier}};
+  json j = {{"secure_aggregation", p.secure_aggregation},
+            {"dp", dp_mode_name(p.dp)},
+            {"epsilon", p.epsilon},
+            {"delta", p.delta},
+            {"clip_norm", p.clip_norm},
+            {"noise_multiplier", p.noise_multiplier}};
+  if (p.count_stddev > 0) {
+    j["count_stddev"] = p.count_stddev;
+  }
+  return j;
 }
 
 json scaling_json(const FeatureScaling& scaling) {

@@ -33,12 +33,15 @@ using fedcore::is_valid_client_id;  // util/client_id.hpp
 //   3  compressed updates (TRAIN "compression", UPDATE "encoding"; update_encoding.hpp)
 //   4  SCAFFOLD (TRAIN and UPDATE "scaffold": a control variate after the parameters)
 //   5  FedBN (TRAIN and EVALUATE "site_batch_norm": the site keeps its own BatchNorm)
-inline constexpr std::uint32_t kProtocolVersion = 5;
+//   6  adaptive clipping under secure aggregation (TRAIN privacy "count_stddev": the site
+//      reports its unclipped bit in the masked vector's last metric slot)
+inline constexpr std::uint32_t kProtocolVersion = 6;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint32_t kExternalModelsProtocolVersion = 2;
 inline constexpr std::uint32_t kCompressionProtocolVersion = 3;
 inline constexpr std::uint32_t kScaffoldProtocolVersion = 4;
 inline constexpr std::uint32_t kSiteBatchNormProtocolVersion = 5;
+inline constexpr std::uint32_t kSecureAdaptiveClipProtocolVersion = 6;
 // The version a session with a peer of `peer_version` speaks. REQUIRES: peer_version >= 1.
 constexpr std::uint32_t negotiated_protocol(std::uint32_t peer_version) noexcept {
   return peer_version < kProtocolVersion ? peer_version : kProtocolVersion;
@@ -88,6 +91,11 @@ struct PrivacyTerms {
   // Record-level DP-SGD (dp == record): per-example clip and noise multiplier.
   double clip_norm = 0;
   double noise_multiplier = 0;
+  // Adaptive clipping under secure aggregation (client-level DP): > 0 asks the site to report
+  // its centred unclipped bit (privacy/adaptive_clip.hpp) in the masked vector's last metric
+  // slot; the bit sum gets N(0, count_stddev²) (distributed DP: each site its share), and
+  // the update noise uses z_Δ = update_noise_multiplier(noise_multiplier, count_stddev).
+  double count_stddev = 0;
 };
 
 // Feature scaling (docs/protocol.md, "Feature scaling"): how a site standardises its

@@ -86,8 +86,8 @@ TEST(RecordDpLedger, AFileKeepsTheSpendAcrossARestartAndADamagedFileStopsTheStar
   // if it had never stopped.
   RecordDpLedger restarted(1000);
   ASSERT_TRUE(restarted.persist_to(path));
-  EXPECT_NEAR(*restarted.spent(7, 1e-5),
-              *RecordDpLedger(1000).record(7, {0.05, 1.0, 40}, 1e-5), 1e-12);
+  EXPECT_NEAR(*restarted.spent(7, 1e-5), *RecordDpLedger(1000).record(7, {0.05, 1.0, 40}, 1e-5),
+              1e-12);
   EXPECT_EQ(restarted.check(request), std::nullopt);
   ASSERT_TRUE(restarted.record(7, {0.05, 1.0, 20}, 1e-5));
   ASSERT_TRUE(restarted.check(request).has_value());

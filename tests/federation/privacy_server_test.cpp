@@ -64,7 +64,7 @@ TEST(PrivacyConfig, IncompatibleCombinationsAreRefusedWithANamedReason) {
       {R"(,"privacy":{"dp":{"mode":"record","epsilon":1,"delta":1e-5,"clip_norm":1}})",
        "not covered by the privacy accountant", 3},
       {R"(,"federated_evaluation":false,"privacy":{)" + secure +
-           R"(,"dp":{"mode":"client_central","epsilon":1,"delta":1e-5,"clip_norm":1,)"
+           R"(,"dp":{"mode":"record","epsilon":1,"delta":1e-5,"clip_norm":1,)"
            R"("adaptive_clip":{}}})",
        "adaptive clipping", 3},
   };
@@ -80,6 +80,13 @@ TEST(PrivacyConfig, IncompatibleCombinationsAreRefusedWithANamedReason) {
                    R"(,"dp":{"mode":"record","epsilon":8,"delta":1e-5,"clip_norm":1}})"));
   EXPECT_TRUE(with(R"(,"federated_evaluation":false,"privacy":{)" + secure +
                    R"(,"dp":{"mode":"client_central","epsilon":8,"delta":1e-5,"clip_norm":1}})"));
+  // Adaptive clipping under secure aggregation: the sites clip and report the bit.
+  for (const char* mode : {"client_central", "client_distributed"}) {
+    EXPECT_TRUE(with(R"(,"federated_evaluation":false,"privacy":{)" + secure +
+                     R"(,"dp":{"mode":")" + mode +
+                     R"(","epsilon":8,"delta":1e-5,"clip_norm":1,"adaptive_clip":{}}})"))
+        << mode;
+  }
 }
 
 TEST(PrivacyBudget, CalibratedNoiseSpendsTheBudgetExactlyAtThePlannedRound) {
@@ -144,6 +151,26 @@ TEST(PrivacyBudget, EverySitesShapeCountsNotOnlyTheSmallest) {
   }
   // The fourth round would pass it.
   EXPECT_GT(*budget.epsilon_after_next(shapes), 8.0);
+}
+
+TEST(PrivacyBudget, RestoredRoundsComposeWithTheirOwnNoiseAndShapes) {
+  DpConfig dp{protocol::DpMode::record, 50.0, 1e-5, 1.0, 0.0, std::nullopt};
+  const DpRoundShape a{0.1, 10};
+  const DpRoundShape b{0.05, 20};
+  auto budget = PrivacyBudget::with_noise_multiplier(dp, 1.5).value();
+  budget.restore(std::span(&a, 1), 1.0);  // a round charged at z = 1
+  budget.restore(std::span(&b, 1), 1.5);
+  EXPECT_EQ(budget.rounds_spent(), 2);
+  // The next round at z = 1.5, worst of a and b, each over all three rounds.
+  double worst = 0;
+  for (const auto& s : {a, b}) {
+    auto accountant = privacy::RdpAccountant::create().value();
+    ASSERT_TRUE(accountant.compose_poisson_gaussian(s.q, 1.0, s.steps_per_round));
+    ASSERT_TRUE(accountant.compose_poisson_gaussian(s.q, 1.5, 2 * s.steps_per_round));
+    worst = std::max(worst, accountant.epsilon(1e-5)->epsilon);
+  }
+  EXPECT_NEAR(*budget.epsilon_after_next(b), worst, 1e-12);
+  EXPECT_FALSE(PrivacyBudget::with_noise_multiplier(dp, 0));
 }
 
 class ZeroNoise final : public privacy::NoiseSource {

@@ -1,6 +1,7 @@
 #include "server/federation/run_controller.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "server/federation/aggregate.hpp"
 #include "shared/model/param_io.hpp"
+#include "shared/privacy/distributed_dp.hpp"
 #include "shared/privacy/rdp_accountant.hpp"
 #include "shared/secagg/client.hpp"
 #include "shared/secagg/wire.hpp"
@@ -907,7 +909,7 @@ class SecureSites {
             secagg::to_metadata(sites_[id].envelope, upload));
     return true;
   }
-  bool mask(const std::string& id, std::uint64_t samples) {
+  bool mask(const std::string& id, std::uint64_t samples, std::vector<double> metrics = {}) {
     auto* m = latest(id, protocol::MessageType::secagg_relay);
     if (m == nullptr) {
       return false;
@@ -917,7 +919,9 @@ class SecureSites {
     const double weight =
         double(std::min<std::uint64_t>(samples, weight_cap_)) / double(weight_cap_);
     auto words =
-        sites_[id].client->masked_input(relayed.body, sites_[id].delta, weight, rounding).value();
+        sites_[id]
+            .client->masked_input(relayed.body, sites_[id].delta, weight, rounding, metrics)
+            .value();
     protocol::Frame frame;
     frame.type = protocol::MessageType::secagg_masked;
     frame.metadata = secagg::to_metadata(sites_[id].envelope);
@@ -1070,6 +1074,66 @@ TEST_F(RunControllerTest, ASecureRoundBelowTheThresholdFailsAndTheRunFollowsItsP
 
 // ---------------------------------------------------------------- differential privacy
 
+// Adaptive clipping under secure aggregation with distributed DP: the server never sees a
+// norm, only the sum of the sites' (noised) unclipped bits in the masked vector's last slot,
+// and moves the clip from it, C <- C exp(-eta (b - gamma)): down when every update fitted
+// under C, up when none did. The next TRAIN carries the new C; each round's charge keeps it.
+TEST_F(RunControllerTest, ASecureDistributedDpRunMovesItsClipFromTheMaskedUnclippedBits) {
+  for (auto id : {"a", "b", "c"}) {
+    connect(id);
+  }
+  auto c = parse_run_config(
+      R"({"model":{"type":"logreg","input_shape":[4],"num_classes":2},"rounds":3,)"
+      R"("clients_per_round":3,"min_clients":3,"round_timeout_s":10,"wait_for_clients_s":5,)"
+      R"("federated_evaluation":false,)"
+      R"("privacy":{"secure_aggregation":{"stage_timeout_s":5,"bind_keys":false},)"
+      R"("dp":{"mode":"client_distributed","clip_norm":2.0,"noise_multiplier":1.0,)"
+      R"("delta":1e-5,"epsilon":100,)"
+      R"("adaptive_clip":{"target_quantile":0.5,"learning_rate":0.2,"count_stddev":1.0}}}})");
+  ASSERT_TRUE(c) << c.error().message;
+  start(*c);
+  SecureSites sites(*controller_, sessions_);
+  const auto play_round = [&](double bit) {
+    for (auto id : {"a", "b", "c"}) {
+      const auto& terms = sessions_.last_sent_to(id)->request.privacy;
+      EXPECT_DOUBLE_EQ(terms.count_stddev, 1.0);
+      sites.train(id, 0.01f);
+    }
+    for (auto id : {"a", "b", "c"}) {
+      ASSERT_TRUE(sites.share(id));
+    }
+    // The slot carries report / scale; the scale is public (t, count_stddev, clip_range).
+    auto relay = std::find_if(sessions_.others.rbegin(), sessions_.others.rend(), [](auto& o) {
+      return o.type == protocol::MessageType::secagg_neighbours;
+    });
+    ASSERT_NE(relay, sessions_.others.rend());
+    const auto plan = secagg::parse_neighbour_keys(relay->metadata).value().body.plan;
+    ASSERT_EQ(plan.metric_slots, 1u);  // the bit, nothing else
+    const auto slot = privacy::clip_report_slot(1.0, true, plan.threshold, plan.clip_range).value();
+    for (auto id : {"a", "b", "c"}) {
+      ASSERT_TRUE(sites.mask(id, 100, {bit / slot.scale}));
+    }
+    for (auto id : {"a", "b", "c"}) {
+      ASSERT_TRUE(sites.sign(id));
+    }
+    for (auto id : {"a", "b", "c"}) {
+      ASSERT_TRUE(sites.unmask(id));
+    }
+  };
+  EXPECT_DOUBLE_EQ(sessions_.last_sent_to("a")->request.privacy.clip_norm, 2.0);
+  // Round 1: every update fitted (+1/2 each, b = 1 > 0.5): the clip shrinks.
+  play_round(+0.5);
+  ASSERT_EQ(committed_.size(), 1u) << (failed_.empty() ? "" : failed_[0].failure_reason);
+  const double after_one = 2.0 * std::exp(-0.2 * (1.0 - 0.5));
+  ASSERT_TRUE(committed_[0].dp_charge && committed_[0].dp_charge->clip_norm);
+  EXPECT_NEAR(*committed_[0].dp_charge->clip_norm, after_one, 1e-5);
+  EXPECT_NEAR(sessions_.last_sent_to("a")->request.privacy.clip_norm, after_one, 1e-5);
+  // Round 2: none fitted (b = 0 < 0.5): it grows back.
+  play_round(-0.5);
+  ASSERT_EQ(committed_.size(), 2u) << (failed_.empty() ? "" : failed_[0].failure_reason);
+  EXPECT_NEAR(*committed_[1].dp_charge->clip_norm, after_one * std::exp(-0.2 * (0.0 - 0.5)), 1e-5);
+}
+
 TEST_F(RunControllerTest, ADpRunRecordsEpsilonPerRoundAndStopsBeforeTheBudgetIsExceeded) {
   // z = 2 at q = 1: the budget is what two rounds cost (plus a hair), so the third round
   // must not start.
@@ -1109,6 +1173,60 @@ TEST_F(RunControllerTest, ADpRunRecordsEpsilonPerRoundAndStopsBeforeTheBudgetIsE
   ASSERT_TRUE(rounds);
   ASSERT_EQ(rounds->size(), 2u);
   EXPECT_EQ((*rounds)[1].epsilon, committed_[1].epsilon);
+}
+
+// A restart composes the run's past rounds exactly as they were charged (their noise
+// multiplier and their sites' shapes, stored with each round), not as if today's sites had
+// taken part in them at a newly calibrated noise: here the costly small site of rounds 1-2
+// is gone after the restart, and round 3 is still charged for it.
+TEST_F(RunControllerTest, ARestartedDpRunChargesItsPastRoundsAsTheyWere) {
+  connect("small", 320);  // q = 0.1, 10 steps a round at batch 32
+  connect("mid", 640);    // q = 0.05, 20 steps
+  auto c = parse_run_config(
+      R"({"model":{"type":"logreg","input_shape":[4],"num_classes":2},"rounds":4,)"
+      R"("clients_per_round":2,"min_clients":2,"federated_evaluation":false,"batch_size":32,)"
+      R"("local_epochs":1,"privacy":{"dp":{"mode":"record","clip_norm":1.0,)"
+      R"("noise_multiplier":0,"delta":1e-5,"epsilon":8}}})");
+  ASSERT_TRUE(c) << c.error().message;
+  const auto id = start(*c);
+  for (int round = 1; round <= 2; ++round) {
+    ASSERT_EQ(controller_->active_round(), round);
+    answer("small", 0.5f);
+    answer("mid", 0.5f);
+  }
+  ASSERT_EQ(committed_.size(), 2u);
+  ASSERT_TRUE(committed_[1].dp_charge);
+  const double z = committed_[1].dp_charge->noise_multiplier;
+  EXPECT_GT(z, 0);
+  EXPECT_EQ(committed_[1].dp_charge->shapes,
+            (std::vector<store::DpCharge::Shape>{{0.05, 20}, {0.1, 10}}));  // sorted by q
+  // The server dies; the small site is gone when it comes back, a large one has joined.
+  controller_->shutdown();
+  sessions_.disconnect("small");
+  connect("large", 1280);  // q = 0.025, 40 steps
+  sessions_.sent.clear();
+  make_controller();
+  ASSERT_TRUE(controller_->resume_runs());
+  controller_->poll();
+  ASSERT_EQ(controller_->active_round(), 3);
+  // The noise the run was planned with, not one calibrated for today's cheaper sites.
+  EXPECT_DOUBLE_EQ(sessions_.last_sent_to("mid")->request.privacy.noise_multiplier, z);
+  answer("mid", 0.5f);
+  answer("large", 0.5f);
+  ASSERT_EQ(committed_.size(), 3u);
+  ASSERT_TRUE(committed_[2].epsilon);
+  // Independently: the small site's shape over three rounds at z is the worst.
+  double worst = 0;
+  for (const auto& [q, steps] : {std::pair{0.1, 10}, {0.05, 20}, {0.025, 40}}) {
+    auto accountant = privacy::RdpAccountant::create().value();
+    ASSERT_TRUE(accountant.compose_poisson_gaussian(q, z, 3 * steps));
+    worst = std::max(worst, accountant.epsilon(1e-5)->epsilon);
+  }
+  EXPECT_NEAR(*committed_[2].epsilon, worst, 1e-9);
+  auto small_alone = privacy::RdpAccountant::create().value();
+  ASSERT_TRUE(small_alone.compose_poisson_gaussian(0.1, z, 30));
+  EXPECT_DOUBLE_EQ(worst, small_alone.epsilon(1e-5)->epsilon);
+  EXPECT_EQ(run(id).last_round, 3);
 }
 
 }  // namespace

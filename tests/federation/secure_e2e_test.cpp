@@ -28,7 +28,8 @@ struct RunOutcome {
 };
 
 // The shards are written once; each run gets its own federation (PKI, server, store).
-RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy) {
+RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy,
+                          bool federated_evaluation = true) {
   TempDir dir;
   Federation federation(dir);
   for (int i = 1; i <= kHospitals; ++i) {
@@ -46,8 +47,8 @@ RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy) {
   auto config = federation::parse_run_config(
       R"({"name":"bc","model":{"type":"logreg"},"rounds":3,"clients_per_round":4,
       "min_clients":4,"local_epochs":2,"batch_size":16,"optimizer":{"kind":"sgd","lr":0.1},
-      "round_timeout_s":60,"seed":1,"wait_for_clients_s":60,"federated_evaluation":true,
-      "server_test_set":")" +
+      "round_timeout_s":60,"seed":1,"wait_for_clients_s":60,"federated_evaluation":)" +
+      std::string(federated_evaluation ? "true" : "false") + R"(,"server_test_set":")" +
       data_dir.path("held-out.csv") + R"(","label_column":"benign")" + privacy + "}");
   EXPECT_TRUE(config) << config.error().to_string();
   // The shards are standardised already, and both runs must see the same features: a
@@ -82,8 +83,7 @@ RunOutcome run_federation(const TempDir& data_dir, const std::string& privacy) {
   return out;
 }
 
-TEST(SecureFederation, FourHospitalsWithSecAggPlusMatchPlainFedAvg) {
-  TempDir data_dir;
+void write_shards(const TempDir& data_dir) {
   auto table = data::load_csv(fedcore::source_path("data/breast_cancer_wisconsin.csv"),
                               {.label_column = "benign"});
   ASSERT_TRUE(table) << table.error().to_string();
@@ -97,7 +97,11 @@ TEST(SecureFederation, FourHospitalsWithSecAggPlusMatchPlainFedAvg) {
                        data_dir.path("hospital-" + std::to_string(i + 1) + ".csv"), "benign");
   }
   testing::write_csv(split.test, data_dir.path("held-out.csv"), "benign");
+}
 
+TEST(SecureFederation, FourHospitalsWithSecAggPlusMatchPlainFedAvg) {
+  TempDir data_dir;
+  write_shards(data_dir);
   const auto plain = run_federation(data_dir, "");
   const auto secure = run_federation(
       data_dir, R"(,"privacy":{"secure_aggregation":{"stage_timeout_s":30,"bind_keys":true}})");
@@ -135,6 +139,35 @@ TEST(SecureFederation, FourHospitalsWithSecAggPlusMatchPlainFedAvg) {
       EXPECT_EQ(result.loss, 0.0);
       EXPECT_GT(result.bytes_up, 0);
     }
+  }
+}
+
+// Distributed DP with adaptive clipping over real TLS: the daemons clip, noise their
+// updates and their unclipped bits with their shares, and the server moves the clip from
+// the masked bit sum alone. Every update of this model is far below the starting clip of
+// 10 (logistic regression, 2 epochs at lr 0.1), so b is about 1 and each round's clip is
+// C exp(-0.5 (1 - 0.5)) = 0.78 C, give or take the bit noise (sd 0.05 / 4 sites).
+TEST(SecureFederation, DistributedDpMovesTheAdaptiveClipFromTheMaskedBits) {
+  TempDir data_dir;
+  write_shards(data_dir);
+  const auto run =
+      run_federation(data_dir,
+                     R"(,"privacy":{"secure_aggregation":{"stage_timeout_s":30,)"
+                     R"("bind_keys":true},"dp":{"mode":"client_distributed","clip_norm":10,)"
+                     R"("noise_multiplier":0.09,"delta":1e-5,"epsilon":5000,"adaptive_clip":)"
+                     R"({"target_quantile":0.5,"learning_rate":0.5,"count_stddev":0.05}}})",
+                     false);
+  ASSERT_EQ(run.rounds.size(), static_cast<std::size_t>(kRounds));
+  double clip = 10;
+  for (const auto& r : run.rounds) {
+    ASSERT_TRUE(r.dp_charge && r.dp_charge->clip_norm) << "round " << r.round;
+    EXPECT_DOUBLE_EQ(r.dp_charge->noise_multiplier, 0.09);
+    const double ratio = *r.dp_charge->clip_norm / clip;
+    EXPECT_GT(ratio, 0.76) << "round " << r.round;
+    EXPECT_LT(ratio, 0.80) << "round " << r.round;
+    clip = *r.dp_charge->clip_norm;
+    EXPECT_TRUE(r.secure_aggregation);
+    EXPECT_EQ(r.accepted, kHospitals);
   }
 }
 

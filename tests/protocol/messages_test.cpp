@@ -75,7 +75,7 @@ TEST(Messages, SiteBatchNormFlagRoundTripsInTrainAndEvaluate) {
   auto parsed_eval = parse_evaluate_request(to_metadata(eval));
   ASSERT_TRUE(parsed_eval) << parsed_eval.error().message;
   EXPECT_TRUE(parsed_eval->site_batch_norm);
-  EXPECT_EQ(kProtocolVersion, kSiteBatchNormProtocolVersion);
+  EXPECT_EQ(kProtocolVersion, kSecureAdaptiveClipProtocolVersion);
 }
 
 TEST(Messages, ProtocolVersionsNegotiateDownToTheOlderPeer) {

@@ -52,7 +52,7 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   { open_store(path); }
   SideConnection side(path);
   EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 6);
+  EXPECT_EQ(kSchemaVersion, 7);
   auto names = side.db().prepare(
       "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
       "ORDER BY name");
@@ -405,6 +405,26 @@ TEST(HistoryRounds, CommitReadsBackExactly) {
   ASSERT_TRUE(store.commit_round(make_round(run, 2), results, std::nullopt));
   EXPECT_EQ((*store.latest_checkpoint(run))->round, 1);
   EXPECT_EQ((*store.last_committed_round(run))->round, 2);
+}
+
+TEST(HistoryRounds, APrivacyChargeReadsBackExactly) {
+  HistoryStore store = open_store();
+  const auto run = seed_running_run(store);
+  RoundRecord failed = make_round(run, 1);
+  failed.epsilon = 0.25;
+  failed.dp_charge = DpCharge{1.0 / 3.0, {{0.1 / 3.0, 94}, {0.05, 60}}, std::nullopt};
+  failed.failure_reason = "below quorum";
+  ASSERT_TRUE(store.record_failed_round(failed, {}));
+  RoundRecord committed = make_round(run, 1);
+  committed.epsilon = 0.5;
+  committed.dp_charge = DpCharge{1.1, {{1.0, 1}}, 0.123456789012345678};
+  ASSERT_TRUE(store.commit_round(committed, three_results(), std::nullopt));
+  auto rounds = store.list_rounds(run);
+  ASSERT_TRUE(rounds) << rounds.error().message;
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[0].dp_charge, failed.dp_charge);  // doubles bit for bit
+  EXPECT_EQ((*rounds)[1].dp_charge, committed.dp_charge);
+  EXPECT_FALSE(make_round(run, 2).dp_charge.has_value());
 }
 
 TEST(HistoryRounds, EmptyRunHasNoRoundsAndUnknownRunsAreNotFound) {

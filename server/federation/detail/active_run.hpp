@@ -18,6 +18,7 @@
 #include "server/federation/run_model.hpp"
 #include "server/federation/secure_round.hpp"
 #include "server/store/history_store.hpp"
+#include "shared/privacy/adaptive_clip.hpp"
 #include "shared/util/assert.hpp"
 #include "shared/util/clock.hpp"
 
@@ -29,12 +30,13 @@ struct RoundInFlight {
   RoundStage stage = RoundStage::selecting;
   std::int64_t started_ms = 0;
   Clock::steady_time deadline;
-  std::optional<RoundTimer> timer;        // from selecting on: where the round's time goes
-  Clock::steady_time evaluation_started;  // evaluating only
-  std::optional<Round> judge;             // from training on
-  std::optional<SecureRound> secure;      // secure-aggregated rounds, from training on
-  RoundClose closed;                      // from aggregating on
-  std::optional<double> epsilon;          // DP runs: the budget spent through this round
+  std::optional<RoundTimer> timer;           // from selecting on: where the round's time goes
+  Clock::steady_time evaluation_started;     // evaluating only
+  std::optional<Round> judge;                // from training on
+  std::optional<SecureRound> secure;         // secure-aggregated rounds, from training on
+  RoundClose closed;                         // from aggregating on
+  std::optional<double> epsilon;             // DP runs: the budget spent through this round
+  std::optional<store::DpCharge> dp_charge;  // DP runs: what the accountant charged it
   // Secure rounds with federated evaluation from the masked sums: (loss, accuracy) of the
   // model the round started from, i.e. of the previous round's aggregate.
   std::optional<std::pair<double, double>> secure_evaluation;
@@ -79,6 +81,9 @@ struct RunController::ActiveRun {
   // "Overlap"); rounds are committed in order, so there is at most one.
   std::optional<PendingCommit> pending;
   std::optional<PrivacyBudget> budget;  // DP runs, from their first round on
+  // Adaptive clipping of a secure client-level DP run (the sites clip; the bit sum arrives in
+  // the masked vector's last slot): C for the next round. Plain runs keep it in DpFedAvg.
+  std::optional<privacy::AdaptiveClip> secure_clip;
   // What TRAIN tells sites about feature scaling: settled once per activation, after the
   // model (feature_scaling.hpp); nullopt while a federated scale is still to be collected.
   std::optional<protocol::FeatureScaling> scaling;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/store/detail/dp_charge_text.hpp"
 #include "server/store/history_store.hpp"
 #include "server/store/sqlite.hpp"
 
@@ -212,7 +213,7 @@ inline result<RunRecord> read_run(const Statement& s) {
   "d.accepted, d.rejected, d.timed_out, d.dropped, d.train_loss, d.train_accuracy, "   \
   "d.eval_loss, d.eval_accuracy, d.fed_eval_loss, d.fed_eval_accuracy, d.bytes_up, "   \
   "d.bytes_down, d.failure_reason, d.checkpoint_id, d.secure_aggregation, d.epsilon, " \
-  "d.late "
+  "d.late, d.dp_charge "
 
 inline result<RoundRecord> read_round(const Statement& s) {
   RoundRecord r;
@@ -244,6 +245,13 @@ inline result<RoundRecord> read_round(const Statement& s) {
   r.secure_aggregation = s.column_int64(21) != 0;
   r.epsilon = read_optional_double(s, 22);
   r.late = s.column_int64(23);
+  if (!s.column_is_null(24)) {
+    auto charge = parse_dp_charge(s.column_text(24));
+    if (!charge) {
+      return charge.error();
+    }
+    r.dp_charge = std::move(*charge);
+  }
   return r;
 }
 

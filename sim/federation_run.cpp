@@ -134,6 +134,15 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
                      {"delta", o.delta},
                      {"clip_norm", o.clip_norm},
                      {"noise_multiplier", o.noise_multiplier}};
+    if (o.adaptive_clip_quantile > 0) {
+      const double per_round = o.clients_per_round > 0
+                                   ? double(o.clients_per_round)
+                                   : std::max(1.0, o.fraction * double(o.clients));
+      privacy["dp"]["adaptive_clip"] = {
+          {"target_quantile", o.adaptive_clip_quantile},
+          {"learning_rate", 0.2},
+          {"count_stddev", o.clip_count_stddev > 0 ? o.clip_count_stddev : per_round / 20}};
+    }
   }
   if (!privacy.empty()) {
     j["privacy"] = privacy;
@@ -661,6 +670,9 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
         row.train_loss = r.train_loss;
         row.fed_eval_accuracy = r.fed_eval_accuracy;
         row.epsilon = r.epsilon;
+        if (r.dp_charge && r.dp_charge->clip_norm) {
+          row.clip_norm = r.dp_charge->clip_norm;
+        }
         if (o.batch_norm == "local") {
           // FedBN has no global model to test centrally (its BatchNorm is each site's): the
           // accuracy is the federated evaluation's, every site with its own BatchNorm.

@@ -49,8 +49,9 @@ struct RoundRow {
   double duration_s = 0;  // server's round time, TRAIN sent to commit
   double train_loss = 0;  // sample-weighted over accepted updates
   std::optional<double> fed_eval_accuracy;
-  std::optional<double> epsilon;  // DP runs: budget spent through this round
-  double elapsed_s = 0;           // since the run started
+  std::optional<double> epsilon;    // DP runs: budget spent through this round
+  std::optional<double> clip_norm;  // adaptive clipping: the clip after this round
+  double elapsed_s = 0;             // since the run started
 };
 
 struct FederatedResult {

@@ -98,6 +98,10 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--clip", o.clip_norm, "DP clip: per example (record) or per update (client)")
       ->capture_default_str();
   app.add_option("--noise-multiplier", o.noise_multiplier, "DP noise (0: calibrated to --epsilon)");
+  app.add_option("--adaptive-clip", o.adaptive_clip_quantile,
+                 "client-level DP: the clip follows this quantile of the update norms (0: fixed)");
+  app.add_option("--clip-count-stddev", o.clip_count_stddev,
+                 "adaptive clipping: noise on the unclipped count (0: clients per round / 20)");
   app.add_option("--drop-prob", o.drop_prob, "probability that a selected client drops out");
   app.add_option("--slow-prob", o.slow_prob, "probability that a selected client is slow");
   app.add_option("--compression", o.compression,
@@ -204,6 +208,13 @@ result<void> validate(const SimOptions& o) {
   }
   if (o.dp != "none" && !(o.epsilon > 0)) {
     return invalid("--dp " + o.dp + " needs --epsilon > 0 (the run's budget)");
+  }
+  if (o.adaptive_clip_quantile != 0 &&
+      (!(o.adaptive_clip_quantile > 0 && o.adaptive_clip_quantile < 1) ||
+       (o.dp != "client_central" && o.dp != "client_distributed"))) {
+    return invalid(
+        "--adaptive-clip takes a quantile in (0, 1) and needs --dp client_central or "
+        "client_distributed");
   }
   if (o.clients > 100000) {
     return invalid("--clients must be at most 100000");
@@ -405,6 +416,8 @@ nlohmann::json to_json(const SimOptions& o) {
           {"delta", o.delta},
           {"clip_norm", o.clip_norm},
           {"noise_multiplier", o.noise_multiplier},
+          {"adaptive_clip", o.adaptive_clip_quantile},
+          {"clip_count_stddev", o.clip_count_stddev},
           {"slow_factor", o.slow_factor},
           {"compression", o.compression},
           {"topk_fraction", o.topk_fraction},

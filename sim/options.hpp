@@ -67,6 +67,10 @@ struct SimOptions {
   double delta = 1e-5;
   double clip_norm = 1.0;       // per example (record) or per update (client-level)
   double noise_multiplier = 0;  // 0: calibrated to the budget
+  // Adaptive clipping (client-level DP): the clip follows this quantile of the update norms;
+  // 0 = a fixed clip. The bit count's noise: 0 = clients per round / 20 (Andrew et al.).
+  double adaptive_clip_quantile = 0;
+  double clip_count_stddev = 0;
 
   // Fault injection, decided per (seed, client, round) so that it is reproducible.
   double drop_prob = 0.0;    // a selected client closes its connection instead of answering

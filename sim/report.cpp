@@ -42,7 +42,7 @@ std::optional<int> epochs_to_reach(const std::vector<EpochRow>& curve, double ta
 std::string rounds_csv(const std::vector<RoundRow>& rounds) {
   std::string out =
       "round,accuracy,loss,participants,rejected,dropped,timed_out,bytes_up,bytes_down,"
-      "duration_s,train_loss,elapsed_s,epsilon,site_accuracy\n";
+      "duration_s,train_loss,elapsed_s,epsilon,site_accuracy,clip_norm\n";
   for (const auto& r : rounds) {
     out += std::to_string(r.round) + "," + fixed(r.accuracy, 6) + "," + fixed(r.loss, 6) + "," +
            std::to_string(r.participants) + "," + std::to_string(r.rejected) + "," +
@@ -50,7 +50,8 @@ std::string rounds_csv(const std::vector<RoundRow>& rounds) {
            std::to_string(r.bytes_up) + "," + std::to_string(r.bytes_down) + "," +
            fixed(r.duration_s, 3) + "," + fixed(r.train_loss, 6) + "," + fixed(r.elapsed_s, 3) +
            "," + (r.epsilon ? fixed(*r.epsilon, 6) : std::string()) + "," +
-           (r.fed_eval_accuracy ? fixed(*r.fed_eval_accuracy, 6) : std::string()) + "\n";
+           (r.fed_eval_accuracy ? fixed(*r.fed_eval_accuracy, 6) : std::string()) + "," +
+           (r.clip_norm ? fixed(*r.clip_norm, 6) : std::string()) + "\n";
   }
   return out;
 }

@@ -77,7 +77,8 @@ result<OutgoingFrame> SecureParticipation::on_message(const protocol::Frame& fra
         return upload.error();
       }
       weight_cap_ = m->body.plan.weight_cap;
-      threshold_ = m->body.plan.threshold;
+      // Noise shares are sized for the fewest survivors the round can be unmasked with.
+      threshold_ = secagg::required_survivors(m->body.plan);
       return OutgoingFrame{protocol::MessageType::secagg_shares,
                            secagg::to_metadata(envelope_, *upload), nullptr};
     }

@@ -81,8 +81,8 @@ class SecureParticipation {
   // of the count noise under distributed DP, divided by the slot's public scale.
   result<double> clip_report(double update_norm);
 
-  std::uint64_t weight_cap_ = 1;     // from the plan, with the neighbours' keys
-  std::uint32_t threshold_ = 1;      // t: distributed DP sizes each share of noise for it
+  std::uint64_t weight_cap_ = 1;  // from the plan, with the neighbours' keys
+  std::uint32_t threshold_ = 1;   // max(t, min_survivors): distributed DP sizes each share for it
   std::optional<double> clip_slot_;  // adaptive clipping: the last metric slot's value
   bool masked_sent_ = false;
   bool finished_ = false;

@@ -128,6 +128,9 @@ result<federation::RunConfig> make_run_config(const SimOptions& o) {
                                      {"stage_timeout_s", o.round_timeout_s}};
     j["min_clients"] = 3;
   }
+  if (o.min_clients != 0) {
+    j["min_clients"] = o.min_clients;
+  }
   if (o.dp != "none") {
     privacy["dp"] = {{"mode", o.dp},
                      {"epsilon", o.epsilon},

@@ -98,6 +98,8 @@ result<CommandLine> parse_command_line(std::span<const std::string> args) {
   app.add_option("--clip", o.clip_norm, "DP clip: per example (record) or per update (client)")
       ->capture_default_str();
   app.add_option("--noise-multiplier", o.noise_multiplier, "DP noise (0: calibrated to --epsilon)");
+  app.add_option("--min-clients", o.min_clients,
+                 "the round's quorum (0: 1, or 3 with --secure-aggregation)");
   app.add_option("--adaptive-clip", o.adaptive_clip_quantile,
                  "client-level DP: the clip follows this quantile of the update norms (0: fixed)");
   app.add_option("--clip-count-stddev", o.clip_count_stddev,
@@ -218,6 +220,14 @@ result<void> validate(const SimOptions& o) {
   }
   if (o.clients > 100000) {
     return invalid("--clients must be at most 100000");
+  }
+  if (o.min_clients > o.clients ||
+      (o.clients_per_round != 0 && o.min_clients > o.clients_per_round)) {
+    return invalid("--min-clients " + std::to_string(o.min_clients) +
+                   " is more than the clients of a round");
+  }
+  if (o.secure_aggregation && o.min_clients != 0 && o.min_clients < 3) {
+    return invalid("--min-clients must be at least 3 with --secure-aggregation");
   }
   if (o.clients_per_round > o.clients) {
     return invalid("--clients-per-round " + std::to_string(o.clients_per_round) +
@@ -417,6 +427,7 @@ nlohmann::json to_json(const SimOptions& o) {
           {"clip_norm", o.clip_norm},
           {"noise_multiplier", o.noise_multiplier},
           {"adaptive_clip", o.adaptive_clip_quantile},
+          {"min_clients", o.min_clients},
           {"clip_count_stddev", o.clip_count_stddev},
           {"slow_factor", o.slow_factor},
           {"compression", o.compression},

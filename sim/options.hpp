@@ -70,6 +70,10 @@ struct SimOptions {
   // Adaptive clipping (client-level DP): the clip follows this quantile of the update norms;
   // 0 = a fixed clip. The bit count's noise: 0 = clients per round / 20 (Andrew et al.).
   double adaptive_clip_quantile = 0;
+  // The round's quorum: 0 = 1 (3 with secure aggregation). Distributed DP sizes each site's
+  // noise share for max(SecAgg threshold, this), so a quorum near the round's size means
+  // near-minimal noise.
+  std::size_t min_clients = 0;
   double clip_count_stddev = 0;
 
   // Fault injection, decided per (seed, client, round) so that it is reproducible.

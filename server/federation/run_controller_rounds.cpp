@@ -348,6 +348,14 @@ void RunController::begin_round() {
       if (run.secure_clip) {
         plan->metric_slots += 1;  // the unclipped bit, last
       }
+      if (run.config.privacy.dp.mode == protocol::DpMode::client_distributed) {
+        // The round needs its quorum anyway: each site's noise share is sized for it rather
+        // than for the (usually much smaller) Shamir threshold, and sites refuse to sign a
+        // shorter survivor list (secagg/plan.hpp).
+        plan->min_survivors = std::min<std::uint32_t>(
+            plan->clients, std::max<std::uint32_t>(plan->threshold, static_cast<std::uint32_t>(
+                                                                        run.config.min_clients)));
+      }
       round.secure.emplace(run.record.id, round.number, *plan, nonces, model.global->size());
     } else {
       spdlog::warn("run {} round {}: {}", run.record.id, round.number, plan.error().message);
@@ -872,7 +880,7 @@ result<void> RunController::privatize_secure_mean(secagg::SecAggResult& result,
     const bool distributed = dp.mode == protocol::DpMode::client_distributed;
     const auto& plan = run.round->secure->plan();
     auto slot = privacy::clip_report_slot(run.secure_clip->count_stddev(), distributed,
-                                          plan.threshold, plan.clip_range);
+                                          secagg::required_survivors(plan), plan.clip_range);
     if (!slot) {
       return slot.error();
     }

@@ -1,12 +1,14 @@
 // Distributed DP sizing: under secure aggregation the server sees only the sum, so each
 // client adds its own share of the noise. Independent Gaussians add in variance: if each
 // of n clients adds N(0, s²), the sum carries N(0, n·s²). The round must stay private when
-// only the minimum t clients survive (the others drop out and their noise with them), so
+// only the minimum m clients survive (the others drop out and their noise with them), so
 // each client adds
-//     s = z·C / √t
-// and any n >= t survivors give the sum a standard deviation of at least z·C, the noise
-// the accountant assumes. (More survivors add more noise than needed: the price of
-// tolerating dropouts.) This covers honest-but-curious aggregation only; clients that
+//     s = z·C / √m
+// and any n >= m survivors give the sum a standard deviation of at least z·C, the noise
+// the accountant assumes. m is the round's secagg::required_survivors: the Shamir
+// threshold t, or the run's quorum when that is larger (sites refuse to sign a shorter
+// survivor list, so no sum of fewer is ever unmasked). (More survivors add more noise than needed:
+// the price of tolerating dropouts.) This covers honest-but-curious aggregation only; clients that
 // skip their noise are not defended against (that needs the noise to be verified or
 // added inside the protocol).
 //

@@ -348,10 +348,13 @@ result<SurvivorSignature> SecAggClient::sign_survivors(const SurvivorList& list)
   // we can check, and the ones that must reveal our self mask's shares.
   const auto neighbours_on_list = static_cast<std::size_t>(
       std::count_if(s.held.begin(), s.held.end(), [&](const auto& h) { return on_list(h.first); }));
-  if (survivors.size() < s.plan.threshold || neighbours_on_list < s.plan.threshold ||
+  // The plan's min_survivors too: our distributed-DP noise was sized for that many, so a
+  // shorter list would unmask an under-noised sum.
+  if (survivors.size() < required_survivors(s.plan) || neighbours_on_list < s.plan.threshold ||
       !on_list(s.round.client_id)) {
     return fail(errc::failed_precondition,
-                "secure aggregation: " + std::to_string(survivors.size()) + " survivors, " +
+                "secure aggregation: " + std::to_string(survivors.size()) + " survivors (" +
+                    std::to_string(required_survivors(s.plan)) + " needed), " +
                     std::to_string(neighbours_on_list) + " of them our neighbours (threshold " +
                     std::to_string(s.plan.threshold) +
                     "), or we are not among them: nothing signed, nothing will be revealed");

@@ -50,6 +50,10 @@ result<RoundPlan> plan_round(std::uint32_t clients, const SecAggSettings& settin
   return plan;
 }
 
+std::uint32_t required_survivors(const RoundPlan& plan) noexcept {
+  return std::max(plan.threshold, plan.min_survivors);
+}
+
 double quantization_step(const RoundPlan& plan) noexcept {
   return 2.0 * plan.clip_range / double(plan.quant_range);
 }

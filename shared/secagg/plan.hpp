@@ -45,7 +45,16 @@ struct RoundPlan {
   // Values summed after the weight: 3 with federated evaluation (e·loss, e·accuracy, e,
   // where e = min(test samples, cap) / cap), else 0. Clipped to ±clip_range like the rest.
   std::uint32_t metric_slots = 0;
+  // The fewest clients whose masked inputs may be unmasked as a sum; 0 means the threshold.
+  // Distributed DP sizes each site's noise share for it (privacy/distributed_dp.hpp), so a
+  // larger value (the run's quorum) means less noise per site; it is enforced where it
+  // matters: a site signs only a survivor list at least this long, so a sum with fewer
+  // survivors (under-noised) can never be unmasked, whatever the server claims.
+  std::uint32_t min_survivors = 0;
 };
+
+// max(threshold, min_survivors): the survivors a round needs at least, from masking on.
+std::uint32_t required_survivors(const RoundPlan& plan) noexcept;
 
 // The plan for `clients` selected clients. Errors: invalid_argument when clients < 3
 // (with two, each learns the other's update from the sum), when an explicit degree or

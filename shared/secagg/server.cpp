@@ -59,13 +59,19 @@ result<void> SecAggServer::in_stage(ServerStage wanted, const std::string& clien
   return {};
 }
 
-result<void> SecAggServer::enough(std::size_t have, const char* stage_name) {
-  if (have < plan_.threshold) {
+result<void> SecAggServer::enough(std::size_t have, const char* stage_name, std::uint32_t needed) {
+  if (needed == 0) {
+    needed = plan_.threshold;
+  }
+  if (have < needed) {
     stage_ = ServerStage::failed;
+    const bool threshold = needed == plan_.threshold;
     return fail(errc::failed_precondition,
                 std::string("secure aggregation: ") + std::to_string(have) + " of " +
                     std::to_string(selected_.size()) + " clients " + stage_name +
-                    ", fewer than the threshold " + std::to_string(plan_.threshold));
+                    (threshold ? ", fewer than the threshold "
+                               : ", fewer than the survivors its noise was sized for ") +
+                    std::to_string(needed));
   }
   return {};
 }
@@ -190,7 +196,7 @@ result<void> SecAggServer::on_masked(const std::string& client_id,
 
 result<SurvivorList> SecAggServer::close_masking() {
   FEDCORE_ASSERT(stage_ == ServerStage::masking, "close_masking out of order");
-  if (auto ok = enough(u3_.size(), "sent masked inputs"); !ok) {
+  if (auto ok = enough(u3_.size(), "sent masked inputs", required_survivors(plan_)); !ok) {
     return ok.error();
   }
   stage_ = ServerStage::consistency;

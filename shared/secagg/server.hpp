@@ -86,7 +86,8 @@ class SecAggServer {
   result<void> in_stage(ServerStage wanted, const std::string& client_id,
                         const std::set<std::string>& allowed, const std::set<std::string>& done,
                         const char* what) const;
-  result<void> enough(std::size_t have, const char* stage_name);
+  // Fails the round when fewer than `needed` (0: the threshold) clients reached a stage.
+  result<void> enough(std::size_t have, const char* stage_name, std::uint32_t needed = 0);
 
   std::int64_t run_;
   std::int64_t round_;

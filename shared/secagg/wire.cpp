@@ -154,6 +154,9 @@ std::string to_metadata(const Envelope& e, const NeighbourKeys& m) {
                {"threshold", m.plan.threshold},     {"clip_range", m.plan.clip_range},
                {"quant_range", m.plan.quant_range}, {"weight_cap", m.plan.weight_cap},
                {"bind_keys", m.plan.bind_keys},     {"metric_slots", m.plan.metric_slots}};
+  if (m.plan.min_survivors != 0) {
+    j["plan"]["min_survivors"] = m.plan.min_survivors;
+  }
   j["neighbours"] = json::array();
   for (const auto& n : m.neighbours) {
     j["neighbours"].push_back(keys_json(n));
@@ -238,6 +241,12 @@ result<Wire<NeighbourKeys>> parse_neighbour_keys(std::string_view metadata) {
     m.plan.metric_slots = u32(p, "metric_slots");
     if (m.plan.metric_slots > 16) {
       throw Bad{"'metric_slots' must be at most 16"};
+    }
+    if (p.contains("min_survivors")) {
+      m.plan.min_survivors = u32(p, "min_survivors");
+      if (m.plan.min_survivors > m.plan.clients) {
+        throw Bad{"'min_survivors' must be at most 'clients'"};
+      }
     }
     const auto& clip = field(p, "clip_range");
     if (!clip.is_number() || !(clip.get<double>() > 0) || clip.get<double>() > 1e6) {

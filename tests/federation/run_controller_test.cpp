@@ -1108,8 +1108,11 @@ TEST_F(RunControllerTest, ASecureDistributedDpRunMovesItsClipFromTheMaskedUnclip
     });
     ASSERT_NE(relay, sessions_.others.rend());
     const auto plan = secagg::parse_neighbour_keys(relay->metadata).value().body.plan;
-    ASSERT_EQ(plan.metric_slots, 1u);  // the bit, nothing else
-    const auto slot = privacy::clip_report_slot(1.0, true, plan.threshold, plan.clip_range).value();
+    ASSERT_EQ(plan.metric_slots, 1u);                 // the bit, nothing else
+    EXPECT_EQ(secagg::required_survivors(plan), 3u);  // the run's quorum, above t = 2
+    const auto slot =
+        privacy::clip_report_slot(1.0, true, secagg::required_survivors(plan), plan.clip_range)
+            .value();
     for (auto id : {"a", "b", "c"}) {
       ASSERT_TRUE(sites.mask(id, 100, {bit / slot.scale}));
     }

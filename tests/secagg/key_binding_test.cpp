@@ -169,8 +169,9 @@ class BoundRound {
  public:
   static constexpr std::size_t kDimension = 8;
 
-  explicit BoundRound(const std::function<ClientRound(const std::string&)>& bound)
-      : server_(3, 9, bound_plan(), ids_, kDimension) {
+  explicit BoundRound(const std::function<ClientRound(const std::string&)>& bound,
+                      std::uint32_t min_survivors = 0)
+      : server_(3, 9, bound_plan(min_survivors), ids_, kDimension) {
     for (const auto& id : ids_) {
       clients_.push_back(SecAggClient::start(bound(id)).value());
     }
@@ -200,9 +201,10 @@ class BoundRound {
   }
 
  private:
-  static RoundPlan bound_plan() {
+  static RoundPlan bound_plan(std::uint32_t min_survivors) {
     auto plan = plan_round(5, {}).value();
     plan.bind_keys = true;
+    plan.min_survivors = min_survivors;
     return plan;
   }
   std::vector<std::string> ids_{"site-a", "site-b", "site-c", "site-d", "site-e"};
@@ -269,6 +271,22 @@ TEST_F(KeyBinding, ASplitViewOfTheSurvivorsGetsNoShareFromAnyone) {
   mixed.insert(mixed.end(), on_without_e.begin(), on_without_e.end());
   EXPECT_EQ(round.client(1).unmask({all.survivors, {}, mixed}).error().code,
             errc::permission_denied);
+}
+
+// Distributed DP sized its noise shares for the plan's min_survivors (here all 5): a server
+// that tells sites one of them dropped gets no signature, so the under-noised sum of 4 can
+// never be unmasked; the full list is signed.
+TEST_F(KeyBinding, NoSiteSignsASurvivorListShorterThanItsNoiseWasSizedFor) {
+  BoundRound round([](const std::string& id) { return bound(id); }, 5);
+  const auto all = round.server().close_masking().value();
+  ASSERT_EQ(all.survivors.size(), 5u);
+  const SurvivorList four{{"site-a", "site-b", "site-c", "site-d"}};
+  auto refused = round.client(0).sign_survivors(four);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::failed_precondition);
+  EXPECT_NE(refused.error().message.find("4 survivors (5 needed)"), std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(round.client(1).sign_survivors(all));
 }
 
 TEST_F(KeyBinding, ForgedMisattributedOrRepeatedSignaturesAreNotCounted) {

@@ -54,6 +54,7 @@ class RoundHarness {
   std::vector<Site>& sites() { return sites_; }
   const std::vector<std::string>& ids() const { return ids_; }
   const RoundPlan& plan() const { return plan_; }
+  void set_min_survivors(std::uint32_t n) { plan_.min_survivors = n; }
 
   // The plain weighted mean of the sites that survive to the masked input.
   std::vector<float> plain_mean() const {
@@ -229,6 +230,23 @@ TEST(SecAggRound, BelowTheThresholdTheRoundFailsVisibly) {
   EXPECT_EQ(got.error().code, errc::failed_precondition);
   EXPECT_NE(got.error().message.find("fewer than the threshold 5"), std::string::npos)
       << got.error().message;
+}
+
+TEST(SecAggRound, BelowTheSurvivorsTheNoiseWasSizedForTheRoundFails) {
+  // 10 clients, t = 5, but distributed DP sized its noise for 8: 7 masked inputs are not
+  // enough, although they are above the threshold.
+  RoundHarness round(10, 50);
+  round.set_min_survivors(8);
+  for (int i = 0; i < 3; ++i) {
+    round.sites()[static_cast<std::size_t>(i)].drop = DropAt::before_masking;
+  }
+  auto got = round.run();
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, errc::failed_precondition);
+  EXPECT_NE(got.error().message.find("fewer than the survivors its noise was sized for 8"),
+            std::string::npos)
+      << got.error().message;
+  EXPECT_EQ(required_survivors(round.plan()), 8u);
 }
 
 TEST(SecAggRound, TooFewUnmaskersCannotRemoveTheMasks) {

@@ -29,6 +29,23 @@ TEST(SecAggWire, TheConsistencyMessagesRoundTrip) {
   EXPECT_EQ(read->body.signatures[0].signature, (Bytes{7, 8}));
 }
 
+TEST(SecAggWire, ThePlansMinSurvivorsTravelsAndIsBoundedByTheClients) {
+  NeighbourKeys keys;
+  keys.plan = plan_round(10, {}).value();
+  auto read = parse_neighbour_keys(to_metadata(kEnvelope, keys));
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(read->body.plan.min_survivors, 0u);  // absent: the threshold
+  EXPECT_EQ(required_survivors(read->body.plan), read->body.plan.threshold);
+  keys.plan.min_survivors = 8;
+  read = parse_neighbour_keys(to_metadata(kEnvelope, keys));
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(required_survivors(read->body.plan), 8u);
+  keys.plan.min_survivors = 11;
+  auto refused = parse_neighbour_keys(to_metadata(kEnvelope, keys));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("min_survivors"), std::string::npos);
+}
+
 TEST(SecAggWire, MalformedConsistencyMessagesAreRefusedByField) {
   const std::string envelope = R"("run":4,"round":2,"nonce":")" + std::string(32, 'a') + R"(")";
   auto no_list = parse_survivor_list("{" + envelope + "}");

@@ -36,6 +36,12 @@ void RoundTimer::update_received() {
   phases_.last_update_ms = at;
 }
 
+void RoundTimer::closed() {
+  if (!phases_.closed_ms) {
+    phases_.closed_ms = offset_ms();
+  }
+}
+
 void RoundTimer::add(double store::RoundPhases::*field, Clock::steady_time since) {
   add(field, since, clock_.steady());
 }

@@ -32,6 +32,8 @@ class RoundTimer {
   void requests_queued();
   void train_written();
   void update_received();
+  // The round closed (its row's finished time is taken now); the first call counts.
+  void closed();
   // Adds the time since `since` to a duration field (validate_ms, aggregate_ms, ...).
   void add(double store::RoundPhases::*field, Clock::steady_time since);
   // Adds the span [from, to] (measured elsewhere: a checkpoint written by the worker).

@@ -33,6 +33,7 @@ void RunController::commit_round() {
   auto& run = *active_;
   auto& round = *run.round;
   auto& model = *run.model;
+  round.timer->closed();
   auto report =
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.secure_aggregation = round.secure.has_value();

@@ -615,6 +615,9 @@ void RunController::record_failed_round() {
   }
   auto& run = *active_;
   auto& round = *run.round;
+  if (round.timer) {
+    round.timer->closed();
+  }
   auto report =
       make_round_report(*round.judge, round.closed, round.started_ms, env_.clock.wall_ms());
   report.record.failure_reason = round.closed.failure_reason;

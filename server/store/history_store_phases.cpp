@@ -15,7 +15,7 @@ namespace {
 #define FEDCORE_PHASE_COLUMNS                                                                 \
   "run_id, round, attempt, total_ms, requests_queued_ms, train_written_ms, first_update_ms, " \
   "last_update_ms, validate_ms, aggregate_ms, evaluate_ms, federated_evaluation_ms, "         \
-  "checkpoint_ms, commit_ms, cpu_user_ms, cpu_system_ms"
+  "checkpoint_ms, commit_ms, cpu_user_ms, cpu_system_ms, closed_ms"
 
 result<void> require_duration(double value, std::string_view field) {
   if (!std::isfinite(value) || value < 0) {
@@ -44,7 +44,8 @@ result<void> validate_phases(const RoundPhases& p) {
        {std::pair{&p.train_written_ms, "train_written_ms"},
         std::pair{&p.first_update_ms, "first_update_ms"},
         std::pair{&p.last_update_ms, "last_update_ms"},
-        std::pair{&p.federated_evaluation_ms, "federated_evaluation_ms"}}) {
+        std::pair{&p.federated_evaluation_ms, "federated_evaluation_ms"},
+        std::pair{&p.closed_ms, "closed_ms"}}) {
     if (auto ok = require_duration(*value, field); !ok) {
       return ok;
     }
@@ -70,6 +71,7 @@ RoundPhases read_phases(const Statement& s) {
   p.commit_ms = s.column_double(13);
   p.cpu_user_ms = s.column_double(14);
   p.cpu_system_ms = s.column_double(15);
+  p.closed_ms = read_optional_double(s, 16);
   return p;
 }
 
@@ -100,7 +102,7 @@ result<void> HistoryStore::record_round_phases(const RoundPhases& phases) {
   return without_fsync([&]() -> result<void> {
     auto s = db_.prepare("INSERT INTO round_phases (" FEDCORE_PHASE_COLUMNS
                          ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                         "?14, ?15, ?16)");
+                         "?14, ?15, ?16, ?17)");
     if (!s) {
       return in(what, s.error());
     }
@@ -120,6 +122,7 @@ result<void> HistoryStore::record_round_phases(const RoundPhases& phases) {
         .bind_double(14, phases.commit_ms)
         .bind_double(15, phases.cpu_user_ms)
         .bind_double(16, phases.cpu_system_ms);
+    bind_optional(*s, 17, phases.closed_ms);
     if (auto ok = s->run(); !ok) {
       if (ok.error().code == errc::failed_precondition) {
         // The foreign key: no such attempt.

@@ -224,6 +224,10 @@ struct RoundPhases {
   std::optional<double> train_written_ms;
   std::optional<double> first_update_ms;
   std::optional<double> last_update_ms;
+  // Offset: the round closed (its last awaited update folded in, or its deadline); the
+  // round row's finished time is taken here, so this is the row's round time on the
+  // microsecond clock (v7; absent in rows written before).
+  std::optional<double> closed_ms;
   // Durations: checking updates (validate_update; plain FedAvg measures an update's
   // distance while folding it, in aggregate_ms, and only a refused one gets here), folding
   // them into the aggregate and

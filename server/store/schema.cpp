@@ -244,9 +244,10 @@ PRAGMA user_version = 6;
     // What the privacy accountant charged each DP round (z, the sites' (q, steps) shapes,
     // adaptive clipping's C), so a resumed run composes its ε exactly instead of assuming
     // today's sites and noise for every past round. NULL for rounds before this version and
-    // for runs without DP.
+    // for runs without DP. And when each round closed, on the phases' microsecond clock.
     {7, R"sql(
 ALTER TABLE rounds ADD COLUMN dp_charge TEXT CHECK (dp_charge IS NULL OR json_valid(dp_charge));
+ALTER TABLE round_phases ADD COLUMN closed_ms REAL CHECK (closed_ms IS NULL OR closed_ms >= 0);
 PRAGMA user_version = 7;
 )sql"},
 };

@@ -309,6 +309,7 @@ TEST_F(RunControllerTest, EachRoundRecordsItsPhasesAndCpuTimeFromTheInjectedCloc
   EXPECT_EQ(p.train_written_ms, 2000.0);
   EXPECT_EQ(p.first_update_ms, 5000.0);
   EXPECT_EQ(p.last_update_ms, 7000.0);
+  EXPECT_EQ(p.closed_ms, 7000.0);  // the last update closed it
   EXPECT_EQ(p.total_ms, 7000.0);
   EXPECT_EQ(p.cpu_user_ms, 250.0);
   EXPECT_EQ(p.cpu_system_ms, 375.0);

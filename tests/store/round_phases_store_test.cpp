@@ -46,6 +46,7 @@ RoundPhases phases_of(std::int64_t run, std::int64_t round, std::int64_t attempt
   p.train_written_ms = 1.5;
   p.first_update_ms = 40.0;
   p.last_update_ms = 80.0;
+  p.closed_ms = 80.5;
   p.validate_ms = 2.0;
   p.aggregate_ms = 3.0;
   p.evaluate_ms = 4.0;

@@ -725,7 +725,10 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
     spdlog::info("run {}: {} DP, budget epsilon {} at delta {}, noise multiplier {:.4f}",
                  run.record.id, protocol::dp_mode_name(dp.mode), dp.epsilon, dp.delta,
                  run.budget->noise_multiplier());
-    if (dp.adaptive && run.config.privacy.secure_aggregation) {
+    // Adaptive clipping starts from the clip a resumed run had reached. Under secure
+    // aggregation the controller keeps it (the sites clip); otherwise DpFedAvg does.
+    std::optional<privacy::AdaptiveClip> adaptive;
+    if (dp.adaptive) {
       auto made = privacy::AdaptiveClip::create(
           resumed_clip.value_or(dp.clip_norm), dp.adaptive->target_quantile,
           dp.adaptive->learning_rate, dp.adaptive->count_stddev);
@@ -737,24 +740,11 @@ bool RunController::spend_privacy_budget(const std::vector<Candidate>& selected)
                     (!made ? made.error().message : split.error().message));
         return false;
       }
-      run.secure_clip = *made;
+      adaptive = *made;
     }
-    if (dp.mode == protocol::DpMode::client_central && !run.config.privacy.secure_aggregation) {
-      std::optional<privacy::AdaptiveClip> adaptive;
-      if (dp.adaptive) {
-        auto made = privacy::AdaptiveClip::create(
-            resumed_clip.value_or(dp.clip_norm), dp.adaptive->target_quantile,
-            dp.adaptive->learning_rate, dp.adaptive->count_stddev);
-        auto split = privacy::update_noise_multiplier(run.budget->noise_multiplier(),
-                                                      dp.adaptive->count_stddev);
-        if (!made || !split) {
-          end_run(store::RunState::failed,
-                  "privacy: adaptive clipping: " +
-                      (!made ? made.error().message : split.error().message));
-          return false;
-        }
-        adaptive = *made;
-      }
+    if (run.config.privacy.secure_aggregation) {
+      run.secure_clip = adaptive;
+    } else if (dp.mode == protocol::DpMode::client_central) {
       run.model->strategy = std::make_unique<DpFedAvg>(
           run.model->global->size(), dp.clip_norm, run.budget->noise_multiplier(),
           std::make_unique<privacy::CryptoNormal>(), adaptive);

@@ -13,6 +13,17 @@ bool same(DpRoundShape a, DpRoundShape b) {
   return a.q == b.q && a.steps_per_round == b.steps_per_round;
 }
 
+// One more round charged at noise multiplier z.
+void count_round_at(std::vector<std::pair<double, std::int64_t>>& rounds_at, double z) {
+  auto at_z =
+      std::find_if(rounds_at.begin(), rounds_at.end(), [&](const auto& r) { return r.first == z; });
+  if (at_z == rounds_at.end()) {
+    rounds_at.emplace_back(z, 1);
+  } else {
+    ++at_z->second;
+  }
+}
+
 }  // namespace
 
 result<DpRoundShape> dp_round_shape(const DpConfig& dp, std::int32_t local_epochs,
@@ -72,13 +83,7 @@ result<double> PrivacyBudget::epsilon_for(
 
 result<double> PrivacyBudget::worst_epsilon_after_next(DpRoundShape extra) const {
   auto rounds_at = rounds_at_;
-  auto at_z = std::find_if(rounds_at.begin(), rounds_at.end(),
-                           [&](const auto& r) { return r.first == noise_multiplier_; });
-  if (at_z == rounds_at.end()) {
-    rounds_at.emplace_back(noise_multiplier_, 1);
-  } else {
-    ++at_z->second;
-  }
+  count_round_at(rounds_at, noise_multiplier_);
   auto worst = epsilon_for(extra, rounds_at);
   for (const auto& shape : shapes_) {
     if (!worst) {
@@ -158,13 +163,7 @@ void PrivacyBudget::restore(std::span<const DpRoundShape> shapes, double z) {
   for (const auto& shape : shapes) {
     remember(shape);
   }
-  auto at_z = std::find_if(rounds_at_.begin(), rounds_at_.end(),
-                           [&](const auto& r) { return r.first == z; });
-  if (at_z == rounds_at_.end()) {
-    rounds_at_.emplace_back(z, 1);
-  } else {
-    ++at_z->second;
-  }
+  count_round_at(rounds_at_, z);
   ++rounds_spent_;
 }
 

@@ -19,6 +19,7 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
+#include "server/federation/held_announcements.hpp"
 #include "server/federation/orphan_checkpoints.hpp"
 #include "server/federation/run_controller.hpp"
 #include "server/federation/session_registry.hpp"
@@ -92,11 +93,12 @@ class BackgroundWriter final : public BackgroundWork {
 }  // namespace
 
 struct FederationServer::Impl final : EventSink {
-  Impl(asio::io_context& io_context, ServerOptions o, store::HistoryStore& s, ServerHooks h,
-       asio::ssl::context tls)
+  Impl(asio::io_context& io_context, ServerOptions o, store::HistoryStore& s,
+       std::optional<store::HistoryStore> second, ServerHooks h, asio::ssl::context tls)
       : io(io_context),
         options(std::move(o)),
         store(s),
+        commit_store(std::move(second)),
         hooks(h),
         tls_context(std::move(tls)),
         acceptor(io_context),
@@ -134,6 +136,7 @@ struct FederationServer::Impl final : EventSink {
                        options.storage_retry};
     // `background` is constructed after the controller and destroyed before it.
     env.background = options.overlap_checkpoints ? &background : nullptr;
+    env.background_store = env.background != nullptr && commit_store ? &*commit_store : nullptr;
     env.workers = workers.get();
     return env;
   }
@@ -146,6 +149,15 @@ struct FederationServer::Impl final : EventSink {
   // TLS job holds its stream's state and work on `io`, which outlives the server.
   std::unique_ptr<WorkerPool> workers = make_workers(options.worker_threads);
   store::HistoryStore& store;
+  // A second connection to the history, for the rounds the background writer commits
+  // (RunEnvironment::background_store); none for an in-memory history. Used only on the
+  // writer's thread, which is joined before it goes.
+  std::optional<store::HistoryStore> commit_store;
+  // Announcements kept back while such a commit is outstanding, and who hears them: both
+  // outlive the controller, whose last pending round may release them as it goes.
+  HeldAnnouncements held;
+  std::map<std::uint64_t, std::function<void(const store::EventRecord&)>> listeners;
+  std::uint64_t next_listener = 1;
   ServerHooks hooks;
   asio::ssl::context tls_context;
   tcp::acceptor acceptor;
@@ -166,8 +178,6 @@ struct FederationServer::Impl final : EventSink {
   std::size_t connections = 0;
   std::uint64_t next_serial = 1;
   bool stopping = false;
-  std::map<std::uint64_t, std::function<void(const store::EventRecord&)>> listeners;
-  std::uint64_t next_listener = 1;
   TrafficCounters ended_sessions_traffic;
   std::uint64_t heartbeats_sent = 0;
   static std::unique_ptr<WorkerPool> make_workers(int requested) {
@@ -197,6 +207,17 @@ struct FederationServer::Impl final : EventSink {
     announce(e);
   }
   void announce(const store::EventRecord& e) override {
+    if (!held.keep(e)) {
+      deliver(e);
+    }
+  }
+  void hold_announcements() override { held.hold(); }
+  void release_announcements() override {
+    for (const auto& e : held.release()) {
+      deliver(e);
+    }
+  }
+  void deliver(const store::EventRecord& e) {
     // A copy: a listener may unsubscribe (itself or another) while being called.
     const auto current = listeners;
     for (const auto& [handle, listener] : current) {
@@ -285,8 +306,19 @@ result<std::unique_ptr<FederationServer>> FederationServer::create(asio::io_cont
   options.channel.payload_gate = std::make_shared<net::PayloadGate>(
       io.get_executor(), std::max<std::size_t>(options.max_inflight_updates, 1),
       options.large_payload_bytes, options.upload_memory_bytes);
-  auto impl =
-      std::make_unique<Impl>(io, std::move(options), store, std::move(hooks), std::move(*tls));
+  // Rounds handed off to the background writer commit there, through their own
+  // connection, so that the io thread never waits on the commit's fsync (an in-memory
+  // history has only one connection: they commit on the io thread).
+  std::optional<store::HistoryStore> second;
+  if (options.overlap_checkpoints && !store.in_memory()) {
+    auto opened = store::HistoryStore::open_second_connection(store);
+    if (!opened) {
+      return opened.error();
+    }
+    second.emplace(std::move(*opened));
+  }
+  auto impl = std::make_unique<Impl>(io, std::move(options), store, std::move(second),
+                                     std::move(hooks), std::move(*tls));
   return std::unique_ptr<FederationServer>(new FederationServer(std::move(impl)));
 }
 

@@ -33,8 +33,13 @@
 // Overlap (RunEnvironment::background): with a background worker, a round that is not the
 // run's last (and not of a manual run) hands its checkpoint write to the worker and the
 // next round starts at once, sending the new global model while the file goes to disk.
-// The handed-off round commits (on the controller's thread, in its one transaction) when
-// the write has finished; until then it is not committed, and the rules hold as before:
+// The handed-off round commits in its one transaction when the write has finished: on
+// the worker itself, right after the write, when the environment gives it a second
+// connection (background_store; the server's file-backed history), else on the
+// controller's thread when it next polls. Either way the controller learns of it on its
+// own thread and only then reports it (last_round, the "round_committed" announcement,
+// hooks); events written meanwhile are announced in id order after it. Until the commit
+// the round is not committed, and the rules hold as before:
 //   - rounds commit in order: anything that records the next round (its commit, its
 //     failure) or ends the run (stop, pause, shutdown, a failure) first waits for the
 //     write and commits the round before it;
@@ -147,6 +152,12 @@ class EventSink {
   virtual void announce(const store::EventRecord& stored) {
     record(stored.kind, stored.run_id, stored.round, stored.client_id, stored.detail_json);
   }
+  // From a round's hand-off to its commit on another connection, until the matching
+  // release: events are still written at once but announced in id order only when the last
+  // hold is released (held_announcements.hpp says why). A sink without subscribers that
+  // resume by id may ignore both.
+  virtual void hold_announcements() {}
+  virtual void release_announcements() {}
 };
 
 // Where the controller's slow writes run when they may overlap the next round (the
@@ -175,6 +186,11 @@ struct RunEnvironment {
   // Checkpoint writes overlap the next round there (class comment); null: never. Its jobs
   // read `clock` and `disks` from its thread.
   BackgroundWork* background = nullptr;
+  // A second connection to `store`'s history (HistoryStore::open_second_connection), used
+  // only by `background`'s jobs: a handed-off round commits there right after its
+  // checkpoint, off the controller's thread. Null: it commits on the controller's thread
+  // when the write is done (and always without `background`, or with an in-memory store).
+  store::HistoryStore* background_store = nullptr;
   // Threads the strategy may fold on (Strategy::use_workers); null: the controller's only.
   WorkerPool* workers = nullptr;
 };

@@ -82,6 +82,18 @@ void RunController::commit_round() {
                                          .dump());
   commit.timer.emplace(*round.timer);
   commit.secure_evaluation = round.secure_evaluation;
+  const bool overlap =
+      env_.background != nullptr && !run.config.manual && round.number < run.config.rounds;
+  // With a second connection the worker commits the round itself, right after its file:
+  // the commit's fsync then waits on the worker, not on the thread that receives the next
+  // round's updates. It writes copies of the rows; the controller learns the outcome when
+  // it settles the round (finish_commit).
+  std::shared_ptr<const CommitRows> rows;
+  store::HistoryStore* commit_store = overlap ? env_.background_store : nullptr;
+  if (commit_store != nullptr) {
+    rows = std::make_shared<const CommitRows>(CommitRows{
+        commit.report.record, commit.report.results, commit.evaluations, commit.committed_event});
+  }
   // The write reads only what nothing changes until this round commits: the new global
   // model (its own shared copy), the model's layout and spec, the clock and the disks.
   auto promise = std::make_shared<std::promise<WrittenCheckpoint>>();
@@ -89,7 +101,8 @@ void RunController::commit_round() {
   // The strategy's state after this round (a server optimizer's moments) is an immutable
   // snapshot too: the next round's finish_round makes a new one.
   auto write = [promise, &model, &clock = env_.clock, disks = &disks(), global = model.global,
-                state = model.strategy->state(), run_id = run.record.id, number = round.number] {
+                state = model.strategy->state(), run_id = run.record.id, number = round.number,
+                commit_store, rows] {
     WrittenCheckpoint written;
     written.started = clock.steady();
     try {
@@ -98,16 +111,27 @@ void RunController::commit_round() {
       written.ref = fail(errc::internal, std::string("writing the checkpoint: ") + e.what());
     }
     written.finished = clock.steady();
+    if (commit_store != nullptr && written.ref) {
+      auto event = rows->committed_event;
+      written.commit_started = clock.steady();
+      written.committed = commit_store->commit_round(rows->record, rows->results, *written.ref,
+                                                     rows->evaluations, &event);
+      written.commit_finished = clock.steady();
+      written.committed_event_id = event.id;
+    }
     promise->set_value(std::move(written));
   };
-  const bool overlap =
-      env_.background != nullptr && !run.config.manual && round.number < run.config.rounds;
   if (!overlap) {
     write();
     finish_commit(commit);
     return;
   }
   commit.timer->stop();  // the round's own time ends here; the next round's begins
+  if (commit_store != nullptr) {
+    // Before the worker can take the write lock: events written from here on may get ids
+    // after the round's own, and must not be announced before it.
+    commit.hold.emplace(env_.events);
+  }
   env_.background->start(std::move(write));
   run.move(RoundEvent::handed_off);
   commit.stage = round.stage;
@@ -164,11 +188,19 @@ bool RunController::finish_commit(PendingCommit& commit) {
   if (!written.ref) {
     return failed(written.ref.error(), FailedWrite::checkpoint_file);
   }
-  const auto committing = commit.timer->now();
-  auto committed =
-      env_.store.commit_round(commit.report.record, commit.report.results, *written.ref,
-                              commit.evaluations, &commit.committed_event);
-  commit.timer->add(&store::RoundPhases::commit_ms, committing);
+  auto committed = [&]() -> result<store::RoundRecord> {
+    if (written.committed) {  // on the worker, right after the file
+      commit.timer->add(&store::RoundPhases::commit_ms, written.commit_started,
+                        written.commit_finished);
+      commit.committed_event.id = written.committed_event_id;
+      return std::move(*written.committed);
+    }
+    const auto committing = commit.timer->now();
+    auto done = env_.store.commit_round(commit.report.record, commit.report.results, *written.ref,
+                                        commit.evaluations, &commit.committed_event);
+    commit.timer->add(&store::RoundPhases::commit_ms, committing);
+    return done;
+  }();
   if (!committed) {
     return failed(committed.error(), FailedWrite::round_commit);
   }

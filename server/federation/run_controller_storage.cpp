@@ -40,10 +40,6 @@ std::string directory_of(const std::string& file) {
   return dir.empty() ? std::string(".") : dir;
 }
 
-bool in_memory(const std::string& path) {
-  return path.empty() || path == ":memory:";
-}
-
 }  // namespace
 
 void RunController::pause_for_failed_write(const error& failure, FailedWrite what,
@@ -95,7 +91,7 @@ void RunController::hold_for_storage(const error& failure, FailedWrite what,
   hold.next_probe = env_.clock.steady() + hold.interval;
 
   std::string space = space_of("checkpoints", env_.checkpoint_dir);
-  if (!in_memory(env_.store.path())) {
+  if (!env_.store.in_memory()) {
     space += space_of("database", directory_of(env_.store.path()));
   }
   spdlog::error(
@@ -119,7 +115,7 @@ void RunController::hold_for_storage(const error& failure, FailedWrite what,
 
 result<void> RunController::probe_storage(std::uint64_t bytes) {
   std::vector<std::string> dirs{env_.checkpoint_dir};
-  if (!in_memory(env_.store.path())) {
+  if (!env_.store.in_memory()) {
     const auto db_dir = directory_of(env_.store.path());
     if (db_dir != env_.checkpoint_dir) {
       dirs.push_back(db_dir);

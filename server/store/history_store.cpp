@@ -8,20 +8,18 @@ using namespace detail;
 
 // ---- Opening
 
-result<HistoryStore> HistoryStore::open(const std::string& path, const StoreOptions& options) {
-  const std::string what = cat("cannot open history ", in_quotes(path));
-  auto db = Database::open(path, OpenMode::read_write_create);
-  if (!db) {
-    return db.error();
-  }
-  db->set_busy_timeout(options.busy_timeout);
+namespace {
+
+// What every read-write connection to a history needs, whichever opened it first.
+result<void> configure_writer(Database& db, const std::string& what, const StoreOptions& options) {
+  db.set_busy_timeout(options.busy_timeout);
   // Foreign keys are off by default in SQLite, and the setting is per connection.
-  if (auto ok = db->exec("PRAGMA foreign_keys = ON"); !ok) {
+  if (auto ok = db.exec("PRAGMA foreign_keys = ON"); !ok) {
     return in(what, ok.error());
   }
   // WAL: readers (dashboards) never block the writer, and a commit is one append to the
   // log. The pragma answers the mode actually in force; in-memory databases stay "memory".
-  auto mode = text_column(*db, "PRAGMA journal_mode = WAL");
+  auto mode = text_column(db, "PRAGMA journal_mode = WAL");
   if (!mode) {
     return in(what, mode.error());
   }
@@ -30,8 +28,22 @@ result<HistoryStore> HistoryStore::open(const std::string& path, const StoreOpti
                                                in_quotes(mode->empty() ? "" : (*mode)[0]), ")"));
   }
   // FULL: the WAL is fsync'ed at every commit, so a returned commit survives power loss.
-  if (auto ok = db->exec("PRAGMA synchronous = FULL"); !ok) {
+  if (auto ok = db.exec("PRAGMA synchronous = FULL"); !ok) {
     return in(what, ok.error());
+  }
+  return {};
+}
+
+}  // namespace
+
+result<HistoryStore> HistoryStore::open(const std::string& path, const StoreOptions& options) {
+  const std::string what = cat("cannot open history ", in_quotes(path));
+  auto db = Database::open(path, OpenMode::read_write_create);
+  if (!db) {
+    return db.error();
+  }
+  if (auto ok = configure_writer(*db, what, options); !ok) {
+    return ok.error();
   }
   // quick_check is O(file size) but skips the index cross-checks of integrity_check;
   // enough to refuse to build on a damaged file.
@@ -44,6 +56,27 @@ result<HistoryStore> HistoryStore::open(const std::string& path, const StoreOpti
                                      check->empty() ? "no answer" : (*check)[0], ")"));
   }
   if (auto ok = migrate(*db); !ok) {
+    return in(what, ok.error());
+  }
+  return HistoryStore(std::move(*db));
+}
+
+result<HistoryStore> HistoryStore::open_second_connection(const HistoryStore& first,
+                                                          const StoreOptions& options) {
+  const auto& path = first.path();
+  const std::string what = cat("cannot open a second connection to history ", in_quotes(path));
+  if (first.in_memory()) {
+    return fail(errc::failed_precondition,
+                cat(what, ": an in-memory history has no second connection"));
+  }
+  auto db = Database::open(path, OpenMode::read_write);
+  if (!db) {
+    return db.error();
+  }
+  if (auto ok = configure_writer(*db, what, options); !ok) {
+    return ok.error();
+  }
+  if (auto ok = require_current_schema(*db); !ok) {
     return in(what, ok.error());
   }
   return HistoryStore(std::move(*db));

@@ -71,6 +71,15 @@ class HistoryStore {
   static result<HistoryStore> open_read_only(const std::string& path,
                                              const StoreOptions& options = {});
 
+  // A second read-write connection to the history `first` has open (checked and migrated
+  // by its open()), for another thread of this process: the server commits handed-off
+  // rounds through one on its writer thread. WAL mode and synchronous=FULL as open();
+  // no quick_check, no migrations. Errors: errc::failed_precondition for an in-memory
+  // store (a second connection would see another database) or a schema that is not
+  // exactly kSchemaVersion; as open() otherwise.
+  static result<HistoryStore> open_second_connection(const HistoryStore& first,
+                                                     const StoreOptions& options = {});
+
   HistoryStore(HistoryStore&&) noexcept = default;
   HistoryStore& operator=(HistoryStore&&) noexcept = default;
 
@@ -235,6 +244,9 @@ class HistoryStore {
   result<bool> integrity_check();
   // The file this store was opened on, as given to open() (":memory:" for none).
   const std::string& path() const noexcept { return db_.path(); }
+  // True for a private in-memory history (":memory:", or no path): one connection only,
+  // and nothing on disk.
+  bool in_memory() const noexcept { return path().empty() || path() == ":memory:"; }
 
  private:
   explicit HistoryStore(Database db) noexcept : db_(std::move(db)) {}

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <thread>
 #include <utility>
 
 #include <sqlite3.h>
@@ -45,6 +48,25 @@ bool only_whitespace(const char* text) noexcept {
     }
   }
   return true;
+}
+
+// The busy handler of every connection (Database::set_busy_timeout): `tries` is how
+// often it was called in this wait, so the time waited is known from the steps alone.
+// Returning 0 gives up (the statement fails with SQLITE_BUSY).
+int wait_for_lock(void* budget_ms, int tries) {
+  using std::chrono::microseconds;
+  constexpr int kFineTries = 80;
+  constexpr microseconds kFineStep{25};
+  constexpr microseconds kCoarseStep{1000};
+  const auto budget = microseconds(reinterpret_cast<std::intptr_t>(budget_ms) * 1000);  // NOLINT
+  const bool fine = tries < kFineTries;
+  const auto waited =
+      fine ? kFineStep * tries : kFineStep * kFineTries + kCoarseStep * (tries - kFineTries);
+  if (waited >= budget) {
+    return 0;
+  }
+  std::this_thread::sleep_for(fine ? kFineStep : kCoarseStep);
+  return 1;
 }
 
 }  // namespace
@@ -184,7 +206,10 @@ result<Statement> Database::prepare(Sql sql) {
 void Database::set_busy_timeout(std::chrono::milliseconds timeout) noexcept {
   FEDCORE_ASSERT(db_ != nullptr, "Database::set_busy_timeout on a moved-from Database");
   const auto ms = std::clamp<std::chrono::milliseconds::rep>(timeout.count(), 0, 1 << 30);
-  sqlite3_busy_timeout(db_, static_cast<int>(ms));
+  // The budget travels in the handler's context pointer itself: a Database moves, so
+  // nothing it owns has a stable address to point at.
+  sqlite3_busy_handler(db_, &wait_for_lock,
+                       reinterpret_cast<void*>(static_cast<std::intptr_t>(ms)));  // NOLINT
 }
 
 std::int64_t Database::last_insert_rowid() const noexcept {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/federation/held_announcements.hpp"
 #include "tests/federation/storage_rig.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -47,11 +48,14 @@ class ManualBackground final : public BackgroundWork {
 
 constexpr StorageRetry kRetry{2s, 16s, 1 << 20};
 
-struct Overlap : ::testing::Test {
+// Every test runs twice: the handed-off round commits on the controller's thread when it
+// settles (false), or on the worker right after its file, through a second connection
+// (true: what the server does with a file-backed history).
+struct Overlap : ::testing::TestWithParam<bool> {
   TempDir dir;
   SwitchableDisks disks;
   ManualBackground background;
-  StorageRig rig{dir.path("history.db"), dir.path("ckpt"), &disks, kRetry, &background};
+  StorageRig rig{dir.path("history.db"), dir.path("ckpt"), &disks, kRetry, &background, GetParam()};
 
   std::int64_t start(int rounds) {
     auto id = rig.controller->start_run(testing::storage_test_run(rounds));
@@ -69,7 +73,7 @@ struct Overlap : ::testing::Test {
 // Round 1's model goes out to round 2 before round 1's file is written; round 1 commits
 // once it is, and its own time stops at the hand-off. The last round waits for the write
 // before it and commits inline.
-TEST_F(Overlap, TheNextRoundStartsWhileTheCheckpointIsWrittenAndRoundsCommitInOrder) {
+TEST_P(Overlap, TheNextRoundStartsWhileTheCheckpointIsWrittenAndRoundsCommitInOrder) {
   const auto id = start(3);
   ASSERT_EQ(rig.clients.pending.size(), 2u);
   const auto first_global = *rig.clients.pending.at("a").global;
@@ -129,7 +133,7 @@ TEST_F(Overlap, TheNextRoundStartsWhileTheCheckpointIsWrittenAndRoundsCommitInOr
 // The disk refuses round 1's file while round 2 runs: nothing of either is recorded, the
 // run is held for its storage after round 0, and once the disk takes writes it runs round
 // 1 again.
-TEST_F(Overlap, AFailedWriteAbandonsTheRoundThatStartedFromItsModelAndHoldsTheRun) {
+TEST_P(Overlap, AFailedWriteAbandonsTheRoundThatStartedFromItsModelAndHoldsTheRun) {
   const auto id = start(3);
   rig.answer_round();
   ASSERT_EQ(rig.controller->active_round(), 2);
@@ -165,7 +169,7 @@ TEST_F(Overlap, AFailedWriteAbandonsTheRoundThatStartedFromItsModelAndHoldsTheRu
 
 // An admin's stop while round 1's file is written: round 1 commits first (it finished
 // before the stop), round 2 is abandoned.
-TEST_F(Overlap, AStopWhileTheFileIsWrittenCommitsThatRoundFirst) {
+TEST_P(Overlap, AStopWhileTheFileIsWrittenCommitsThatRoundFirst) {
   const auto id = start(3);
   rig.answer_round();
   ASSERT_EQ(background.jobs.size(), 1u);
@@ -181,7 +185,7 @@ TEST_F(Overlap, AStopWhileTheFileIsWrittenCommitsThatRoundFirst) {
 
 // Round 2 misses its quorum while round 1's file is still queued: round 1 is committed
 // before round 2's failed attempt is recorded, so the history reads in order.
-TEST_F(Overlap, AFailedRoundIsRecordedAfterTheRoundBeforeItCommits) {
+TEST_P(Overlap, AFailedRoundIsRecordedAfterTheRoundBeforeItCommits) {
   const auto id = start(3);
   rig.answer_round();
   ASSERT_EQ(background.jobs.size(), 1u);
@@ -199,12 +203,189 @@ TEST_F(Overlap, AFailedRoundIsRecordedAfterTheRoundBeforeItCommits) {
 }
 
 // A one-round run has no next round to overlap: the write is inline.
-TEST_F(Overlap, TheLastRoundWritesInline) {
+TEST_P(Overlap, TheLastRoundWritesInline) {
   const auto id = start(1);
   rig.answer_round();
   EXPECT_EQ(background.started, 0);
   EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1}));
   EXPECT_EQ(rig.run(id).state, store::RunState::finished);
+}
+
+INSTANTIATE_TEST_SUITE_P(CommitOn, Overlap, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "TheWorker" : "TheControllersThread";
+                         });
+
+// A sink like the server's: every event written to the history at once, announcements
+// held while a round commits on the worker and let out in id order.
+class StoredEvents final : public EventSink {
+ public:
+  void record(std::string_view kind, std::optional<std::int64_t> run,
+              std::optional<std::int64_t> round, std::string_view client_id,
+              std::string detail_json) override {
+    store::EventRecord e;
+    e.kind = std::string(kind);
+    e.run_id = run;
+    e.round = round;
+    e.client_id = std::string(client_id);
+    e.detail_json = std::move(detail_json);
+    auto id = store->append_event(e);
+    ASSERT_TRUE(id) << id.error().message;
+    e.id = *id;
+    announce(e);
+  }
+  void announce(const store::EventRecord& e) override {
+    if (!held.keep(e)) {
+      announced.push_back(e);
+    }
+  }
+  void hold_announcements() override { held.hold(); }
+  void release_announcements() override {
+    for (auto& e : held.release()) {
+      announced.push_back(std::move(e));
+    }
+  }
+  // "kind round" of every announced event, in order.
+  std::vector<std::string> kinds() const {
+    std::vector<std::string> out;
+    for (const auto& e : announced) {
+      out.push_back(e.kind + " " + std::to_string(e.round.value_or(0)));
+    }
+    return out;
+  }
+
+  store::HistoryStore* store = nullptr;
+  HeldAnnouncements held;
+  std::vector<store::EventRecord> announced;
+};
+
+struct OverlapOnTheWorker : ::testing::Test {
+  TempDir dir;
+  ManualBackground background;
+  StoredEvents sink;
+  StorageRig rig{
+      dir.path("history.db"), dir.path("ckpt"), nullptr, kRetry, &background, true, &sink};
+  OverlapOnTheWorker() { sink.store = &*rig.store; }
+
+  bool announced_in_id_order() const {
+    return std::is_sorted(sink.announced.begin(), sink.announced.end(),
+                          [](const auto& a, const auto& b) { return a.id < b.id; });
+  }
+};
+
+// The worker commits round 1 right after its file; the controller reports it (hook,
+// last_round, the announcement) when it next polls. An update of round 2 that arrives in
+// between is written after the commit, so its event's id is larger: it is held and goes
+// out after round 1's "round_committed", never before it.
+TEST_F(OverlapOnTheWorker, TheRoundCommitsThereAndEventsAreAnnouncedInIdOrder) {
+  auto id = rig.controller->start_run(testing::storage_test_run(3));
+  ASSERT_TRUE(id) << id.error().message;
+  rig.controller->poll();
+  rig.answer_round();
+  ASSERT_EQ(background.jobs.size(), 1u);
+  ASSERT_EQ(rig.controller->active_round(), 2);
+
+  background.run_all();  // the worker: round 1's file, then its transaction
+  EXPECT_EQ(rig.committed_rounds(*id), (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(rig.verify_checkpoints(*id), 1u);
+  EXPECT_TRUE(rig.committed.empty());  // not reported yet
+  auto stored = rig.store->list_events(0, 100);
+  ASSERT_TRUE(stored) << stored.error().message;
+  ASSERT_FALSE(stored->empty());
+  EXPECT_EQ(stored->back().kind, "round_committed");
+  const auto committed_id = stored->back().id;
+
+  rig.answer_one("a");  // round 2's first update, before the controller polls
+  auto later = rig.store->list_events(committed_id, 100);
+  ASSERT_TRUE(later) << later.error().message;
+  ASSERT_EQ(later->size(), 1u);
+  EXPECT_EQ((*later)[0].kind, "update_accepted");
+  for (const auto& e : sink.announced) {
+    EXPECT_LT(e.id, committed_id) << e.kind << " went out while the commit was held";
+  }
+
+  rig.controller->poll();
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(rig.run(*id).last_round, 1);
+  EXPECT_TRUE(announced_in_id_order()) << ::testing::PrintToString(sink.kinds());
+  const auto kinds = sink.kinds();
+  const auto at = [&](const std::string& k) {
+    return std::find(kinds.begin(), kinds.end(), k) - kinds.begin();
+  };
+  ASSERT_LT(at("round_committed 1"), static_cast<long>(kinds.size()));
+  EXPECT_LT(at("round_committed 1"), at("update_accepted 2"));
+  EXPECT_FALSE(sink.held.held());
+  auto phases = rig.store->list_round_phases(*id);
+  ASSERT_TRUE(phases) << phases.error().message;
+  ASSERT_EQ(phases->size(), 1u);
+
+  // Nothing is held between commits: round 2's second update goes out at once.
+  const auto before = sink.announced.size();
+  rig.answer_one("b");
+  EXPECT_GT(sink.announced.size(), before);
+  rig.controller->poll();
+  background.run_all();
+  rig.controller->poll();
+  rig.answer_round();  // round 3, the last, commits inline
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(rig.run(*id).state, store::RunState::finished);
+  EXPECT_EQ(rig.verify_checkpoints(*id), 3u);
+  EXPECT_TRUE(announced_in_id_order()) << ::testing::PrintToString(sink.kinds());
+  EXPECT_FALSE(sink.held.held());
+}
+
+// When the worker's file write fails there is no commit; the events held meanwhile go out
+// (in id order) when the controller settles the round, and nothing stays held.
+TEST_F(OverlapOnTheWorker, AFailedWriteReleasesTheHeldEvents) {
+  SwitchableDisks disks;
+  TempDir other;
+  StoredEvents events;
+  StorageRig failing{
+      other.path("history.db"), other.path("ckpt"), &disks, kRetry, &background, true, &events};
+  events.store = &*failing.store;
+  auto id = failing.controller->start_run(testing::storage_test_run(3));
+  ASSERT_TRUE(id) << id.error().message;
+  failing.controller->poll();
+  failing.answer_round();
+  ASSERT_EQ(background.jobs.size(), 1u);
+  EXPECT_TRUE(events.held.held());
+  disks.refuse(kDiskFull);
+  background.run_all();
+  failing.answer_one("a");  // written, held
+  const auto held_before = events.announced.size();
+  failing.controller->poll();
+  EXPECT_FALSE(events.held.held());
+  EXPECT_GT(events.announced.size(), held_before);
+  EXPECT_FALSE(failing.controller->run_active());
+  EXPECT_TRUE(failing.committed_rounds(*id).empty());
+  EXPECT_TRUE(std::is_sorted(events.announced.begin(), events.announced.end(),
+                             [](const auto& a, const auto& b) { return a.id < b.id; }));
+  const auto kinds = events.kinds();
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "storage_fault 1"), kinds.end())
+      << ::testing::PrintToString(kinds);
+  EXPECT_EQ(std::find(kinds.begin(), kinds.end(), "round_committed 1"), kinds.end());
+}
+
+TEST(HeldAnnouncements, KeepsNothingUnlessHeldAndReleasesInIdOrderAfterTheLastHold) {
+  HeldAnnouncements held;
+  store::EventRecord e;
+  e.id = 5;
+  EXPECT_FALSE(held.keep(e));
+  held.hold();
+  held.hold();
+  for (std::int64_t id : {9, 7, 0, 8}) {
+    e.id = id;
+    EXPECT_TRUE(held.keep(e));
+  }
+  EXPECT_TRUE(held.release().empty());  // one hold is left
+  EXPECT_TRUE(held.held());
+  std::vector<std::int64_t> ids;
+  for (const auto& kept : held.release()) {
+    ids.push_back(kept.id);
+  }
+  EXPECT_EQ(ids, (std::vector<std::int64_t>{0, 7, 8, 9}));
+  EXPECT_FALSE(held.held());
+  EXPECT_FALSE(held.keep(e));
 }
 
 }  // namespace

@@ -94,13 +94,22 @@ class StorageRig {
  public:
   // Opens (or reopens) the history at `db_path`; checkpoints go to `checkpoint_dir`;
   // `background`, if any, takes the checkpoint writes that may overlap the next round.
+  // `sink`, if given, receives the events instead of `events`; with `second_connection`
+  // the background's jobs commit the rounds they write through a second connection
+  // (RunEnvironment::background_store), as the server does.
   StorageRig(std::string db_path, std::string checkpoint_dir, Disks* disks = nullptr,
-             StorageRetry retry = {}, BackgroundWork* background = nullptr)
+             StorageRetry retry = {}, BackgroundWork* background = nullptr,
+             bool second_connection = false, EventSink* sink = nullptr)
       : db_path_(std::move(db_path)), checkpoint_dir_(std::move(checkpoint_dir)) {
     std::filesystem::create_directories(checkpoint_dir_);
     auto opened = store::HistoryStore::open(db_path_);
     EXPECT_TRUE(opened) << opened.error().message;
     store.emplace(std::move(*opened));
+    if (second_connection) {
+      auto second = store::HistoryStore::open_second_connection(*store);
+      EXPECT_TRUE(second) << second.error().message;
+      commit_store.emplace(std::move(*second));
+    }
     for (const char* id : {"a", "b"}) {
       store::ClientRecord record;
       record.id = id;
@@ -111,9 +120,10 @@ class StorageRig {
     hooks.round_committed = [this](std::int64_t, const store::RoundRecord& r) {
       committed.push_back(r.round);
     };
-    RunEnvironment env{*store, clients,         clock, entropy, events,
+    RunEnvironment env{*store, clients,         clock, entropy, sink != nullptr ? *sink : events,
                        hooks,  checkpoint_dir_, disks, retry};
     env.background = background;
+    env.background_store = commit_store ? &*commit_store : nullptr;
     controller = std::make_unique<RunController>(std::move(env));
   }
 
@@ -124,21 +134,35 @@ class StorageRig {
     auto pending = std::move(clients.pending);
     clients.pending.clear();
     for (const auto& [id, train] : pending) {
-      protocol::UpdateReport report;
-      report.run_id = train.request.run_id;
-      report.round = train.request.round;
-      report.nonce = train.request.nonce;
-      report.layout_fingerprint = train.request.layout_fingerprint;
-      report.samples = 50;
-      report.loss = 0.5;
-      report.accuracy = 0.75;
-      std::vector<float> params(*train.global);
-      for (auto& p : params) {
-        p += delta;
-      }
-      controller->on_update(id, report, params, 100);
+      answer(id, train, delta);
     }
     controller->poll();
+  }
+
+  // One client answers its TRAIN; the controller is not polled.
+  void answer_one(const std::string& id, float delta = 0.25f) {
+    auto it = clients.pending.find(id);
+    ASSERT_NE(it, clients.pending.end()) << id << " has no TRAIN to answer";
+    auto train = std::move(it->second);
+    clients.pending.erase(it);
+    answer(id, train, delta);
+  }
+
+  // `id` sends the update for `train` (the global model shifted by `delta`).
+  void answer(const std::string& id, const TwoClients::Train& train, float delta) {
+    protocol::UpdateReport report;
+    report.run_id = train.request.run_id;
+    report.round = train.request.round;
+    report.nonce = train.request.nonce;
+    report.layout_fingerprint = train.request.layout_fingerprint;
+    report.samples = 50;
+    report.loss = 0.5;
+    report.accuracy = 0.75;
+    std::vector<float> params(*train.global);
+    for (auto& p : params) {
+      p += delta;
+    }
+    controller->on_update(id, report, params, 100);
   }
 
   void advance(std::chrono::milliseconds by) {
@@ -200,6 +224,7 @@ class StorageRig {
   Counting entropy;
   EventLog events;
   std::optional<store::HistoryStore> store;
+  std::optional<store::HistoryStore> commit_store;  // the background's connection
   std::unique_ptr<RunController> controller;
   std::vector<std::int64_t> committed;  // from the round_committed hook
 

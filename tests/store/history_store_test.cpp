@@ -86,6 +86,35 @@ TEST(HistorySchema, InMemoryStoreWorks) {
   EXPECT_TRUE(*store.integrity_check());
 }
 
+// A second connection (the server's writer thread commits rounds through one) sees and
+// writes the same history; an in-memory history has none.
+TEST(HistorySchema, ASecondConnectionSharesTheFileAndAnInMemoryStoreHasNone) {
+  TempDir dir;
+  HistoryStore first = open_store(dir.path("history.db"));
+  auto second = HistoryStore::open_second_connection(first);
+  ASSERT_TRUE(second) << second.error().message;
+  auto run = first.create_run("r", "{}", 3, 1);
+  ASSERT_TRUE(run) << run.error().message;
+  auto seen = second->get_run(run->id);
+  ASSERT_TRUE(seen) << seen.error().message;
+  EXPECT_EQ(seen->name, "r");
+  EventRecord event;
+  event.kind = "from_second";
+  event.detail_json = "{}";
+  ASSERT_TRUE(second->append_event(event));
+  auto events = first.list_events(0, 10);
+  ASSERT_TRUE(events) << events.error().message;
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].kind, "from_second");
+
+  HistoryStore memory = open_store(":memory:");
+  EXPECT_TRUE(memory.in_memory());
+  EXPECT_FALSE(first.in_memory());
+  auto none = HistoryStore::open_second_connection(memory);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, errc::failed_precondition) << none.error().message;
+}
+
 TEST(HistorySchema, ReopenKeepsEverything) {
   TempDir dir;
   const auto path = dir.path("history.db");

@@ -1,6 +1,7 @@
 #include "server/store/sqlite.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 
@@ -206,6 +207,38 @@ TEST(Sqlite, ReadOnlyConnectionRefusesWrites) {
   auto write = db->exec("INSERT INTO t VALUES (1)");
   ASSERT_FALSE(write);
   EXPECT_EQ(write.error().code, errc::permission_denied) << write.error().to_string();
+}
+
+// Another connection's write lock: with no budget the statement fails at once; with one
+// it waits (at least the budget, polling) and then fails with unavailable; once the lock
+// is given back it goes through.
+TEST(Sqlite, AStatementWaitsForAnotherConnectionsLockUpToItsBudget) {
+  fedcore::testing::TempDir dir;
+  const auto path = dir.path("lock.db");
+  auto holder = Database::open(path, OpenMode::read_write_create);
+  ASSERT_TRUE(holder) << holder.error().message;
+  ASSERT_TRUE(holder->exec("PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER)"));
+  auto waiter = Database::open(path, OpenMode::read_write);
+  ASSERT_TRUE(waiter) << waiter.error().message;
+  ASSERT_TRUE(holder->exec("BEGIN IMMEDIATE"));
+
+  waiter->set_busy_timeout(std::chrono::milliseconds(0));
+  auto refused = waiter->exec("INSERT INTO t VALUES (1)");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::unavailable) << refused.error().to_string();
+
+  const auto budget = std::chrono::milliseconds(30);
+  waiter->set_busy_timeout(budget);
+  const auto started = std::chrono::steady_clock::now();
+  auto waited = waiter->exec("INSERT INTO t VALUES (2)");
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  ASSERT_FALSE(waited);
+  EXPECT_EQ(waited.error().code, errc::unavailable) << waited.error().to_string();
+  EXPECT_GE(elapsed, budget);
+  EXPECT_LT(elapsed, std::chrono::seconds(10));
+
+  ASSERT_TRUE(holder->exec("COMMIT"));
+  EXPECT_TRUE(waiter->exec("INSERT INTO t VALUES (3)"));
 }
 
 }  // namespace

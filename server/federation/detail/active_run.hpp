@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <future>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "server/federation/evaluation_round.hpp"
 #include "server/federation/feature_scaling.hpp"
@@ -47,11 +49,55 @@ struct RoundInFlight {
 };
 
 // What a checkpoint write on the worker hands back: the file's reference (or why there
-// is none) and when the write ran.
+// is none) and when the write ran; with RunEnvironment::background_store, also the
+// round's commit that followed it there.
 struct WrittenCheckpoint {
   result<store::CheckpointRef> ref = fail(errc::internal, "the checkpoint was not written");
   Clock::steady_time started;
   Clock::steady_time finished;
+  // Committed on the worker: the transaction's outcome (none when the write failed, or
+  // the round commits on the controller's thread) and when it ran.
+  std::optional<result<store::RoundRecord>> committed;
+  Clock::steady_time commit_started;
+  Clock::steady_time commit_finished;
+  std::int64_t committed_event_id = 0;  // the "round_committed" row written with it
+};
+
+// What the worker's commit writes: copies of the round's rows, since the controller's
+// PendingCommit moves while the worker reads.
+struct CommitRows {
+  store::RoundRecord record;
+  std::vector<store::ClientResult> results;
+  std::vector<store::ClientEvaluation> evaluations;
+  store::EventRecord committed_event;
+};
+
+// Holds the sink's announcements while it lives (EventSink::hold_announcements): a round
+// committing on the worker keeps one from its hand-off until it is settled, whichever way
+// that goes (committed, failed, or dropped with the run).
+class AnnouncementHold {
+ public:
+  explicit AnnouncementHold(EventSink& sink) : sink_(&sink) { sink.hold_announcements(); }
+  AnnouncementHold(AnnouncementHold&& other) noexcept
+      : sink_(std::exchange(other.sink_, nullptr)) {}
+  AnnouncementHold& operator=(AnnouncementHold&& other) noexcept {
+    if (this != &other) {
+      release();
+      sink_ = std::exchange(other.sink_, nullptr);
+    }
+    return *this;
+  }
+  AnnouncementHold(const AnnouncementHold&) = delete;
+  AnnouncementHold& operator=(const AnnouncementHold&) = delete;
+  ~AnnouncementHold() { release(); }
+
+ private:
+  void release() noexcept {
+    if (sink_ != nullptr) {
+      std::exchange(sink_, nullptr)->release_announcements();
+    }
+  }
+  EventSink* sink_;
 };
 
 // A round between its checkpoint write and its commit: everything the commit and what
@@ -66,6 +112,7 @@ struct RunController::PendingCommit {
   std::optional<RoundTimer> timer;
   std::optional<std::pair<double, double>> secure_evaluation;
   std::future<WrittenCheckpoint> written;
+  std::optional<AnnouncementHold> hold;  // while it commits on the worker
 };
 
 struct RunController::ActiveRun {

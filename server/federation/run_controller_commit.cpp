@@ -19,6 +19,16 @@
 namespace fedcore::federation {
 namespace {
 using json = nlohmann::json;
+
+// The round's one transaction, wherever it runs; `event_id` gets the id of its
+// "round_committed" row.
+result<store::RoundRecord> commit_rows(store::HistoryStore& store, const CommitRows& rows,
+                                       const store::CheckpointRef& ref, std::int64_t& event_id) {
+  auto event = rows.committed_event;
+  auto committed = store.commit_round(rows.record, rows.results, ref, rows.evaluations, &event);
+  event_id = event.id;
+  return committed;
+}
 }  // namespace
 
 // committing: the strategy's output becomes the global model, its checkpoint is durable
@@ -70,30 +80,24 @@ void RunController::commit_round() {
 
   PendingCommit commit;
   commit.number = round.number;
-  commit.report = std::move(report);
-  commit.evaluations = std::move(evaluations);
   // The round's "committed" event is written in the round's transaction: every event of
   // the round is durable when the round is (one fsync for the round, docs/schema.md).
-  commit.committed_event =
-      round_event("round_committed", json{{"accepted", round.closed.accepted},
-                                          {"rejected", round.closed.rejected},
-                                          {"timed_out", round.closed.timed_out},
-                                          {"late", round.closed.late}}
-                                         .dump());
+  commit.rows = std::make_shared<const CommitRows>(
+      CommitRows{std::move(report.record), std::move(report.results), std::move(evaluations),
+                 round_event("round_committed", json{{"accepted", round.closed.accepted},
+                                                     {"rejected", round.closed.rejected},
+                                                     {"timed_out", round.closed.timed_out},
+                                                     {"late", round.closed.late}}
+                                                    .dump())});
   commit.timer.emplace(*round.timer);
   commit.secure_evaluation = round.secure_evaluation;
   const bool overlap =
       env_.background != nullptr && !run.config.manual && round.number < run.config.rounds;
   // With a second connection the worker commits the round itself, right after its file:
   // the commit's fsync then waits on the worker, not on the thread that receives the next
-  // round's updates. It writes copies of the rows; the controller learns the outcome when
-  // it settles the round (finish_commit).
-  std::shared_ptr<const CommitRows> rows;
+  // round's updates. The controller learns the outcome when it settles the round
+  // (finish_commit).
   store::HistoryStore* commit_store = overlap ? env_.background_store : nullptr;
-  if (commit_store != nullptr) {
-    rows = std::make_shared<const CommitRows>(CommitRows{
-        commit.report.record, commit.report.results, commit.evaluations, commit.committed_event});
-  }
   // The write reads only what nothing changes until this round commits: the new global
   // model (its own shared copy), the model's layout and spec, the clock and the disks.
   auto promise = std::make_shared<std::promise<WrittenCheckpoint>>();
@@ -102,7 +106,7 @@ void RunController::commit_round() {
   // snapshot too: the next round's finish_round makes a new one.
   auto write = [promise, &model, &clock = env_.clock, disks = &disks(), global = model.global,
                 state = model.strategy->state(), run_id = run.record.id, number = round.number,
-                commit_store, rows] {
+                commit_store, rows = commit.rows] {
     WrittenCheckpoint written;
     written.started = clock.steady();
     try {
@@ -112,12 +116,10 @@ void RunController::commit_round() {
     }
     written.finished = clock.steady();
     if (commit_store != nullptr && written.ref) {
-      auto event = rows->committed_event;
       written.commit_started = clock.steady();
-      written.committed = commit_store->commit_round(rows->record, rows->results, *written.ref,
-                                                     rows->evaluations, &event);
+      written.committed =
+          commit_rows(*commit_store, *rows, *written.ref, written.committed_event_id);
       written.commit_finished = clock.steady();
-      written.committed_event_id = event.id;
     }
     promise->set_value(std::move(written));
   };
@@ -188,16 +190,15 @@ bool RunController::finish_commit(PendingCommit& commit) {
   if (!written.ref) {
     return failed(written.ref.error(), FailedWrite::checkpoint_file);
   }
+  std::int64_t event_id = written.committed_event_id;
   auto committed = [&]() -> result<store::RoundRecord> {
     if (written.committed) {  // on the worker, right after the file
       commit.timer->add(&store::RoundPhases::commit_ms, written.commit_started,
                         written.commit_finished);
-      commit.committed_event.id = written.committed_event_id;
       return std::move(*written.committed);
     }
     const auto committing = commit.timer->now();
-    auto done = env_.store.commit_round(commit.report.record, commit.report.results, *written.ref,
-                                        commit.evaluations, &commit.committed_event);
+    auto done = commit_rows(env_.store, *commit.rows, *written.ref, event_id);
     commit.timer->add(&store::RoundPhases::commit_ms, committing);
     return done;
   }();
@@ -209,12 +210,14 @@ bool RunController::finish_commit(PendingCommit& commit) {
   forget_previous_state(commit.number);
   record_phases(*commit.timer, commit.number, committed->attempt);
   record_secure_evaluation(commit.number, commit.secure_evaluation);
-  const auto& record = commit.report.record;
+  const auto& record = commit.rows->record;
   spdlog::info(
       "run {} round {} committed: {} of {} updates accepted, train loss {:.4f}{}", run.record.id,
       commit.number, record.accepted, record.selected, record.train_loss,
       record.eval_accuracy ? ", server accuracy " + std::to_string(*record.eval_accuracy) : "");
-  env_.events.announce(commit.committed_event);
+  auto event = commit.rows->committed_event;
+  event.id = event_id;
+  env_.events.announce(event);
   if (env_.hooks.round_committed) {
     env_.hooks.round_committed(run.record.id, *committed);  // last: it may end the run
   }

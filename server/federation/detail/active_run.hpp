@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -63,8 +64,8 @@ struct WrittenCheckpoint {
   std::int64_t committed_event_id = 0;  // the "round_committed" row written with it
 };
 
-// What the worker's commit writes: copies of the round's rows, since the controller's
-// PendingCommit moves while the worker reads.
+// What the round's one transaction writes. Immutable once made and shared: the worker may
+// commit it while the controller's PendingCommit moves.
 struct CommitRows {
   store::RoundRecord record;
   std::vector<store::ClientResult> results;
@@ -106,9 +107,7 @@ class AnnouncementHold {
 struct RunController::PendingCommit {
   std::int64_t number = 0;
   RoundStage stage = RoundStage::committing;  // persisting while handed off
-  RoundReport report;
-  std::vector<store::ClientEvaluation> evaluations;
-  store::EventRecord committed_event;
+  std::shared_ptr<const CommitRows> rows;
   std::optional<RoundTimer> timer;
   std::optional<std::pair<double, double>> secure_evaluation;
   std::future<WrittenCheckpoint> written;

@@ -188,7 +188,8 @@ struct FederationServer::Impl final : EventSink {
     return threads > 0 ? std::make_unique<WorkerPool>(static_cast<std::size_t>(threads)) : nullptr;
   }
 
-  // EventSink: the store's events table, then every subscriber.
+  // EventSink: the store's events table, then every subscriber. While a round commits on
+  // the writer thread, both wait for its end (held_announcements.hpp).
   void record(std::string_view kind, std::optional<std::int64_t> run,
               std::optional<std::int64_t> round, std::string_view client_id,
               std::string detail_json) override {
@@ -199,6 +200,10 @@ struct FederationServer::Impl final : EventSink {
     e.round = round;
     e.client_id = std::string(client_id);
     e.detail_json = std::move(detail_json);
+    if (held.held()) {
+      held.defer(std::move(e));
+      return;
+    }
     if (auto written = store.append_event(e); !written) {
       spdlog::warn("could not record event {}: {}", kind, written.error().message);
     } else {
@@ -213,7 +218,7 @@ struct FederationServer::Impl final : EventSink {
   }
   void hold_announcements() override { held.hold(); }
   void release_announcements() override {
-    for (const auto& e : held.release()) {
+    for (const auto& e : held.release(store)) {
       deliver(e);
     }
   }

@@ -328,6 +328,37 @@ result<std::int64_t> HistoryStore::append_event(const EventRecord& event) {
   return id;
 }
 
+// One lock and one append to the log for a batch (the server writes the events of a round
+// that were kept back while the previous round committed on its writer thread).
+result<void> HistoryStore::append_events(std::span<EventRecord> events) {
+  if (events.empty()) {
+    return {};
+  }
+  std::vector<std::int64_t> ids;
+  ids.reserve(events.size());
+  auto written = without_fsync([&]() -> result<void> {
+    auto transaction = Transaction::begin(db_, TransactionMode::immediate);
+    if (!transaction) {
+      return in(cat("cannot append ", events.size(), " events"), transaction.error());
+    }
+    for (const auto& event : events) {
+      auto inserted = insert_event(event);
+      if (!inserted) {
+        return inserted.error();
+      }
+      ids.push_back(*inserted);
+    }
+    return transaction->commit();
+  });
+  if (!written) {
+    return written.error();
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    events[i].id = ids[i];
+  }
+  return {};
+}
+
 result<std::int64_t> HistoryStore::insert_event(const EventRecord& event) {
   const std::string what = cat("cannot append event ", in_quotes(event.kind));
   if (event.kind.empty()) {

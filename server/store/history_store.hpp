@@ -233,6 +233,10 @@ class HistoryStore {
   // ignored. No fsync of its own (see Durability above). Errors: errc::invalid_argument
   // (empty kind, detail_json not JSON).
   result<std::int64_t> append_event(const EventRecord& event);
+  // Appends `events` in order in one transaction (no fsync of its own) and sets each one's
+  // id; all or none are written. Errors: as append_event, for the first bad event (and
+  // then no id is set).
+  result<void> append_events(std::span<EventRecord> events);
   // Up to `limit` events with id > after_id, oldest first; pass the last id seen to page
   // on. Errors: errc::invalid_argument (limit outside [1, kMaxPageSize]).
   result<std::vector<EventRecord>> list_events(std::int64_t after_id, std::int64_t limit);

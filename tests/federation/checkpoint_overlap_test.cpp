@@ -216,8 +216,9 @@ INSTANTIATE_TEST_SUITE_P(CommitOn, Overlap, ::testing::Bool(),
                            return info.param ? "TheWorker" : "TheControllersThread";
                          });
 
-// A sink like the server's: every event written to the history at once, announcements
-// held while a round commits on the worker and let out in id order.
+// A sink like the server's: events written to the history at once, except while a round
+// commits on the worker, when they are kept and written after it; announcements held
+// meanwhile and let out in id order.
 class StoredEvents final : public EventSink {
  public:
   void record(std::string_view kind, std::optional<std::int64_t> run,
@@ -229,6 +230,10 @@ class StoredEvents final : public EventSink {
     e.round = round;
     e.client_id = std::string(client_id);
     e.detail_json = std::move(detail_json);
+    if (held.held()) {
+      held.defer(std::move(e));
+      return;
+    }
     auto id = store->append_event(e);
     ASSERT_TRUE(id) << id.error().message;
     e.id = *id;
@@ -241,7 +246,7 @@ class StoredEvents final : public EventSink {
   }
   void hold_announcements() override { held.hold(); }
   void release_announcements() override {
-    for (auto& e : held.release()) {
+    for (auto& e : held.release(*store)) {
       announced.push_back(std::move(e));
     }
   }
@@ -274,9 +279,10 @@ struct OverlapOnTheWorker : ::testing::Test {
 };
 
 // The worker commits round 1 right after its file; the controller reports it (hook,
-// last_round, the announcement) when it next polls. An update of round 2 that arrives in
-// between is written after the commit, so its event's id is larger: it is held and goes
-// out after round 1's "round_committed", never before it.
+// last_round, the announcement) when it next polls. The event of an update of round 2
+// that arrives in between is kept, not written (the controller's thread never waits for
+// the worker's lock), and written when round 1 settles: its id is larger, and it goes out
+// after round 1's "round_committed", never before it.
 TEST_F(OverlapOnTheWorker, TheRoundCommitsThereAndEventsAreAnnouncedInIdOrder) {
   auto id = rig.controller->start_run(testing::storage_test_run(3));
   ASSERT_TRUE(id) << id.error().message;
@@ -298,13 +304,20 @@ TEST_F(OverlapOnTheWorker, TheRoundCommitsThereAndEventsAreAnnouncedInIdOrder) {
   rig.answer_one("a");  // round 2's first update, before the controller polls
   auto later = rig.store->list_events(committed_id, 100);
   ASSERT_TRUE(later) << later.error().message;
-  ASSERT_EQ(later->size(), 1u);
-  EXPECT_EQ((*later)[0].kind, "update_accepted");
+  EXPECT_TRUE(later->empty()) << "written while the round committed on the worker";
   for (const auto& e : sink.announced) {
     EXPECT_LT(e.id, committed_id) << e.kind << " went out while the commit was held";
   }
 
   rig.controller->poll();
+  later = rig.store->list_events(committed_id, 100);
+  ASSERT_TRUE(later) << later.error().message;
+  // Round 2's start too was recorded after the hand-off: it now follows round 1's commit.
+  ASSERT_EQ(later->size(), 2u);
+  EXPECT_EQ((*later)[0].kind, "round_started");
+  EXPECT_EQ((*later)[0].round, 2);
+  EXPECT_EQ((*later)[1].kind, "update_accepted");
+  EXPECT_EQ((*later)[1].client_id, "a");
   EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1}));
   EXPECT_EQ(rig.run(*id).last_round, 1);
   EXPECT_TRUE(announced_in_id_order()) << ::testing::PrintToString(sink.kinds());
@@ -351,7 +364,7 @@ TEST_F(OverlapOnTheWorker, AFailedWriteReleasesTheHeldEvents) {
   EXPECT_TRUE(events.held.held());
   disks.refuse(kDiskFull);
   background.run_all();
-  failing.answer_one("a");  // written, held
+  failing.answer_one("a");  // kept, written when the round settles
   const auto held_before = events.announced.size();
   failing.controller->poll();
   EXPECT_FALSE(events.held.held());
@@ -367,8 +380,11 @@ TEST_F(OverlapOnTheWorker, AFailedWriteReleasesTheHeldEvents) {
 }
 
 TEST(HeldAnnouncements, KeepsNothingUnlessHeldAndReleasesInIdOrderAfterTheLastHold) {
+  auto history = store::HistoryStore::open(":memory:");
+  ASSERT_TRUE(history) << history.error().message;
   HeldAnnouncements held;
   store::EventRecord e;
+  e.kind = "written";
   e.id = 5;
   EXPECT_FALSE(held.keep(e));
   held.hold();
@@ -377,15 +393,78 @@ TEST(HeldAnnouncements, KeepsNothingUnlessHeldAndReleasesInIdOrderAfterTheLastHo
     e.id = id;
     EXPECT_TRUE(held.keep(e));
   }
-  EXPECT_TRUE(held.release().empty());  // one hold is left
+  EXPECT_TRUE(held.release(*history).empty());  // one hold is left
   EXPECT_TRUE(held.held());
   std::vector<std::int64_t> ids;
-  for (const auto& kept : held.release()) {
+  for (const auto& kept : held.release(*history)) {
     ids.push_back(kept.id);
   }
   EXPECT_EQ(ids, (std::vector<std::int64_t>{0, 7, 8, 9}));
   EXPECT_FALSE(held.held());
   EXPECT_FALSE(held.keep(e));
+}
+
+// Events recorded while held are written only at the last release, in one go and in the
+// order they came, and go out after everything kept.
+TEST(HeldAnnouncements, WritesWhatWasDeferredAtTheLastReleaseAfterTheKeptOnes) {
+  auto history = store::HistoryStore::open(":memory:");
+  ASSERT_TRUE(history) << history.error().message;
+  HeldAnnouncements held;
+  held.hold();
+  store::EventRecord committed;
+  committed.kind = "round_committed";
+  committed.detail_json = "{}";
+  auto committed_id = history->append_event(committed);  // as the worker's transaction would
+  ASSERT_TRUE(committed_id) << committed_id.error().message;
+  committed.id = *committed_id;
+  for (const char* client : {"b", "a"}) {
+    store::EventRecord e;
+    e.kind = "update_accepted";
+    e.client_id = client;
+    e.detail_json = "{}";
+    held.defer(e);
+  }
+  EXPECT_TRUE(held.keep(committed));
+  auto before = history->list_events(0, 10);
+  ASSERT_TRUE(before) << before.error().message;
+  EXPECT_EQ(before->size(), 1u) << "a deferred event was written before the release";
+
+  const auto out = held.release(*history);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].kind, "round_committed");
+  EXPECT_EQ(out[1].client_id, "b");
+  EXPECT_EQ(out[2].client_id, "a");
+  EXPECT_GT(out[1].id, out[0].id);
+  EXPECT_GT(out[2].id, out[1].id);
+  auto stored = history->list_events(0, 10);
+  ASSERT_TRUE(stored) << stored.error().message;
+  ASSERT_EQ(stored->size(), 3u);
+  EXPECT_EQ((*stored)[2].id, out[2].id);
+  EXPECT_EQ((*stored)[2].client_id, "a");
+}
+
+// A deferred event the store refuses (an empty kind) costs only itself.
+TEST(HeldAnnouncements, ADeferredEventTheStoreRefusesLosesNoOther) {
+  auto history = store::HistoryStore::open(":memory:");
+  ASSERT_TRUE(history) << history.error().message;
+  HeldAnnouncements held;
+  held.hold();
+  store::EventRecord good;
+  good.kind = "client_connected";
+  good.detail_json = "{}";
+  store::EventRecord bad = good;
+  bad.kind = "";
+  held.defer(good);
+  held.defer(bad);
+  held.defer(good);
+  const auto out = held.release(*history);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_GT(out[0].id, 0);
+  EXPECT_EQ(out[1].id, 0);
+  EXPECT_GT(out[2].id, out[0].id);
+  auto stored = history->list_events(0, 10);
+  ASSERT_TRUE(stored) << stored.error().message;
+  EXPECT_EQ(stored->size(), 2u);
 }
 
 }  // namespace

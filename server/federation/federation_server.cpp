@@ -77,17 +77,33 @@ void log_session_exception(std::exception_ptr e) {
   }
 }
 
-// The controller's checkpoint writes, on a thread of their own so the next round can start
-// while one goes to disk (run_controller.hpp, "Overlap"). `wake` runs on that thread after
-// each write.
+// The controller's checkpoint writes, on threads of their own so the next round can start
+// while one goes to disk (run_controller.hpp, "Overlap"): files on one, the commits after
+// them on another, so that one round's file is written while the round before commits.
+// `wake` runs after each job's last part.
 class BackgroundWriter final : public BackgroundWork {
  public:
-  explicit BackgroundWriter(std::function<void()> wake) : worker_(std::move(wake)) {}
-  void start(std::function<void()> job) override { worker_.submit(std::move(job)); }
-  void finish() override { worker_.drain(); }
+  explicit BackgroundWriter(std::function<void()> wake)
+      : committer_(wake), file_writer_(std::move(wake)) {}
+  void start(std::function<void()> job) override { file_writer_.submit(std::move(job)); }
+  // The file's thread hands `then` on when `write` returns; the second thread runs the
+  // `then`s in the order their writes were started (one thread, first in first out).
+  void start(std::function<void()> write, std::function<void()> then) override {
+    file_writer_.submit([this, write = std::move(write), then = std::move(then)]() mutable {
+      write();
+      committer_.submit(std::move(then));
+    });
+  }
+  // The files first: each of them hands a job on to the committer.
+  void finish() override {
+    file_writer_.drain();
+    committer_.drain();
+  }
 
  private:
-  WorkerThread worker_;
+  // Declared first, so destroyed last: the file thread submits to it until it stops.
+  WorkerThread committer_;
+  WorkerThread file_writer_;
 };
 
 }  // namespace

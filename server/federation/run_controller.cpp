@@ -142,9 +142,9 @@ result<void> RunController::resume_runs() {
 
 result<void> RunController::stop_run(std::int64_t run_id) {
   if (active_ && active_->record.id == run_id) {
-    // A round handed off before the stop has finished: it commits (or its failure holds
+    // Rounds handed off before the stop have finished: they commit (or a failure holds
     // the run, which the stop then ends).
-    settle_pending_commit(true);
+    settle_pending_commits(0);
   }
   auto run = env_.store.get_run(run_id);
   if (!run) {
@@ -278,7 +278,7 @@ result<std::int64_t> RunController::advance_round(std::int64_t run_id) {
 }
 
 void RunController::shutdown() {
-  settle_pending_commit(true);  // a round handed off before the shutdown commits
+  settle_pending_commits(0);  // rounds handed off before the shutdown commit
   stopping_ = true;
   hold_.reset();  // a restart holds it again (resume_runs) or resumes it (still running)
   if (active_ && active_->round) {
@@ -296,9 +296,9 @@ void RunController::fail_active_run(const std::string& why) {
 }
 
 void RunController::end_run(store::RunState state, const std::string& why) {
-  // A round handed off before this end commits first. If it cannot, its failure ends the
-  // run (held for its storage); if its hook ended the run, that end stands.
-  if (active_->pending && !settle_pending_commit(true)) {
+  // Rounds handed off before this end commit first. If one cannot, its failure ends the
+  // run (held for its storage); if a hook ended the run, that end stands.
+  if (!active_->pending.empty() && !settle_pending_commits(0)) {
     return;
   }
   const auto run_id = active_->record.id;

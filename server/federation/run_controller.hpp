@@ -38,15 +38,22 @@
 // connection (background_store; the server's file-backed history), else on the
 // controller's thread when it next polls. Either way the controller learns of it on its
 // own thread and only then reports it (last_round, the "round_committed" announcement,
-// hooks); events written meanwhile are announced in id order after it. Until the commit
-// the round is not committed, and the rules hold as before:
-//   - rounds commit in order: anything that records the next round (its commit, its
-//     failure) or ends the run (stop, pause, shutdown, a failure) first waits for the
-//     write and commits the round before it;
-//   - a round whose write or commit fails is not recorded, the round built on its model
-//     is abandoned with it, and the run is held for its storage as usual;
-//   - a server killed meanwhile resumes from the last committed round: both rounds are
-//     redone, as an abandoned round is.
+// hooks); events written meanwhile are announced in id order after it. Up to
+// kMaxHandedOff rounds may be handed off at once, so that one round's checkpoint file is
+// written while the round before it commits (BackgroundWork's two-part start). Until the
+// commit the round is not committed, and the rules hold as before:
+//   - rounds commit in order: anything that records a round (its commit, its failure)
+//     first settles the rounds handed off before it, waiting for them when more than
+//     kMaxHandedOff - 1 would be left (or any, for an inline commit), and anything that
+//     ends the run (stop, pause, shutdown, a failure) waits for all of them;
+//   - announcements wait while any round is handed off, so a round that has had rounds
+//     handed off for kMaxHoldingAnnouncements waits for them all before it hands off:
+//     a writer slower than the rounds would otherwise hold them for ever;
+//   - a round whose write or commit fails is not recorded, the rounds built on its model
+//     (handed off after it, or in flight) are abandoned with it, and the run is held for
+//     its storage as usual;
+//   - a server killed meanwhile resumes from the last committed round: the rounds after
+//     it are redone, as an abandoned round is.
 // Without a worker (tests, unless they pass one) every round commits before the next starts.
 //
 // Storage faults (storage_fault.hpp): when the disk refuses the checkpoint or the commit
@@ -168,6 +175,16 @@ class BackgroundWork {
   // Runs `job` away from the controller's thread, after every job started before it.
   // Once it has returned, the host calls poll() on the controller's thread.
   virtual void start(std::function<void()> job) = 0;
+  // Runs `write` as start() runs a job, then `then` after every `then` started before it,
+  // where the next job's `write` may already run (the server: a round's checkpoint file
+  // while the round before it commits, on two threads). The host calls poll() once `then`
+  // has returned. By default both run as one job.
+  virtual void start(std::function<void()> write, std::function<void()> then) {
+    start([write = std::move(write), then = std::move(then)] {
+      write();
+      then();
+    });
+  }
   // Blocks until every job started so far has returned.
   virtual void finish() = 0;
 };
@@ -325,10 +342,12 @@ class RunController {
   void commit_round();
   // A round handed off to the background worker (class comment, "Overlap").
   struct PendingCommit;
-  // Commits the handed-off round once its checkpoint is written: waiting for the write when
-  // `wait`, else only if it has finished. False when the run did not survive it (the write
-  // or the commit failed, or a hook ended the run).
-  bool settle_pending_commit(bool wait);
+  static constexpr std::size_t kMaxHandedOff = 2;
+  static constexpr std::chrono::milliseconds kMaxHoldingAnnouncements{200};
+  // Commits the handed-off rounds, oldest first, whose writes have finished, and waits for
+  // the writes while more than `at_most_left` would stay handed off. False when the run
+  // did not survive it (a write or a commit failed, or a hook ended the run).
+  bool settle_pending_commits(std::size_t at_most_left);
   // The end of every commit, inline or handed off: the transaction, then what follows it.
   // False when the round was not committed (the run is then paused or held).
   bool finish_commit(PendingCommit& round);

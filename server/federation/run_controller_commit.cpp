@@ -34,11 +34,18 @@ result<store::RoundRecord> commit_rows(store::HistoryStore& store, const CommitR
 // committing: the strategy's output becomes the global model, its checkpoint is durable
 // before the transaction that commits the round row and names it. A round that is not the
 // run's last hands the write to the background worker when there is one (persisting) and
-// the next round starts at once; the round commits in settle_pending_commit.
+// the next round starts at once; the round commits in settle_pending_commits.
 void RunController::commit_round() {
-  // Rounds commit in order: the one handed off before this one first.
-  if (!settle_pending_commit(true)) {
-    return;  // its write or commit failed, and this round, built on its model, went with it
+  const bool overlap = env_.background != nullptr && !active_->config.manual &&
+                       active_->round->number < active_->config.rounds;
+  // Rounds commit in order: those handed off before this one first. One that hands off
+  // too may leave kMaxHandedOff - 1 of them writing, unless announcements have waited
+  // long enough (class comment, "Overlap").
+  const bool held_too_long =
+      !active_->pending.empty() &&
+      env_.clock.steady() - active_->handed_off_since >= kMaxHoldingAnnouncements;
+  if (!settle_pending_commits(overlap && !held_too_long ? kMaxHandedOff - 1 : 0)) {
+    return;  // a write or commit failed, and this round, built on its model, went with it
   }
   auto& run = *active_;
   auto& round = *run.round;
@@ -91,8 +98,6 @@ void RunController::commit_round() {
                                                     .dump())});
   commit.timer.emplace(*round.timer);
   commit.secure_evaluation = round.secure_evaluation;
-  const bool overlap =
-      env_.background != nullptr && !run.config.manual && round.number < run.config.rounds;
   // With a second connection the worker commits the round itself, right after its file:
   // the commit's fsync then waits on the worker, not on the thread that receives the next
   // round's updates. The controller learns the outcome when it settles the round
@@ -102,29 +107,36 @@ void RunController::commit_round() {
   // model (its own shared copy), the model's layout and spec, the clock and the disks.
   auto promise = std::make_shared<std::promise<WrittenCheckpoint>>();
   commit.written = promise->get_future();
+  // The write in two parts, the file then the commit, so that the server can write the
+  // next round's file while this round commits (BackgroundWork's two-part start). The
+  // outcome travels from one to the other in `written`, which only one part touches at a
+  // time (the second starts after the first has returned).
+  auto written = std::make_shared<WrittenCheckpoint>();
   // The strategy's state after this round (a server optimizer's moments) is an immutable
   // snapshot too: the next round's finish_round makes a new one.
-  auto write = [promise, &model, &clock = env_.clock, disks = &disks(), global = model.global,
-                state = model.strategy->state(), run_id = run.record.id, number = round.number,
-                commit_store, rows = commit.rows] {
-    WrittenCheckpoint written;
-    written.started = clock.steady();
+  auto write_file = [written, &model, &clock = env_.clock, disks = &disks(), global = model.global,
+                     state = model.strategy->state(), run_id = run.record.id,
+                     number = round.number] {
+    written->started = clock.steady();
     try {
-      written.ref = model.write_checkpoint(run_id, number, *global, disks, state.get());
+      written->ref = model.write_checkpoint(run_id, number, *global, disks, state.get());
     } catch (const std::exception& e) {
-      written.ref = fail(errc::internal, std::string("writing the checkpoint: ") + e.what());
+      written->ref = fail(errc::internal, std::string("writing the checkpoint: ") + e.what());
     }
-    written.finished = clock.steady();
-    if (commit_store != nullptr && written.ref) {
-      written.commit_started = clock.steady();
-      written.committed =
-          commit_rows(*commit_store, *rows, *written.ref, written.committed_event_id);
-      written.commit_finished = clock.steady();
+    written->finished = clock.steady();
+  };
+  auto commit_and_tell = [written, promise, &clock = env_.clock, commit_store, rows = commit.rows] {
+    if (commit_store != nullptr && written->ref) {
+      written->commit_started = clock.steady();
+      written->committed =
+          commit_rows(*commit_store, *rows, *written->ref, written->committed_event_id);
+      written->commit_finished = clock.steady();
     }
-    promise->set_value(std::move(written));
+    promise->set_value(std::move(*written));
   };
   if (!overlap) {
-    write();
+    write_file();
+    commit_and_tell();
     finish_commit(commit);
     return;
   }
@@ -134,30 +146,33 @@ void RunController::commit_round() {
     // after the round's own, and must not be announced before it.
     commit.hold.emplace(env_.events);
   }
-  env_.background->start(std::move(write));
+  env_.background->start(std::move(write_file), std::move(commit_and_tell));
   run.move(RoundEvent::handed_off);
   commit.stage = round.stage;
-  run.pending.emplace(std::move(commit));
+  if (run.pending.empty()) {
+    run.handed_off_since = env_.clock.steady();
+  }
+  run.pending.push_back(std::move(commit));
 }
 
-bool RunController::settle_pending_commit(bool wait) {
-  if (!active_) {
-    return false;
-  }
-  if (!active_->pending) {
-    return true;
-  }
-  if (active_->pending->written.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-    if (!wait) {
-      return true;
+bool RunController::settle_pending_commits(std::size_t at_most_left) {
+  while (active_ && !active_->pending.empty()) {
+    auto& oldest = active_->pending.front();
+    if (oldest.written.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      if (active_->pending.size() <= at_most_left) {
+        return true;
+      }
+      // Every write started so far: a fake background (tests) runs its jobs only here.
+      env_.background->finish();
     }
-    env_.background->finish();
+    PendingCommit commit(std::move(active_->pending.front()));
+    active_->pending.pop_front();
+    const auto generation = generation_;
+    if (!finish_commit(commit) || !active_ || generation_ != generation) {
+      return false;
+    }
   }
-  PendingCommit commit(std::move(*active_->pending));
-  active_->pending.reset();
-  const auto generation = generation_;
-  const bool committed = finish_commit(commit);
-  return committed && active_ && generation_ == generation;
+  return active_ != nullptr;
 }
 
 bool RunController::finish_commit(PendingCommit& commit) {
@@ -176,6 +191,19 @@ bool RunController::finish_commit(PendingCommit& commit) {
   };
   const auto failed = [&](const error& failure, FailedWrite what) {
     move(RoundEvent::commit_failed);
+    // The rounds handed off after this one were built on its model: they go too, once
+    // their writes have returned (their jobs read the run's model). Their commits, if they
+    // ran, found this round missing and wrote nothing.
+    if (!run.pending.empty()) {
+      env_.background->finish();
+      for (const auto& later : run.pending) {
+        spdlog::warn(
+            "run {} round {}: abandoned: it started from round {}'s model, which "
+            "could not be committed",
+            run.record.id, later.number, commit.number);
+      }
+      run.pending.clear();
+    }
     if (handed_off && run.round) {
       spdlog::warn(
           "run {} round {}: abandoned: it started from round {}'s model, which could not "
@@ -241,7 +269,8 @@ void RunController::forget_previous_state(std::int64_t committed) {
 }
 
 std::int64_t RunController::next_round_number() const {
-  return active_->pending ? active_->pending->number + 1 : active_->record.last_round + 1;
+  return active_->pending.empty() ? active_->record.last_round + 1
+                                  : active_->pending.back().number + 1;
 }
 
 void RunController::record_phases(const RoundTimer& timer, std::int64_t round,

@@ -51,7 +51,7 @@ void RunController::poll() {
   if (!active_ && hold_ && env_.clock.steady() >= hold_->next_probe) {
     retry_held_run();  // a run paused for its storage: probe, and resume if it passes
   }
-  settle_pending_commit(false);  // a handed-off round whose checkpoint is written commits
+  settle_pending_commits(kMaxHandedOff);  // handed-off rounds whose writes are done commit
   for (int steps = 0; active_ && step(); ++steps) {
     // Every step either waits (returns false) or moves a stage; a round has fewer than
     // ten stages, so this bound is never reached by a correct machine.
@@ -609,8 +609,8 @@ void RunController::close_round() {
 // The round failed (no quorum, or below secure aggregation's threshold): recorded, then
 // retried or the run pauses.
 void RunController::record_failed_round() {
-  // Rounds are recorded in order: the one handed off before this one commits first.
-  if (!settle_pending_commit(true)) {
+  // Rounds are recorded in order: those handed off before this one commit first.
+  if (!settle_pending_commits(0)) {
     return;  // it failed, and this attempt, built on its model, went with the run
   }
   auto& run = *active_;

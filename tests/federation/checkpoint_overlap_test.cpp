@@ -379,6 +379,180 @@ TEST_F(OverlapOnTheWorker, AFailedWriteReleasesTheHeldEvents) {
   EXPECT_EQ(std::find(kinds.begin(), kinds.end(), "round_committed 1"), kinds.end());
 }
 
+// Keeps each job's two parts apart, like the server's two writer threads: a later round's
+// file may be written before an earlier round's commit. Parts run only when the test says
+// so, or all of them, in order, when the controller must wait (finish()).
+class TwoPartBackground final : public BackgroundWork {
+ public:
+  void start(std::function<void()> job) override {
+    start(std::move(job), [] {});
+  }
+  void start(std::function<void()> write, std::function<void()> then) override {
+    jobs.push_back({std::move(write), std::move(then)});
+  }
+  void finish() override {
+    ++finishes;
+    while (run_write()) {
+    }
+    while (run_then()) {
+    }
+  }
+  // The oldest file not written yet; false when there is none.
+  bool run_write() {
+    if (written == jobs.size()) {
+      return false;
+    }
+    jobs[written++].first();
+    return true;
+  }
+  // The oldest commit whose file is written; false when there is none.
+  bool run_then() {
+    if (committed == written) {
+      return false;
+    }
+    jobs[committed++].second();
+    return true;
+  }
+  std::size_t handed_off() const { return jobs.size(); }
+
+  std::vector<std::pair<std::function<void()>, std::function<void()>>> jobs;
+  std::size_t written = 0;
+  std::size_t committed = 0;
+  int finishes = 0;
+};
+
+struct TwoRoundsHandedOff : ::testing::Test {
+  TempDir dir;
+  SwitchableDisks disks;
+  TwoPartBackground background;
+  StoredEvents sink;
+  StorageRig rig{
+      dir.path("history.db"), dir.path("ckpt"), &disks, kRetry, &background, true, &sink};
+  TwoRoundsHandedOff() { sink.store = &*rig.store; }
+
+  std::int64_t start(int rounds) {
+    auto id = rig.controller->start_run(testing::storage_test_run(rounds));
+    EXPECT_TRUE(id) << id.error().message;
+    rig.controller->poll();
+    return id ? *id : 0;
+  }
+};
+
+// Round 2 closes while round 1 is still being written: it hands off too, without waiting.
+// Round 2's file is written before round 1 commits; both commit in order, and the events
+// go out in id order once neither is left.
+TEST_F(TwoRoundsHandedOff, ASecondRoundHandsOffWhileTheFirstIsWrittenAndBothCommitInOrder) {
+  const auto id = start(4);
+  rig.answer_round();
+  rig.answer_round();
+  ASSERT_EQ(background.handed_off(), 2u);
+  EXPECT_EQ(background.finishes, 0);
+  EXPECT_EQ(rig.controller->active_round(), 3);
+
+  ASSERT_TRUE(background.run_write());  // round 1's file
+  ASSERT_TRUE(background.run_write());  // round 2's file, before round 1 commits
+  EXPECT_TRUE(rig.committed_rounds(id).empty());
+  ASSERT_TRUE(background.run_then());  // round 1's commit
+  rig.controller->poll();
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1}));
+  EXPECT_TRUE(sink.held.held());  // round 2 is still handed off
+  ASSERT_TRUE(background.run_then());
+  rig.controller->poll();
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(rig.run(id).last_round, 2);
+  EXPECT_FALSE(sink.held.held());
+  EXPECT_TRUE(std::is_sorted(sink.announced.begin(), sink.announced.end(),
+                             [](const auto& a, const auto& b) { return a.id < b.id; }))
+      << ::testing::PrintToString(sink.kinds());
+
+  // Round 3 hands off, round 4 (the last) waits for it and commits inline.
+  rig.answer_round();
+  rig.answer_round();
+  EXPECT_EQ(rig.committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(rig.run(id).state, store::RunState::finished);
+  EXPECT_EQ(rig.verify_checkpoints(id), 4u);
+  EXPECT_FALSE(sink.held.held());
+}
+
+// With two rounds handed off and neither written, the third waits for them before it
+// hands off: never more than two.
+TEST_F(TwoRoundsHandedOff, AThirdRoundWaitsForTheTwoBeforeIt) {
+  const auto id = start(5);
+  rig.answer_round();
+  rig.answer_round();
+  ASSERT_EQ(background.handed_off(), 2u);
+  rig.answer_round();
+  EXPECT_EQ(background.finishes, 1);
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(background.handed_off(), 3u);
+  EXPECT_EQ(rig.controller->active_round(), 4);
+  EXPECT_EQ(rig.run(id).last_round, 2);
+}
+
+// Announcements wait while any round is handed off; a federation whose rounds always find
+// one still writing would hold them for ever, so after kMaxHoldingAnnouncements a closing
+// round waits for every round handed off before it hands off itself.
+TEST_F(TwoRoundsHandedOff, AnnouncementsHeldTooLongMakeTheNextRoundWait) {
+  start(5);
+  rig.answer_round();
+  ASSERT_EQ(background.handed_off(), 1u);
+  rig.clock.advance(199ms);
+  rig.answer_round();  // one handed off, held for less than the bound: no wait
+  EXPECT_EQ(background.finishes, 0);
+  EXPECT_EQ(background.handed_off(), 2u);
+  ASSERT_TRUE(background.run_write());
+  ASSERT_TRUE(background.run_then());
+  rig.controller->poll();  // round 1 commits; round 2 keeps the announcements held
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1}));
+  ASSERT_TRUE(sink.held.held());
+  rig.clock.advance(1ms);  // 200 ms since the first hand-off, and still holding
+  rig.answer_round();
+  EXPECT_EQ(background.finishes, 1);
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(background.handed_off(), 3u);  // round 3, after the wait
+  EXPECT_TRUE(sink.held.held());           // a new hold, for round 3 only
+}
+
+// Round 1's file cannot be written. Round 2, built on its model, had handed off too: its
+// file is written, but its commit finds round 1 missing and writes nothing, and it goes
+// with round 1 (abandoned, an orphan file). The run is held for its storage, and once the
+// disk takes writes again every round is run again and commits.
+TEST_F(TwoRoundsHandedOff, AFailedFirstRoundTakesTheSecondWithIt) {
+  const auto id = start(3);
+  rig.answer_round();
+  rig.answer_round();
+  ASSERT_EQ(background.handed_off(), 2u);
+  disks.refuse(kDiskFull);
+  ASSERT_TRUE(background.run_write());  // round 1: refused
+  disks.refuse(std::nullopt);
+  ASSERT_TRUE(background.run_write());  // round 2: written
+  ASSERT_TRUE(background.run_then());
+  ASSERT_TRUE(background.run_then());  // round 2's commit: round 1 is not there
+  rig.controller->poll();
+
+  EXPECT_FALSE(rig.controller->run_active());
+  ASSERT_TRUE(rig.controller->storage_hold().has_value());
+  EXPECT_EQ(rig.controller->storage_hold()->after_round, 0);
+  EXPECT_TRUE(rig.committed_rounds(id).empty());
+  EXPECT_TRUE(rig.committed.empty());
+  EXPECT_EQ(rig.run(id).last_round, 0);
+  EXPECT_FALSE(sink.held.held());
+  const auto kinds = sink.kinds();
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "storage_fault 1"), kinds.end())
+      << ::testing::PrintToString(kinds);
+
+  rig.advance(2s);
+  ASSERT_TRUE(rig.controller->run_active());
+  rig.answer_round();
+  rig.answer_round();
+  rig.answer_round();
+  background.finish();
+  rig.controller->poll();
+  EXPECT_EQ(rig.committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(rig.run(id).state, store::RunState::finished);
+  EXPECT_EQ(rig.verify_checkpoints(id), 3u);
+}
+
 TEST(HeldAnnouncements, KeepsNothingUnlessHeldAndReleasesInIdOrderAfterTheLastHold) {
   auto history = store::HistoryStore::open(":memory:");
   ASSERT_TRUE(history) << history.error().message;

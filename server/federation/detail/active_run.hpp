@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <future>
 #include <memory>
 #include <optional>
@@ -123,9 +124,10 @@ struct RunController::ActiveRun {
   std::int32_t attempt = 0;      // failed attempts at the current round number
   bool round_requested = false;  // manual runs: from advance_round() to the round's close
   std::optional<RoundInFlight> round;
-  // The round before `round`, handed off and not yet committed (run_controller.hpp,
-  // "Overlap"); rounds are committed in order, so there is at most one.
-  std::optional<PendingCommit> pending;
+  // The rounds before `round`, handed off and not yet committed, oldest first
+  // (run_controller.hpp, "Overlap"): at most kMaxHandedOff.
+  std::deque<PendingCommit> pending;
+  Clock::steady_time handed_off_since;  // when `pending` last stopped being empty
   std::optional<PrivacyBudget> budget;  // DP runs, from their first round on
   // Adaptive clipping of a secure client-level DP run (the sites clip; the bit sum arrives in
   // the masked vector's last slot): C for the next round. Plain runs keep it in DpFedAvg.

@@ -42,7 +42,7 @@ void RunController::commit_round() {
   // too may leave kMaxHandedOff - 1 of them writing, unless announcements have waited
   // long enough (class comment, "Overlap").
   const bool held_too_long =
-      !active_->pending.empty() &&
+      !active_->pending.empty() && active_->pending.front().hold.has_value() &&
       env_.clock.steady() - active_->handed_off_since >= kMaxHoldingAnnouncements;
   if (!settle_pending_commits(overlap && !held_too_long ? kMaxHandedOff - 1 : 0)) {
     return;  // a write or commit failed, and this round, built on its model, went with it

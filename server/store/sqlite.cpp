@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <sqlite3.h>
@@ -124,6 +125,27 @@ errc errc_from_sqlite(int extended_code, int system_errno) noexcept {
 
 // ---- Database
 
+// Compiled statements between uses, by the address of their SQL text (an Sql is always a
+// string literal, so one text has one address per translation unit at most; two copies of
+// the same literal only mean two entries). Bounded by the literals in the program and by
+// how many of one are in use at once.
+struct Database::StatementCache {
+  std::unordered_multimap<const char*, sqlite3_stmt*> idle;
+
+  ~StatementCache() {
+    for (const auto& [key, stmt] : idle) {
+      sqlite3_finalize(stmt);
+    }
+  }
+};
+
+Database::Database(sqlite3* db, std::string path)
+    : db_(db), path_(std::move(path)), cache_(std::make_unique<StatementCache>()) {}
+
+std::size_t Database::cached_statements() const noexcept {
+  return cache_ ? cache_->idle.size() : 0;
+}
+
 result<Database> Database::open(const std::string& path, OpenMode mode) {
   // NOMUTEX: the connection is confined to one thread at a time (see the header), so
   // SQLite's per-connection mutex would only cost time.
@@ -155,13 +177,16 @@ result<Database> Database::open(const std::string& path, OpenMode mode) {
 }
 
 Database::Database(Database&& other) noexcept
-    : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
+    : db_(std::exchange(other.db_, nullptr)),
+      path_(std::move(other.path_)),
+      cache_(std::move(other.cache_)) {}
 
 Database& Database::operator=(Database&& other) noexcept {
   if (this != &other) {
     close();
     db_ = std::exchange(other.db_, nullptr);
     path_ = std::move(other.path_);
+    cache_ = std::move(other.cache_);
   }
   return *this;
 }
@@ -171,6 +196,7 @@ Database::~Database() {
 }
 
 void Database::close() noexcept {
+  cache_.reset();  // finalizes the idle statements before the connection goes
   if (db_ != nullptr) {
     // close_v2 defers the close until the last statement is finalized instead of failing
     // with SQLITE_BUSY; there is nothing useful to do with its result here.
@@ -190,10 +216,15 @@ result<void> Database::exec(Sql sql) {
 
 result<Statement> Database::prepare(Sql sql) {
   FEDCORE_ASSERT(db_ != nullptr, "Database::prepare on a moved-from Database");
+  if (auto idle = cache_->idle.find(sql.c_str()); idle != cache_->idle.end()) {
+    Statement statement(idle->second, cache_.get(), sql.c_str());
+    cache_->idle.erase(idle);
+    return statement;
+  }
   sqlite3_stmt* raw = nullptr;
   const char* tail = nullptr;
   const int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, &tail);
-  Statement statement(raw);
+  Statement statement(raw, cache_.get(), sql.c_str());
   if (rc != SQLITE_OK) {
     return failure(db_, rc, std::string("cannot prepare \"") + sql.c_str() + "\"");
   }
@@ -228,13 +259,17 @@ bool Database::in_transaction() const noexcept {
 
 Statement::Statement(Statement&& other) noexcept
     : stmt_(std::exchange(other.stmt_, nullptr)),
+      cache_(other.cache_),
+      key_(other.key_),
       bind_rc_(std::exchange(other.bind_rc_, SQLITE_OK)),
       bind_index_(other.bind_index_) {}
 
 Statement& Statement::operator=(Statement&& other) noexcept {
   if (this != &other) {
-    sqlite3_finalize(stmt_);
+    give_back();
     stmt_ = std::exchange(other.stmt_, nullptr);
+    cache_ = other.cache_;
+    key_ = other.key_;
     bind_rc_ = std::exchange(other.bind_rc_, SQLITE_OK);
     bind_index_ = other.bind_index_;
   }
@@ -242,8 +277,27 @@ Statement& Statement::operator=(Statement&& other) noexcept {
 }
 
 Statement::~Statement() {
-  // Finalizing returns the last step's error, which step() has already reported.
-  sqlite3_finalize(stmt_);
+  give_back();
+}
+
+void Statement::give_back() noexcept {
+  if (stmt_ == nullptr) {
+    return;
+  }
+  // Both return the last step's error, which step() has already reported. The reset ends
+  // any read the statement still held open; the bindings go so that no bound text or blob
+  // lives on in the cache.
+  if (cache_ == nullptr) {
+    sqlite3_finalize(std::exchange(stmt_, nullptr));
+    return;
+  }
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+  try {
+    cache_->idle.emplace(key_, std::exchange(stmt_, nullptr));
+  } catch (...) {  // out of memory for the map's node: compile it again next time
+    sqlite3_finalize(std::exchange(stmt_, nullptr));
+  }
 }
 
 void Statement::note_bind(int rc, int index) noexcept {

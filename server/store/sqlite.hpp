@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,9 +85,14 @@ class Database {
 
   // Runs fixed SQL (several statements allowed; result rows are discarded).
   result<void> exec(Sql sql);
-  // Compiles one statement. Errors: errc::internal for SQL errors (a bug), or as mapped.
-  // The Statement must not outlive this Database.
+  // Compiles one statement, or takes it compiled from an earlier use: a Statement of this
+  // Database goes back to the connection's cache when destroyed (reset, its parameters
+  // unbound), keyed by its SQL text, so a statement the store runs every round is compiled
+  // once. Errors: errc::internal for SQL errors (a bug), or as mapped. The Statement must
+  // not outlive this Database.
   result<Statement> prepare(Sql sql);
+  // Compiled statements waiting in the cache (for tests).
+  std::size_t cached_statements() const noexcept;
 
   // How long a statement waits for another connection's lock before failing with
   // errc::unavailable. It polls every 25 µs for the first 2 ms of a wait, then every
@@ -104,19 +110,23 @@ class Database {
   const std::string& path() const noexcept { return path_; }
 
  private:
-  Database(sqlite3* db, std::string path) noexcept : db_(db), path_(std::move(path)) {}
+  struct StatementCache;
+  Database(sqlite3* db, std::string path);
   void close() noexcept;
 
   sqlite3* db_ = nullptr;
   std::string path_;
+  // On the heap: Statements keep their way back to it while the Database moves.
+  std::unique_ptr<StatementCache> cache_;
 
   friend class Transaction;
+  friend class Statement;
 };
 
 enum class StepResult { row, done };
 
 // A prepared statement. Parameters are numbered from 1 (SQLite's convention), columns
-// from 0. Move-only; finalized in the destructor.
+// from 0. Move-only; the destructor resets it and gives it back to its Database's cache.
 //
 // Binding never fails on the spot: the first bind error (an index out of range, a value
 // over SQLite's size limit) is remembered and returned by the next step() or run(), so a
@@ -153,11 +163,16 @@ class Statement {
   std::vector<std::byte> column_blob(int column) const;
 
  private:
-  explicit Statement(sqlite3_stmt* stmt) noexcept : stmt_(stmt) {}
+  Statement(sqlite3_stmt* stmt, Database::StatementCache* cache, const char* key) noexcept
+      : stmt_(stmt), cache_(cache), key_(key) {}
   void note_bind(int rc, int index) noexcept;
+  // Resets the statement and hands it to the cache (or finalizes it without one).
+  void give_back() noexcept;
 
   sqlite3_stmt* stmt_ = nullptr;
-  int bind_rc_ = 0;  // first failed bind (SQLITE_OK if none)
+  Database::StatementCache* cache_ = nullptr;
+  const char* key_ = nullptr;  // its SQL text, the cache's key
+  int bind_rc_ = 0;            // first failed bind (SQLITE_OK if none)
   int bind_index_ = 0;
 
   friend class Database;

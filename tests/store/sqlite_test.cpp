@@ -184,6 +184,52 @@ TEST(Sqlite, MovedDatabaseHasOneOwner) {
   EXPECT_TRUE(a.exec("SELECT 1"));
 }
 
+// A statement is compiled once per connection and text: destroyed, it waits in the cache,
+// reset (no read left open) and unbound; the next prepare of the same text takes it.
+// Two in use at once are two statements, and both come back.
+TEST(Sqlite, AStatementGoesBackToItsConnectionsCacheResetAndUnbound) {
+  fedcore::testing::TempDir dir;
+  const auto path = dir.path("cache.db");
+  auto db = Database::open(path, OpenMode::read_write_create);
+  ASSERT_TRUE(db) << db.error().message;
+  ASSERT_TRUE(
+      db->exec("PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER);"
+               "INSERT INTO t VALUES (1), (2), (3)"));
+  EXPECT_EQ(db->cached_statements(), 0u);
+  {
+    auto s = db->prepare("SELECT v FROM t WHERE v >= ?1 ORDER BY v");
+    ASSERT_TRUE(s) << s.error().message;
+    s->bind_int64(1, 2);
+    ASSERT_EQ(*s->step(), StepResult::row);  // a read left open mid-way
+    EXPECT_EQ(s->column_int64(0), 2);
+  }
+  EXPECT_EQ(db->cached_statements(), 1u);
+  // The read it held is over: another connection can checkpoint the whole log (a reader
+  // still on it would make the checkpoint report busy, its first column).
+  auto other = Database::open(path, OpenMode::read_write);
+  ASSERT_TRUE(other) << other.error().message;
+  ASSERT_TRUE(other->exec("INSERT INTO t VALUES (4)"));
+  {
+    auto checkpoint = other->prepare("PRAGMA wal_checkpoint(TRUNCATE)");
+    ASSERT_TRUE(checkpoint) << checkpoint.error().message;
+    ASSERT_EQ(*checkpoint->step(), StepResult::row);
+    EXPECT_EQ(checkpoint->column_int64(0), 0) << "a cached statement still reads the log";
+  }
+  {
+    auto again = db->prepare("SELECT v FROM t WHERE v >= ?1 ORDER BY v");
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_EQ(db->cached_statements(), 0u);  // taken, not compiled anew
+    // Unbound: ?1 is NULL, and nothing is >= NULL.
+    EXPECT_EQ(*again->step(), StepResult::done);
+    auto twin = db->prepare("SELECT v FROM t WHERE v >= ?1 ORDER BY v");
+    ASSERT_TRUE(twin) << twin.error().message;
+    twin->bind_int64(1, 4);
+    ASSERT_EQ(*twin->step(), StepResult::row);
+    EXPECT_EQ(twin->column_int64(0), 4);
+  }
+  EXPECT_EQ(db->cached_statements(), 2u);
+}
+
 TEST(Sqlite, OpenReportsMissingFilesAsNotFound) {
   fedcore::testing::TempDir dir;
   auto missing = Database::open(dir.path("absent.db"), OpenMode::read_only);

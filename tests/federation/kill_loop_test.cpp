@@ -37,6 +37,7 @@
 // had to hold site-2's update until the server had answered site-1's.) Nothing orders the
 // updates now: every round's checkpoint of the interrupted run must have the size and
 // CRC-32 of the uninterrupted run's, and the final models must be equal bit for bit.
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdlib>
@@ -340,9 +341,10 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   SCOPED_TRACE("replay with FEDCORE_KILL_POINTS=" + std::to_string(*n) +
                " FEDCORE_KILL_SEED=" + std::to_string(*seed));
   // Each kill costs the run at most a few rounds (an at-point kill waits for at most its
-  // 3rd pass; the other kinds wait about two rounds): with four per kill and ten more the
-  // run is still going at the last kill, which the loop checks.
-  const std::int64_t rounds = 4 * *n + 10;
+  // 3rd pass; a mid-run kill, the watcher's lag of about a millisecond plus up to two
+  // rounds, several rounds when a round takes a fraction of a millisecond): with six per
+  // kill and ten more the run is still going at the last kill, which the loop checks.
+  const std::int64_t rounds = 6 * *n + 10;
 
   TempDir dir;
   testing::Federation pki_only(dir);  // only for its PKI helper
@@ -368,9 +370,14 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
     EXPECT_EQ(server.terminate(15s), 0);
     reference.stop_sites();
   }
+  // A round's time once running: the start-up is not spread over the rounds (with rounds
+  // of half a millisecond it would be most of the average, and mid-run kills would wait
+  // many rounds instead of up to two).
   const auto reference_seconds = since(reference_start).count();
-  const auto round_time = std::chrono::microseconds(
-      static_cast<std::int64_t>(reference_seconds * 1e6 / static_cast<double>(rounds)));
+  const double running_us =
+      std::max(1.0, reference_seconds * 1e6 - static_cast<double>(start_up_time.count()));
+  const auto round_time = std::chrono::microseconds(std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(running_us / static_cast<double>(rounds - 1))));
   const auto expected = testing::expect_intact_history(reference.db());
   ASSERT_EQ(expected.checkpoints.size(), static_cast<std::size_t>(rounds));
 

@@ -228,7 +228,9 @@ inline std::int64_t watch_rounds(const std::string& db, std::int64_t& high_water
         }
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling the database file
+    // Polling the database file. Often: a round can take well under a millisecond, and a
+    // watcher that looks every 5 ms is ten rounds late (the kill loop's mid-run kills).
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return last;
 }

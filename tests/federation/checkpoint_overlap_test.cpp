@@ -578,6 +578,15 @@ TEST(HeldAnnouncements, KeepsNothingUnlessHeldAndReleasesInIdOrderAfterTheLastHo
   EXPECT_FALSE(held.keep(e));
 }
 
+// An event of `kind` about `client`, not written yet.
+store::EventRecord event_of(std::string kind, std::string client = "") {
+  store::EventRecord e;
+  e.kind = std::move(kind);
+  e.client_id = std::move(client);
+  e.detail_json = "{}";
+  return e;
+}
+
 // Events recorded while held are written only at the last release, in one go and in the
 // order they came, and go out after everything kept.
 TEST(HeldAnnouncements, WritesWhatWasDeferredAtTheLastReleaseAfterTheKeptOnes) {
@@ -585,18 +594,12 @@ TEST(HeldAnnouncements, WritesWhatWasDeferredAtTheLastReleaseAfterTheKeptOnes) {
   ASSERT_TRUE(history) << history.error().message;
   HeldAnnouncements held;
   held.hold();
-  store::EventRecord committed;
-  committed.kind = "round_committed";
-  committed.detail_json = "{}";
+  auto committed = event_of("round_committed");
   auto committed_id = history->append_event(committed);  // as the worker's transaction would
   ASSERT_TRUE(committed_id) << committed_id.error().message;
   committed.id = *committed_id;
   for (const char* client : {"b", "a"}) {
-    store::EventRecord e;
-    e.kind = "update_accepted";
-    e.client_id = client;
-    e.detail_json = "{}";
-    held.defer(e);
+    held.defer(event_of("update_accepted", client));
   }
   EXPECT_TRUE(held.keep(committed));
   auto before = history->list_events(0, 10);
@@ -623,11 +626,8 @@ TEST(HeldAnnouncements, ADeferredEventTheStoreRefusesLosesNoOther) {
   ASSERT_TRUE(history) << history.error().message;
   HeldAnnouncements held;
   held.hold();
-  store::EventRecord good;
-  good.kind = "client_connected";
-  good.detail_json = "{}";
-  store::EventRecord bad = good;
-  bad.kind = "";
+  const auto good = event_of("client_connected");
+  const auto bad = event_of("");
   held.defer(good);
   held.defer(bad);
   held.defer(good);

@@ -160,9 +160,9 @@ class EventSink {
     record(stored.kind, stored.run_id, stored.round, stored.client_id, stored.detail_json);
   }
   // From a round's hand-off to its commit on another connection, until the matching
-  // release: events are still written at once but announced in id order only when the last
-  // hold is released (held_announcements.hpp says why). A sink without subscribers that
-  // resume by id may ignore both.
+  // release: the server's sink keeps the events recorded meanwhile, writes them when the
+  // last hold is released and announces everything in id order (held_announcements.hpp
+  // says why). A sink without subscribers that resume by id may ignore both.
   virtual void hold_announcements() {}
   virtual void release_announcements() {}
 };

@@ -74,7 +74,8 @@ struct CommitRows {
   store::EventRecord committed_event;
 };
 
-// Holds the sink's announcements while it lives (EventSink::hold_announcements): a round
+// Holds the sink's announcements (and its writes of new events) while it lives
+// (EventSink::hold_announcements): a round
 // committing on the worker keeps one from its hand-off until it is settled, whichever way
 // that goes (committed, failed, or dropped with the run).
 class AnnouncementHold {

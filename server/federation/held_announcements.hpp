@@ -22,11 +22,8 @@
 
 #include <vector>
 
+#include "server/store/history_store.hpp"
 #include "server/store/records.hpp"
-
-namespace fedcore::store {
-class HistoryStore;
-}
 
 namespace fedcore::federation {
 

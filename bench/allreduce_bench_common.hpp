@@ -24,8 +24,11 @@ inline std::vector<std::size_t> allreduce_sizes(std::size_t max_bytes) {
 // windows, first touches of shared memory) to be out of the timed loop.
 inline constexpr int kWarmups = 10;
 
+// 512 MiB of payload per size, between 8 and 10,000 allreduces. A small allreduce takes a
+// few microseconds, so the upper bound keeps its timed loop at tens of milliseconds rather
+// than a fraction of one, where a single context switch would move the mean by percents.
 inline int iterations_for(std::size_t bytes) {
-  return static_cast<int>(std::clamp<std::size_t>((std::size_t{512} << 20) / bytes, 5, 200));
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{512} << 20) / bytes, 8, 10'000));
 }
 
 inline double bus_bandwidth(int ranks, std::size_t bytes, double seconds) {

@@ -5,7 +5,9 @@
 #include "server/federation/federation_server.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -85,13 +87,21 @@ class BackgroundWriter final : public BackgroundWork {
  public:
   explicit BackgroundWriter(std::function<void()> wake)
       : committer_(wake), file_writer_(std::move(wake)) {}
-  void start(std::function<void()> job) override { file_writer_.submit(std::move(job)); }
+  void start(std::function<void()> job) override {
+    file_writer_.submit([this, job = std::move(job)] {
+      job();
+      tell_returned();
+    });
+  }
   // The file's thread hands `then` on when `write` returns; the second thread runs the
   // `then`s in the order their writes were started (one thread, first in first out).
   void start(std::function<void()> write, std::function<void()> then) override {
     file_writer_.submit([this, write = std::move(write), then = std::move(then)]() mutable {
       write();
-      committer_.submit(std::move(then));
+      committer_.submit([this, then = std::move(then)] {
+        then();
+        tell_returned();
+      });
     });
   }
   // The files first: each of them hands a job on to the committer.
@@ -99,9 +109,24 @@ class BackgroundWriter final : public BackgroundWork {
     file_writer_.drain();
     committer_.drain();
   }
+  // `done` is looked at under the lock that each job's end takes before it notifies, so
+  // an end between the look and the wait cannot be missed.
+  void finish_until(const std::function<bool()>& done) override {
+    std::unique_lock lock(mutex_);
+    job_returned_.wait(lock, done);
+  }
 
  private:
-  // Declared first, so destroyed last: the file thread submits to it until it stops.
+  void tell_returned() {
+    std::lock_guard lock(mutex_);
+    job_returned_.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable job_returned_;  // a job's last part returned
+  // Declared after the above and the committer before the file thread, so each is
+  // destroyed after everything that uses it: the file thread submits to the committer
+  // until it stops, and both threads' jobs notify.
   WorkerThread committer_;
   WorkerThread file_writer_;
 };

@@ -187,6 +187,13 @@ class BackgroundWork {
   }
   // Blocks until every job started so far has returned.
   virtual void finish() = 0;
+  // Blocks until `done()` holds, at the latest once every job started so far has returned
+  // (the controller waits so for its oldest handed-off round alone, while the next one's
+  // file may still be written). `done` may be called on any thread. By default finish().
+  virtual void finish_until(const std::function<bool()>& done) {
+    (void)done;
+    finish();
+  }
 };
 
 struct RunEnvironment {

@@ -162,8 +162,11 @@ bool RunController::settle_pending_commits(std::size_t at_most_left) {
       if (active_->pending.size() <= at_most_left) {
         return true;
       }
-      // Every write started so far: a fake background (tests) runs its jobs only here.
-      env_.background->finish();
+      // This round's write and commit, not those of the round after it, which may still
+      // be writing its file while this thread has a round in flight to serve.
+      env_.background->finish_until([&oldest] {
+        return oldest.written.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      });
     }
     PendingCommit commit(std::move(active_->pending.front()));
     active_->pending.pop_front();

@@ -381,7 +381,8 @@ TEST_F(OverlapOnTheWorker, AFailedWriteReleasesTheHeldEvents) {
 
 // Keeps each job's two parts apart, like the server's two writer threads: a later round's
 // file may be written before an earlier round's commit. Parts run only when the test says
-// so, or all of them, in order, when the controller must wait (finish()).
+// so, or in order when the controller waits: all of them (finish()), or, job by job, only
+// until what it waits for is there (finish_until()).
 class TwoPartBackground final : public BackgroundWork {
  public:
   void start(std::function<void()> job) override {
@@ -395,6 +396,14 @@ class TwoPartBackground final : public BackgroundWork {
     while (run_write()) {
     }
     while (run_then()) {
+    }
+  }
+  void finish_until(const std::function<bool()>& done) override {
+    ++partial_finishes;
+    while (!done()) {
+      if (!run_then() && !run_write()) {
+        return;
+      }
     }
   }
   // The oldest file not written yet; false when there is none.
@@ -419,6 +428,7 @@ class TwoPartBackground final : public BackgroundWork {
   std::size_t written = 0;
   std::size_t committed = 0;
   int finishes = 0;
+  int partial_finishes = 0;
 };
 
 struct TwoRoundsHandedOff : ::testing::Test {
@@ -474,19 +484,30 @@ TEST_F(TwoRoundsHandedOff, ASecondRoundHandsOffWhileTheFirstIsWrittenAndBothComm
   EXPECT_FALSE(sink.held.held());
 }
 
-// With two rounds handed off and neither written, the third waits for them before it
-// hands off: never more than two.
-TEST_F(TwoRoundsHandedOff, AThirdRoundWaitsForTheTwoBeforeIt) {
+// With two rounds handed off and neither written, the third waits before it hands off,
+// never leaving more than two: for the first of them only, whose file and commit it needs;
+// the second's file is not waited for.
+TEST_F(TwoRoundsHandedOff, AThirdRoundWaitsForTheOldestOfTheTwoBeforeIt) {
   const auto id = start(5);
   rig.answer_round();
   rig.answer_round();
   ASSERT_EQ(background.handed_off(), 2u);
   rig.answer_round();
-  EXPECT_EQ(background.finishes, 1);
-  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(background.finishes, 0);
+  EXPECT_EQ(background.partial_finishes, 1);
+  EXPECT_EQ(background.written, 1u);  // round 2's file is not written yet
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1}));
   EXPECT_EQ(background.handed_off(), 3u);
   EXPECT_EQ(rig.controller->active_round(), 4);
-  EXPECT_EQ(rig.run(id).last_round, 2);
+  EXPECT_EQ(rig.run(id).last_round, 1);
+
+  // Round 4 waits for round 2 alone in turn; round 5, the run's last, for everything.
+  rig.answer_round();
+  EXPECT_EQ(background.written, 2u);
+  EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2}));
+  rig.answer_round();
+  EXPECT_EQ(rig.committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(rig.run(id).state, store::RunState::finished);
 }
 
 // Announcements wait while any round is handed off; a federation whose rounds always find
@@ -498,7 +519,7 @@ TEST_F(TwoRoundsHandedOff, AnnouncementsHeldTooLongMakeTheNextRoundWait) {
   ASSERT_EQ(background.handed_off(), 1u);
   rig.clock.advance(199ms);
   rig.answer_round();  // one handed off, held for less than the bound: no wait
-  EXPECT_EQ(background.finishes, 0);
+  EXPECT_EQ(background.finishes + background.partial_finishes, 0);
   EXPECT_EQ(background.handed_off(), 2u);
   ASSERT_TRUE(background.run_write());
   ASSERT_TRUE(background.run_then());
@@ -507,7 +528,7 @@ TEST_F(TwoRoundsHandedOff, AnnouncementsHeldTooLongMakeTheNextRoundWait) {
   ASSERT_TRUE(sink.held.held());
   rig.clock.advance(1ms);  // 200 ms since the first hand-off, and still holding
   rig.answer_round();
-  EXPECT_EQ(background.finishes, 1);
+  EXPECT_EQ(background.partial_finishes, 1);
   EXPECT_EQ(rig.committed, (std::vector<std::int64_t>{1, 2}));
   EXPECT_EQ(background.handed_off(), 3u);  // round 3, after the wait
   EXPECT_TRUE(sink.held.held());           // a new hold, for round 3 only

@@ -1,6 +1,7 @@
 #include "shared/util/threads.hpp"
 
 #include <omp.h>
+#include <sched.h>
 #include <thread>
 
 namespace fedcore {
@@ -16,6 +17,16 @@ int compute_threads() noexcept {
 int hardware_threads() noexcept {
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int usable_cpus() noexcept {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) {
+    return hardware_threads();
+  }
+  const int n = CPU_COUNT(&mask);
+  return n > 0 ? n : 1;
 }
 
 }  // namespace fedcore

@@ -11,5 +11,8 @@ namespace fedcore {
 void set_compute_threads(int n) noexcept;
 int compute_threads() noexcept;
 int hardware_threads() noexcept;
+// The CPUs this process may run on (its affinity mask: taskset, cgroups' cpusets), at
+// least 1; hardware_threads() when the mask cannot be read.
+int usable_cpus() noexcept;
 
 }  // namespace fedcore

@@ -137,12 +137,16 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
 
 namespace {
 
-// The algorithm `options` asks for, with `automatic` resolved for a group of p ranks.
-AllreduceAlgorithm choose(const AllreduceOptions& options, int p) noexcept {
+// The algorithm `options` asks for, with `automatic` resolved for this group.
+AllreduceAlgorithm choose(const AllreduceOptions& options, const Communicator& comm) noexcept {
   if (options.algorithm != AllreduceAlgorithm::automatic)
     return options.algorithm;
+  const int p = comm.size();
   const std::size_t bytes = options.data.size_bytes();
   if (bytes <= kRecursiveDoublingMaxBytes)
+    return AllreduceAlgorithm::recursive_doubling;
+  // Half the ring: room for the whole buffer even behind records not yet released.
+  if (p == 2 && 2 * bytes <= comm.transport().shared_memory_link_bytes(1 - comm.rank()))
     return AllreduceAlgorithm::recursive_doubling;
   // With 2 ranks halving-doubling is the ring; with a fold it sends more than the ring.
   const bool power_of_two = (p & (p - 1)) == 0;
@@ -164,7 +168,7 @@ result<void> allreduce(Communicator& comm, const AllreduceOptions& options) {
   if (p == 1)
     return {};
   const bool average = options.op == ReduceOp::average;
-  const AllreduceAlgorithm algorithm = choose(options, p);
+  const AllreduceAlgorithm algorithm = choose(options, comm);
   if (algorithm != AllreduceAlgorithm::ring) {
     auto run = algorithm == AllreduceAlgorithm::recursive_doubling
                    ? detail::recursive_doubling_allreduce

@@ -53,14 +53,22 @@ Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept;
 //     power of two, each sending the whole buffer).
 //   automatic: recursive doubling up to kRecursiveDoublingMaxBytes (per rank's buffer);
 //     above, halving-doubling up to kHalvingDoublingMaxBytes when the group is a power of
-//     two larger than 2, else the ring. Every rank decides from the same size and group,
-//     so all take the same path.
+//     two larger than 2, else the ring; but for 2 ranks that share memory, recursive
+//     doubling while the buffer takes at most half the smaller ring
+//     (Transport::shared_memory_link_bytes). Every rank decides from the same size, group
+//     and rings, so all take the same path.
 enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, halving_doubling };
 // Measured on 2 and 4 ranks over loopback TCP and shared memory (docs/results.md,
 // "Allreduce bus bandwidth"). Up to 256 KiB the saved message latencies outweigh the
 // extra bytes recursive doubling sends. On 4 ranks halving-doubling beat the ring by
 // 1.05-2.5x from 256 KiB to 4 MiB; at 16 MiB by 1.6x through shared memory but 0.93x over
 // sockets, and at 64 MiB it lost on both (0.8-0.9x).
+// For 2 ranks both send the same bytes, the whole buffer each, but recursive doubling in
+// one exchange where the ring takes two (reduce-scatter, then allgather), each waiting for
+// the other rank's copy. Over sockets that one exchange is slower from 1 MiB (its receive
+// adds into the buffer it sends, so it waits for its own sends to drain); through shared
+// memory, where a send is done once it is copied into the ring, it was 1.1-1.3x the ring
+// at 1-4 MiB.
 inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{256} << 10;
 inline constexpr std::size_t kHalvingDoublingMaxBytes = std::size_t{16} << 20;
 

@@ -300,6 +300,12 @@ class NetTransport final : public Transport {
   std::uint64_t bytes_sent() const noexcept override { return sent_; }
   std::uint64_t bytes_received() const noexcept override { return received_; }
   std::uint64_t bytes_sent_shared_memory() const noexcept override { return ring_sent_; }
+  std::size_t shared_memory_link_bytes(int peer) const noexcept override {
+    const Link& link = *links_[peer];
+    if (!link.in_ring || !link.out_ring)
+      return 0;
+    return std::min(link.in_ring->capacity(), link.out_ring->capacity());
+  }
 
  private:
   struct Incoming {

@@ -110,6 +110,13 @@ class Transport {
   virtual std::uint64_t bytes_received() const noexcept = 0;
   // Of bytes_sent, the payload bytes that went through shared memory instead of a socket.
   virtual std::uint64_t bytes_sent_shared_memory() const noexcept { return 0; }
+  // When messages to and from `peer` both go through shared-memory rings, the capacity of
+  // the smaller of the two rings, else 0. Both ends of a link return the same number (each
+  // sees the same two rings), so ranks may choose an algorithm by it and still agree.
+  virtual std::size_t shared_memory_link_bytes(int peer) const noexcept {
+    (void)peer;
+    return 0;
+  }
 };
 
 }  // namespace fedcore::collective

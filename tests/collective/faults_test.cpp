@@ -1,5 +1,6 @@
 // Timeouts, dead peers and desyncs: every rank must fail with the specific error within
 // the operation deadline — never hang and never return wrong data.
+#include <algorithm>
 #include <atomic>
 #include <latch>
 #include <mutex>
@@ -165,6 +166,59 @@ TEST(NetSetup, RanksWithoutSharedMemoryTalkOverTheirSocketsAndTheOthersUseRings)
   EXPECT_EQ(ring_bytes[1], 0u);
   EXPECT_GT(ring_bytes[2], 0u);
 }
+
+// Two ranks that share memory take recursive doubling above kRecursiveDoublingMaxBytes
+// while the buffer fits in half the smaller ring, and the ring beyond: both ends see the
+// same two rings, so they agree even when their own rings differ. Each case pins the
+// expected algorithm on rank 0 only and lets rank 1 choose: a different choice would
+// desynchronize the two (different segments) and fail the allreduce.
+struct SharedMemoryChoice {
+  std::vector<std::size_t> ring_bytes;
+  std::size_t buffer_bytes;
+  AllreduceAlgorithm expected;
+};
+
+class TwoRanksSharingMemory : public ::testing::TestWithParam<SharedMemoryChoice> {};
+
+TEST_P(TwoRanksSharingMemory, ChooseTheSameAlgorithmOnBothEnds) {
+  const auto& c = GetParam();
+  testing::GroupOptions options;
+  options.ring_bytes = c.ring_bytes;
+  std::vector<std::size_t> link_bytes(2);
+  std::mutex m;
+  testing::run_group(
+      Kind::tcp, 2,
+      [&](Communicator& comm) {
+        std::vector<float> data(c.buffer_bytes / sizeof(float),
+                                static_cast<float>(comm.rank() + 1));
+        const auto algorithm = comm.rank() == 0 ? c.expected : AllreduceAlgorithm::automatic;
+        auto ok = allreduce(comm, {.data = data,
+                                   .timeout = std::chrono::seconds(20),
+                                   .max_segment_bytes = 256 * 1024,
+                                   .algorithm = algorithm});
+        ASSERT_TRUE(ok) << ok.error().to_string();
+        EXPECT_EQ(data.front(), 3.0f);
+        EXPECT_EQ(data.back(), 3.0f);
+        std::lock_guard lock(m);
+        link_bytes[comm.rank()] = comm.transport().shared_memory_link_bytes(1 - comm.rank());
+      },
+      options);
+  EXPECT_EQ(link_bytes[0], link_bytes[1]);
+  EXPECT_EQ(link_bytes[0], std::min(c.ring_bytes[0], c.ring_bytes[1]));
+}
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TwoRanksSharingMemory,
+    ::testing::Values(
+        // 1 MiB in 4 MiB rings: recursive doubling.
+        SharedMemoryChoice{{4 * kMiB, 4 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling},
+        // Rank 1's ring is 1 MiB: 1 MiB is more than half of it, so the ring, on both.
+        SharedMemoryChoice{{4 * kMiB, kMiB}, kMiB, AllreduceAlgorithm::ring},
+        // No shared memory on rank 0: sockets, the ring.
+        SharedMemoryChoice{{0, 4 * kMiB}, kMiB, AllreduceAlgorithm::ring},
+        // Exactly half the ring still fits.
+        SharedMemoryChoice{{2 * kMiB, 2 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling}));
 
 }  // namespace
 }  // namespace fedcore::collective

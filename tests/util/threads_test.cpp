@@ -1,7 +1,8 @@
 #include "shared/util/threads.hpp"
 
-#include <gtest/gtest.h>
 #include <sched.h>
+
+#include <gtest/gtest.h>
 
 namespace fedcore {
 namespace {

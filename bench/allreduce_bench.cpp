@@ -8,12 +8,16 @@
 //   allreduce_bench --ranks 4 --transport tcp --shm-mb 16  (messages through shared-memory
 //                                                           rings; lines say fedcore-tcp+shm)
 // Also: --spin-us US (poll before sleeping), --algorithm auto|ring|rd|hd, --max-bytes,
-// --segment-bytes.
+// --segment-bytes, --bind auto|none (auto, the default: each rank on its own block of
+// CPUs when there are enough, as `fedcore-dist launch` and OpenMPI's mpirun bind; unbound,
+// two lockstep ranks on this 2-CPU VM land on one CPU in some runs and then take 3x as
+// long).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sched.h>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,7 +46,20 @@ struct Args {
   std::size_t shm_mb = 0;
   long spin_us = 0;
   collective::AllreduceAlgorithm algorithm = collective::AllreduceAlgorithm::automatic;
+  distributed::CpuBinding binding = distributed::CpuBinding::automatic;
 };
+
+// Binds the calling process to `cpus` (nothing when empty).
+void bind_to(const std::vector<int>& cpus) {
+  if (cpus.empty())
+    return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus)
+    CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    std::perror("allreduce_bench: sched_setaffinity (rank left unbound)");
+}
 
 int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
   std::unique_ptr<distributed::RendezvousServer> server;
@@ -136,6 +153,8 @@ int main(int argc, char** argv) {
       a.shm_mb = std::stoull(v);
     else if (k == "--spin-us")
       a.spin_us = std::stol(v);
+    else if (k == "--bind" && (v == "auto" || v == "none"))
+      a.binding = v == "auto" ? distributed::CpuBinding::automatic : distributed::CpuBinding::none;
     else if (k == "--algorithm" && (v == "ring" || v == "rd" || v == "hd" || v == "auto"))
       a.algorithm = v == "ring" ? collective::AllreduceAlgorithm::ring
                     : v == "rd" ? collective::AllreduceAlgorithm::recursive_doubling
@@ -152,11 +171,14 @@ int main(int argc, char** argv) {
   }
   const std::string address =
       "127.0.0.1:" + std::to_string(distributed::pick_free_port("127.0.0.1"));
+  const auto blocks = distributed::cpu_blocks(a.ranks, a.binding, distributed::allowed_cpus());
   std::vector<pid_t> children;
   for (int r = 0; r < a.ranks; ++r) {
     const pid_t pid = fork();
-    if (pid == 0)
+    if (pid == 0) {
+      bind_to(blocks[static_cast<std::size_t>(r)]);
       _exit(run_rank(a, r, address));
+    }
     children.push_back(pid);
   }
   int failed = 0;

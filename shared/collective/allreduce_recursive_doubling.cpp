@@ -40,10 +40,7 @@ result<void> recursive_doubling_allreduce(Communicator& comm, Envelope envelope,
   for (int d = 1; d < q; d *= 2) {
     ++step;
     const int partner = r ^ d;
-    exchange.send(partner, step, data);
-    if (auto ok =
-            exchange.receive(partner, step, data, Exchange::Merge::add, Exchange::Sends::wait);
-        !ok)
+    if (auto ok = exchange.swap_add(partner, step, data); !ok)
       return ok;
   }
   if (average && p > 1) {

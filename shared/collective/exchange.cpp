@@ -46,6 +46,26 @@ void Exchange::send(int peer, std::uint32_t step, std::span<const float> data) {
   }
 }
 
+result<void> Exchange::swap_add(int peer, std::uint32_t step, std::span<float> data) {
+  const std::size_t segments = segments_for(data.size());
+  for (std::size_t j = 0; j < segments; ++j) {
+    const Range seg = chunk_range(data.size(), segments, j);
+    stamp(step, j, seg.size);
+    t_.post_send(peer, envelope_,
+                 bytes_of(std::span<const float>(data).subspan(seg.begin, seg.size)));
+    auto got = t_.recv(peer, envelope_, deadline_);
+    if (!got)
+      return got.error();
+    if (auto sent = t_.wait_sends(deadline_); !sent)
+      return sent.error();
+    const float* in = reinterpret_cast<const float*>(got->data());
+    float* out = data.data() + seg.begin;
+    for (std::size_t i = 0; i < seg.size; ++i)
+      out[i] += in[i];
+  }
+  return {};
+}
+
 result<void> Exchange::receive(int peer, std::uint32_t step, std::span<float> data, Merge merge,
                                Sends sends) {
   const std::size_t segments = segments_for(data.size());

@@ -36,6 +36,11 @@ class Exchange {
   // Receives data.size() floats from `peer` into `data`. Errors: the transport's.
   result<void> receive(int peer, std::uint32_t step, std::span<float> data, Merge merge,
                        Sends sends);
+  // send() and receive(add, wait) segment by segment: segment j goes out, then segment j
+  // comes in and is added, so each segment is added while the peer's copy of it is still
+  // in cache. The same messages, in the same order, as send() followed by receive(), so
+  // the peer may use either. Errors: the transport's.
+  result<void> swap_add(int peer, std::uint32_t step, std::span<float> data);
 
  private:
   void stamp(std::uint32_t step, std::size_t j, std::size_t elements);

@@ -483,6 +483,7 @@ class NetTransport final : public Transport {
   // host's ranks have a CPU each (ring_looks_, set in connect): with more ranks than
   // CPUs the rank a waiter waits for may need the waiter's CPU, which the yield gives
   // and the looks would hold back (measured: 4 ranks on 2 CPUs, 2 on 1, both slower).
+  // Ranks bound to a CPU each (fedcore-dist launch's default) look too.
   template <class Pred>
   bool spin_until(Pred& done) {
     const auto until = Clock::now() + options_.spin;
@@ -516,13 +517,23 @@ class NetTransport final : public Transport {
   static constexpr int kRingLooksPerPoll = 64;
 
   // kRingLooksPerPoll when this host's ranks of the job (this one and those it shares
-  // rings with) are no more than the CPUs this process may run on, else 0.
+  // rings with) seem to have a CPU each, else 0: when this process may run on as many CPUs
+  // as there are such ranks (they float), or when it is bound to fewer and the machine
+  // has room for every rank to have a block of that size of its own (the launcher and
+  // mpirun bind ranks to disjoint equal blocks, and only when there are enough CPUs). A
+  // process sees only its own mask, so ranks bound by hand to overlapping CPUs, or a
+  // container's cpuset smaller than the ranks, pass the second test; polling itself
+  // (NetOptions::spin) is documented as for ranks with a CPU of their own.
   int ring_looks_per_poll() const {
     const auto ringed =
         std::count_if(links_.begin(), links_.end(),
                       [](const std::unique_ptr<Link>& link) { return link->in_ring.has_value(); });
+    if (ringed == 0)
+      return 0;
     const auto local_ranks = 1 + ringed;
-    return ringed > 0 && local_ranks <= usable_cpus() ? kRingLooksPerPoll : 0;
+    const auto mine = usable_cpus();
+    const bool own_cpus = mine >= local_ranks || mine * local_ranks <= online_cpus();
+    return own_cpus ? kRingLooksPerPoll : 0;
   }
 
   static void cpu_pause() noexcept {

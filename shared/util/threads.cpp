@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sched.h>
 #include <thread>
+#include <unistd.h>
 
 namespace fedcore {
 
@@ -23,10 +24,15 @@ int usable_cpus() noexcept {
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (sched_getaffinity(0, sizeof(mask), &mask) != 0) {
-    return hardware_threads();
+    return online_cpus();
   }
   const int n = CPU_COUNT(&mask);
   return n > 0 ? n : 1;
+}
+
+int online_cpus() noexcept {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
 }
 
 }  // namespace fedcore

@@ -12,7 +12,9 @@ void set_compute_threads(int n) noexcept;
 int compute_threads() noexcept;
 int hardware_threads() noexcept;
 // The CPUs this process may run on (its affinity mask: taskset, cgroups' cpusets), at
-// least 1; hardware_threads() when the mask cannot be read.
+// least 1; online_cpus() when the mask cannot be read.
 int usable_cpus() noexcept;
+// The machine's online CPUs, whatever this process's mask (at least 1).
+int online_cpus() noexcept;
 
 }  // namespace fedcore

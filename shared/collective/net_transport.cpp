@@ -162,6 +162,7 @@ class NetTransport final : public Transport {
   }
 
   ~NetTransport() override {
+    close_gracefully();
     close_all();
     // Let every coroutine see its closed channel and finish while the links exist.
     io_.restart();
@@ -377,6 +378,39 @@ class NetTransport final : public Transport {
     std::lock_guard lock(failure_mutex_);
     return failure_;
   }
+
+  // Before the sockets close: finish the sends, say this rank is done sending (shut the
+  // send side), then keep reading until every peer has said the same, for at most
+  // kCloseGrace. A socket closed with bytes still unread (a doorbell, a message nobody
+  // asked for) makes the kernel reset the connection, and a reset throws away what the
+  // peer has not read yet: the last messages this rank sent, which a peer still finishing
+  // its allreduce needs (it failed with "peer closed the connection inside a frame").
+  // Not after abort(): an aborted transport closes at once.
+  void close_gracefully() noexcept {
+    if (aborted())
+      return;
+    const auto deadline = Clock::now() + kCloseGrace;
+    run_until([&] { return pending_sends_ == 0 || send_error_.has_value(); }, deadline);
+    bool reading = false;
+    for (auto& link : links_) {
+      if (!link->channel || !link->channel->is_open() || link->failed)
+        continue;
+      boost::system::error_code ec;
+      socket_of(link->channel->stream()).shutdown(tcp::socket::shutdown_send, ec);
+      reading = true;
+    }
+    if (!reading)
+      return;
+    run_until(
+        [&] {
+          return std::all_of(links_.begin(), links_.end(), [](const std::unique_ptr<Link>& link) {
+            return !link->channel || !link->channel->is_open() || link->failed.has_value();
+          });
+        },
+        deadline);
+  }
+  // How long a closing transport waits for its sends and its peers' ends (above).
+  static constexpr std::chrono::seconds kCloseGrace{2};
 
   void close_all() noexcept {
     for (auto& link : links_) {

@@ -169,9 +169,10 @@ TEST(NetSetup, RanksWithoutSharedMemoryTalkOverTheirSocketsAndTheOthersUseRings)
 
 // Two ranks that share memory take recursive doubling above kRecursiveDoublingMaxBytes
 // while the buffer fits in half the smaller ring, and the ring beyond: both ends see the
-// same two rings, so they agree even when their own rings differ. Each case pins the
-// expected algorithm on rank 0 only and lets rank 1 choose: a different choice would
-// desynchronize the two (different segments) and fail the allreduce.
+// same two rings, so they agree even when their own rings differ, and recursive doubling
+// then sends the buffer whole. Each case pins the expected algorithm (and segment size)
+// on rank 0 only and lets rank 1 choose: a different choice would desynchronize the two
+// (different segments) and fail the allreduce.
 struct SharedMemoryChoice {
   std::vector<std::size_t> ring_bytes;
   std::size_t buffer_bytes;
@@ -191,10 +192,15 @@ TEST_P(TwoRanksSharingMemory, ChooseTheSameAlgorithmOnBothEnds) {
       [&](Communicator& comm) {
         std::vector<float> data(c.buffer_bytes / sizeof(float),
                                 static_cast<float>(comm.rank() + 1));
-        const auto algorithm = comm.rank() == 0 ? c.expected : AllreduceAlgorithm::automatic;
+        const bool pinned = comm.rank() == 0;
+        const auto algorithm = pinned ? c.expected : AllreduceAlgorithm::automatic;
+        // Recursive doubling between rings sends the buffer whole (one segment).
+        const std::size_t segment = pinned && c.expected == AllreduceAlgorithm::recursive_doubling
+                                        ? c.buffer_bytes
+                                        : 256 * 1024;
         auto ok = allreduce(comm, {.data = data,
                                    .timeout = std::chrono::seconds(20),
-                                   .max_segment_bytes = 256 * 1024,
+                                   .max_segment_bytes = segment,
                                    .algorithm = algorithm});
         ASSERT_TRUE(ok) << ok.error().to_string();
         EXPECT_EQ(data.front(), 3.0f);

@@ -49,18 +49,6 @@ struct Args {
   distributed::CpuBinding binding = distributed::CpuBinding::automatic;
 };
 
-// Binds the calling process to `cpus` (nothing when empty).
-void bind_to(const std::vector<int>& cpus) {
-  if (cpus.empty())
-    return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int cpu : cpus)
-    CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof set, &set) != 0)
-    std::perror("allreduce_bench: sched_setaffinity (rank left unbound)");
-}
-
 int run_rank(const Args& a, int rank, const std::string& rendezvous_address) {
   std::unique_ptr<distributed::RendezvousServer> server;
   const int port = std::stoi(rendezvous_address.substr(rendezvous_address.rfind(':') + 1));
@@ -176,7 +164,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < a.ranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      bind_to(blocks[static_cast<std::size_t>(r)]);
+      if (!distributed::bind_to_cpus(blocks[static_cast<std::size_t>(r)]))
+        std::perror("allreduce_bench: sched_setaffinity (rank left unbound)");
       _exit(run_rank(a, r, address));
     }
     children.push_back(pid);

@@ -43,14 +43,8 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent)
     _exit(126);
-  if (!cpus.empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int cpu : cpus)
-      CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-      std::perror("fedcore-dist launch: sched_setaffinity (worker left unbound)");
-  }
+  if (!bind_to_cpus(cpus))
+    std::perror("fedcore-dist launch: sched_setaffinity (worker left unbound)");
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const auto& a : args)
@@ -145,6 +139,16 @@ std::vector<std::vector<int>> cpu_blocks(int nproc, CpuBinding binding,
     blocks[static_cast<std::size_t>(rank)].assign(first, first + per_rank);
   }
   return blocks;
+}
+
+bool bind_to_cpus(const std::vector<int>& cpus) {
+  if (cpus.empty())
+    return true;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus)
+    CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
 }
 
 std::vector<int> allowed_cpus() {

@@ -43,6 +43,11 @@ int launch(const LaunchOptions& options);
 std::vector<std::vector<int>> cpu_blocks(int nproc, CpuBinding binding,
                                          const std::vector<int>& allowed);
 
+// Binds the calling process (every thread it starts later inherits it) to `cpus`, one
+// block of cpu_blocks(); an empty list leaves it unbound. False (errno set) when the
+// kernel refuses.
+bool bind_to_cpus(const std::vector<int>& cpus);
+
 // The CPUs this process may run on, in order.
 std::vector<int> allowed_cpus();
 

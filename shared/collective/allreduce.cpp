@@ -82,11 +82,7 @@ result<void> ring_reduce_scatter(Communicator& comm, Envelope envelope, std::spa
       auto got = t.recv(left, envelope, deadline);
       if (!got)
         return got.error();
-      // Payload buffers are heap allocations, aligned for float.
-      const float* in = reinterpret_cast<const float*>(got->data());
-      float* out = data.data() + seg.begin;
-      for (std::size_t i = 0; i < seg.size; ++i)
-        out[i] += in[i];
+      add_received(data.subspan(seg.begin, seg.size), *got);
     }
   }
   if (average && p > 1) {

@@ -58,10 +58,7 @@ result<void> Exchange::swap_add(int peer, std::uint32_t step, std::span<float> d
       return got.error();
     if (auto sent = t_.wait_sends(deadline_); !sent)
       return sent.error();
-    const float* in = reinterpret_cast<const float*>(got->data());
-    float* out = data.data() + seg.begin;
-    for (std::size_t i = 0; i < seg.size; ++i)
-      out[i] += in[i];
+    add_received(data.subspan(seg.begin, seg.size), *got);
   }
   return {};
 }
@@ -81,14 +78,10 @@ result<void> Exchange::receive(int peer, std::uint32_t step, std::span<float> da
       if (auto sent = t_.wait_sends(deadline_); !sent)
         return sent.error();
     }
-    // Payload buffers are heap allocations or 64-byte aligned ring slots: float aligned.
-    const float* in = reinterpret_cast<const float*>(got->data());
-    float* out = data.data() + seg.begin;
     if (merge == Merge::add) {
-      for (std::size_t i = 0; i < seg.size; ++i)
-        out[i] += in[i];
+      add_received(data.subspan(seg.begin, seg.size), *got);
     } else if (seg.size > 0) {
-      std::memcpy(out, in, seg.size * sizeof(float));
+      std::memcpy(data.data() + seg.begin, got->data(), seg.size * sizeof(float));
     }
   }
   return {};

@@ -13,6 +13,14 @@ inline std::span<const std::byte> bytes_of(std::span<const float> v) noexcept {
   return std::as_bytes(v);
 }
 
+// Adds the floats of a received payload into `out` (out.size() of them). Payloads are
+// heap allocations or 64-byte aligned ring records, so they are aligned for float.
+inline void add_received(std::span<float> out, std::span<const std::byte> payload) noexcept {
+  const float* in = reinterpret_cast<const float*>(payload.data());
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] += in[i];
+}
+
 // How many segments each chunk of up to `max_chunk_elements` floats is cut into so that
 // no message exceeds `max_segment_bytes`; at least one, so that even empty chunks send a
 // message and every rank checks every peer's envelope.

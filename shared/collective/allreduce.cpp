@@ -146,7 +146,10 @@ Plan choose(const AllreduceOptions& options, const Communicator& comm) noexcept 
     return {options.algorithm, segment};
   const int p = comm.size();
   const std::size_t bytes = options.data.size_bytes();
-  if (bytes <= kRecursiveDoublingMaxBytes)
+  const bool power_of_two = (p & (p - 1)) == 0;
+  const std::size_t latency_bound =
+      p > 2 && power_of_two ? kRecursiveDoublingMaxBytesBeyondTwo : kRecursiveDoublingMaxBytes;
+  if (bytes <= latency_bound)
     return {AllreduceAlgorithm::recursive_doubling, segment};
   // Half the ring: room for the whole buffer even behind records not yet released. Sent
   // whole: segments pipeline a socket's transfer, but between two rings each one is only
@@ -155,7 +158,6 @@ Plan choose(const AllreduceOptions& options, const Communicator& comm) noexcept 
   if (p == 2 && 2 * bytes <= comm.transport().shared_memory_link_bytes(1 - comm.rank()))
     return {AllreduceAlgorithm::recursive_doubling, std::max(segment, bytes)};
   // With 2 ranks halving-doubling is the ring; with a fold it sends more than the ring.
-  const bool power_of_two = (p & (p - 1)) == 0;
   if (p > 2 && power_of_two && bytes <= kHalvingDoublingMaxBytes)
     return {AllreduceAlgorithm::halving_doubling, segment};
   return {AllreduceAlgorithm::ring, segment};

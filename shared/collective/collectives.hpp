@@ -51,8 +51,9 @@ Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept;
 //   halving_doubling: Rabenseifner's reduce-scatter by recursive halving and allgather by
 //     recursive doubling: the ring's bytes in 2 log2(size) steps (+2 when size is not a
 //     power of two, each sending the whole buffer).
-//   automatic: recursive doubling up to kRecursiveDoublingMaxBytes (per rank's buffer);
-//     above, halving-doubling up to kHalvingDoublingMaxBytes when the group is a power of
+//   automatic: recursive doubling up to kRecursiveDoublingMaxBytes (per rank's buffer;
+//     kRecursiveDoublingMaxBytesBeyondTwo in a power-of-two group larger than 2); above,
+//     halving-doubling up to kHalvingDoublingMaxBytes when the group is a power of
 //     two larger than 2, else the ring; but for 2 ranks that share memory, recursive
 //     doubling while the buffer takes at most half the smaller ring
 //     (Transport::shared_memory_link_bytes). Every rank decides from the same size, group
@@ -69,7 +70,12 @@ enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, halving_dou
 // adds into the buffer it sends, so it waits for its own sends to drain); through shared
 // memory, where a send is done once it is copied into the ring, it was 1.1-1.3x the ring
 // at 1-4 MiB.
+// With 4 ranks recursive doubling sends 2x the buffer in 2 steps where halving-doubling
+// sends 1.5x in 4: the two cross near 64 KiB (4 ranks on loopback TCP and on shared memory,
+// 2026-11-29: at 128 KiB halving-doubling was 1.5x faster over TCP and 1.1x through shared
+// memory, at 32 KiB 0.8-0.9x).
 inline constexpr std::size_t kRecursiveDoublingMaxBytes = std::size_t{256} << 10;
+inline constexpr std::size_t kRecursiveDoublingMaxBytesBeyondTwo = std::size_t{64} << 10;
 inline constexpr std::size_t kHalvingDoublingMaxBytes = std::size_t{16} << 20;
 
 // In-place allreduce: afterwards every rank's `data` holds the element-wise sum (or mean)

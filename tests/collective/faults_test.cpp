@@ -226,5 +226,37 @@ INSTANTIATE_TEST_SUITE_P(
         // Exactly half the ring still fits.
         SharedMemoryChoice{{2 * kMiB, 2 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling}));
 
+// Four ranks take recursive doubling up to kRecursiveDoublingMaxBytesBeyondTwo and
+// halving-doubling above it. Rank 0 pins the expected algorithm and the others choose:
+// recursive doubling and halving-doubling pair ranks differently and send different
+// sizes, so a different choice fails the allreduce.
+struct FourRankChoice {
+  std::size_t buffer_bytes;
+  AllreduceAlgorithm expected;
+};
+
+class FourRanks : public ::testing::TestWithParam<FourRankChoice> {};
+
+TEST_P(FourRanks, ChooseRecursiveDoublingForSmallBuffersAndHalvingDoublingAbove) {
+  const auto& c = GetParam();
+  testing::run_group(Kind::tcp, 4, [&](Communicator& comm) {
+    std::vector<float> data(c.buffer_bytes / sizeof(float), static_cast<float>(comm.rank()));
+    const auto algorithm = comm.rank() == 0 ? c.expected : AllreduceAlgorithm::automatic;
+    auto ok = allreduce(comm, {.data = data, .timeout = 5s, .algorithm = algorithm});
+    ASSERT_TRUE(ok) << ok.error().to_string();
+    EXPECT_EQ(data.front(), 6.0f);
+    EXPECT_EQ(data.back(), 6.0f);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FourRanks,
+                         ::testing::Values(FourRankChoice{kRecursiveDoublingMaxBytesBeyondTwo,
+                                                          AllreduceAlgorithm::recursive_doubling},
+                                           FourRankChoice{
+                                               kRecursiveDoublingMaxBytesBeyondTwo + sizeof(float),
+                                               AllreduceAlgorithm::halving_doubling},
+                                           FourRankChoice{kRecursiveDoublingMaxBytes,
+                                                          AllreduceAlgorithm::halving_doubling}));
+
 }  // namespace
 }  // namespace fedcore::collective

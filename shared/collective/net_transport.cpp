@@ -587,6 +587,7 @@ class NetTransport final : public Transport {
     o.limits = options_.limits;
     o.idle_timeout = options_.connect_timeout;
     o.transfer_timeout = options_.connect_timeout;
+    o.lazy_deadline_timers = true;  // this transport polls its io_context; never run()
     return o;
   }
 

@@ -54,14 +54,17 @@ bool is_end_of_stream(const error_code& ec) {
 }
 
 // One direction's deadline. `generation` makes a late timer handler harmless: if the
-// timer expired just as the operation completed, its queued handler sees that it belongs
-// to an earlier arm() and leaves the socket alone.
+// timer expired just as the operation completed (or was rescheduled), its queued handler
+// sees that it belongs to an earlier schedule and leaves the socket alone.
 struct Deadline {
   explicit Deadline(const asio::any_io_executor& executor) : timer(executor) {}
   asio::steady_timer timer;
   std::uint64_t generation = 0;
   bool armed = false;
   bool expired = false;
+  // Lazy timers only: when the armed operation's time is up, and whether the timer waits.
+  std::chrono::steady_clock::time_point due{};
+  bool scheduled = false;
 };
 
 }  // namespace
@@ -76,31 +79,81 @@ struct FrameChannel<Stream>::Impl : std::enable_shared_from_this<Impl> {
         read(stream.get_executor()),
         write(stream.get_executor()) {}
 
-  // If `deadline` is still armed when the timer expires, the socket is closed, which
-  // makes the pending operation fail at once.
+  // If `deadline` is still armed when its time is up, the socket is closed, which makes
+  // the pending operation fail at once.
   void arm(Deadline& deadline, std::chrono::milliseconds timeout) {
-    const auto generation = ++deadline.generation;
     deadline.armed = true;
     deadline.expired = false;
-    deadline.timer.expires_after(timeout);
-    deadline.timer.async_wait([weak = this->weak_from_this(), &deadline,
-                               generation](const error_code& ec) {
-      if (ec) {
-        return;
-      }
-      if (auto self = weak.lock(); self && deadline.armed && deadline.generation == generation) {
-        deadline.expired = true;
-        self->close();
-      }
-    });
+    if (!options.lazy_deadline_timers) {
+      deadline.timer.expires_after(timeout);
+      wait(deadline);
+      return;
+    }
+    // Lazy: the timer moves only when this deadline is earlier than the one it waits for.
+    // A later one is caught up with when the timer fires (on_lazy_timer).
+    deadline.due = std::chrono::steady_clock::now() + timeout;
+    if (!deadline.scheduled || deadline.timer.expiry() > deadline.due) {
+      deadline.timer.expires_at(deadline.due);  // cancels the wait it replaces
+      deadline.scheduled = true;
+      wait(deadline);
+    }
   }
 
-  static void disarm(Deadline& deadline) {
+  void wait(Deadline& deadline) {
+    const auto generation = ++deadline.generation;
+    deadline.timer.async_wait(
+        [weak = this->weak_from_this(), &deadline, generation](const error_code& ec) {
+          if (ec) {
+            return;
+          }
+          auto self = weak.lock();
+          if (!self || deadline.generation != generation) {
+            return;
+          }
+          if (!self->options.lazy_deadline_timers) {
+            if (deadline.armed) {
+              deadline.expired = true;
+              self->close();
+            }
+            return;
+          }
+          self->on_lazy_timer(deadline);
+        });
+  }
+
+  void on_lazy_timer(Deadline& deadline) {
+    deadline.scheduled = false;
+    if (!deadline.armed) {
+      return;  // no operation in flight: the timer lapses until the next arm()
+    }
+    if (std::chrono::steady_clock::now() < deadline.due) {
+      deadline.timer.expires_at(deadline.due);
+      deadline.scheduled = true;
+      wait(deadline);
+      return;
+    }
+    deadline.expired = true;
+    close();
+  }
+
+  // The operation is over. A lazy timer keeps waiting (the next operation will likely
+  // need it), unless the operation failed: then nothing follows on this channel.
+  void disarm(Deadline& deadline, bool failed = false) {
     deadline.armed = false;
+    if (!options.lazy_deadline_timers || failed) {
+      stop(deadline);
+    }
+  }
+
+  static void stop(Deadline& deadline) {
+    deadline.armed = false;
+    deadline.scheduled = false;
     deadline.timer.cancel();
   }
 
   void close() noexcept {
+    stop(read);
+    stop(write);
     error_code ignored;
     auto& socket = lowest(stream);
     if (socket.is_open()) {
@@ -127,8 +180,8 @@ FrameChannel<Stream>::FrameChannel(Stream stream, ChannelOptions options)
 template <class Stream>
 FrameChannel<Stream>::~FrameChannel() {
   if (impl_) {
-    Impl::disarm(impl_->read);
-    Impl::disarm(impl_->write);
+    Impl::stop(impl_->read);
+    Impl::stop(impl_->write);
   }
 }
 
@@ -173,7 +226,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
   std::array<std::byte, protocol::kFrameHeaderSize> head{};
   s.arm(s.read, s.options.idle_timeout);
   auto [ec, n] = co_await s.stream.async_read_some(asio::buffer(head), kNoThrow);
-  Impl::disarm(s.read);
+  s.disarm(s.read, bool(ec));
   if (ec) {
     co_return failure(ec, s.read.expired, false);
   }
@@ -188,7 +241,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     std::size_t rest = 0;
     std::tie(ec, rest) = co_await asio::async_read(
         s.stream, asio::buffer(head.data() + n, head.size() - n), kNoThrow);
-    Impl::disarm(s.read);
+    s.disarm(s.read, bool(ec));
     if (ec) {
       co_return failure(ec, s.read.expired, true);
     }
@@ -196,14 +249,14 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
   s.bytes_read += head.size();
   auto header = protocol::decode_header(head, s.options.limits);
   if (!header) {
-    Impl::disarm(s.read);
+    s.disarm(s.read, true);
     co_return header.error();
   }
   bool may_take_slot = true;
   if (s.admission) {
     const Admission admitted = s.admission(*header);
     if (!admitted.accepted) {
-      Impl::disarm(s.read);
+      s.disarm(s.read);
       s.close();
       co_return fail(errc::resource_exhausted, "frame refused: " + admitted.reason);
     }
@@ -223,7 +276,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     }
   } slot;
   if (auto& gate = s.options.payload_gate; gate && header->payload_length >= gate->threshold()) {
-    Impl::disarm(s.read);
+    s.disarm(s.read);
     if (!may_take_slot) {
       s.close();
       co_return fail(errc::resource_exhausted,
@@ -263,7 +316,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     s.arm(s.read, time_left());
     std::tie(ec, n) =
         co_await asio::async_read(s.stream, body, TransferAllInLargeSteps{}, kNoThrow);
-    Impl::disarm(s.read);
+    s.disarm(s.read, bool(ec));
     if (ec) {
       co_return failure(ec, s.read.expired, true);
     }
@@ -275,7 +328,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
       s.stream, asio::buffer(frame.metadata.data(), frame.metadata.size()), kNoThrow);
   // Disarmed before anything else: a deadline left armed after read_frame returns would
   // close the channel later if no read follows soon (a handshake's last frame).
-  Impl::disarm(s.read);
+  s.disarm(s.read, bool(ec));
   if (ec) {
     co_return failure(ec, s.read.expired, true);
   }
@@ -311,7 +364,7 @@ asio::awaitable<result<protocol::Frame>> FrameChannel<Stream>::read_frame(
     std::tie(ec, n) =
         co_await asio::async_read(s.stream, asio::buffer(frame.payload.data() + received, piece),
                                   TransferAllInLargeSteps{}, kNoThrow);
-    Impl::disarm(s.read);
+    s.disarm(s.read, bool(ec));
     if (ec) {
       if (s.read.expired && stall_bound) {
         co_return fail(errc::deadline_exceeded,
@@ -343,7 +396,7 @@ asio::awaitable<result<void>> FrameChannel<Stream>::write_frame(
                                                   asio::buffer(payload.data(), payload.size())};
   s.arm(s.write, s.options.transfer_timeout);
   auto [ec, n] = co_await asio::async_write(s.stream, buffers, TransferAllInLargeSteps{}, kNoThrow);
-  Impl::disarm(s.write);
+  s.disarm(s.write, bool(ec));
   s.writing = false;
   s.bytes_written += n;
   if (ec) {

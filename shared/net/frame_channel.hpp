@@ -77,6 +77,13 @@ struct ChannelOptions {
   // delivering the next piece (kGatedPieceBytes) of its payload before it loses the slot.
   std::chrono::milliseconds gate_wait_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(10)};
+  // Every read and write keeps its deadline either way. By default each one schedules and
+  // cancels its direction's timer (a timerfd system call each, 2-4 per small message).
+  // Lazy timers stay scheduled between operations and move only when a deadline is earlier
+  // than the one they wait for; a later deadline is caught up with when the timer fires.
+  // The price: while the channel lives and has not failed, its io_context always has work,
+  // so an owner must not wait for run() to return (the collectives' transport polls).
+  bool lazy_deadline_timers = false;
 };
 
 template <class Stream>

@@ -364,6 +364,96 @@ TEST(FrameChannel, NoDeadlineOutlivesAReadThatReturned) {
   EXPECT_TRUE(open_after);
 }
 
+ChannelOptions lazy(std::chrono::milliseconds idle, std::chrono::milliseconds transfer) {
+  auto o = fast(idle, transfer);
+  o.lazy_deadline_timers = true;
+  return o;
+}
+
+// Lazy timers (the collectives' transport): a read whose deadline is later than the one the
+// timer waits for leaves the timer alone, and the timer catches up when it fires. The
+// second read here starts 150 ms after the first, so the timer, scheduled for the first
+// read's deadline, fires 150 ms into it: it must move on to the second read's own deadline
+// rather than close the channel.
+TEST(LazyDeadlineTimers, AReadStartedLaterGetsItsWholeDeadline) {
+  std::optional<error> failure;
+  Clock::duration waited{};
+  bool first_read = false;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), lazy(std::chrono::milliseconds(300), std::chrono::seconds(5)));
+        first_read = static_cast<bool>(co_await channel.read_frame());
+        const auto start = Clock::now();
+        auto frame = co_await channel.read_frame();
+        waited = Clock::now() - start;
+        if (!frame) {
+          failure = frame.error();
+        }
+        EXPECT_FALSE(channel.is_open());
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(std::move(s), {});
+        co_await sleep_for(std::chrono::milliseconds(150));
+        co_await channel.write_frame(MessageType::heartbeat, "{}");
+        co_await sleep_for(std::chrono::milliseconds(1200));  // then silent
+      });
+  EXPECT_TRUE(first_read);
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::deadline_exceeded);
+  EXPECT_NE(failure->message.find("idle"), std::string::npos);
+  EXPECT_GE(waited, std::chrono::milliseconds(290));
+  EXPECT_LT(waited, std::chrono::milliseconds(1100));
+}
+
+// A lazy timer left waiting after a read returned does not close the channel when it
+// fires: no operation is armed, so it lapses. And none keeps the io_context busy once the
+// channels are gone (run_pair returns long before its bound).
+TEST(LazyDeadlineTimers, NoDeadlineOutlivesAReadThatReturnedAndNoTimerOutlivesTheChannel) {
+  bool open_after = false;
+  const auto start = Clock::now();
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), lazy(std::chrono::seconds(3600), std::chrono::milliseconds(100)));
+        auto frame = co_await channel.read_frame();
+        EXPECT_TRUE(frame);
+        co_await sleep_for(std::chrono::milliseconds(400));
+        open_after = channel.is_open();
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), lazy(std::chrono::seconds(3600), std::chrono::seconds(3600)));
+        co_await channel.write_frame(MessageType::peer_welcome, R"({"ring_opened":false})");
+        co_await sleep_for(std::chrono::milliseconds(600));
+      });
+  EXPECT_TRUE(open_after);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(LazyDeadlineTimers, APeerStalledInsideAFrameStillHitsTheTransferDeadline) {
+  std::optional<error> failure;
+  run_pair(
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        FrameChannel<TcpStream> channel(
+            std::move(s), lazy(std::chrono::seconds(3600), std::chrono::milliseconds(200)));
+        auto frame = co_await channel.read_frame();
+        if (!frame) {
+          failure = frame.error();
+        }
+      },
+      [&](tcp::socket s) -> asio::awaitable<void> {
+        const auto head = protocol::encode_header({MessageType::update, 2, 0, 100});
+        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
+        const char partial[12] = "{}012345678";
+        co_await asio::async_write(s, asio::buffer(partial, 12), asio::use_awaitable);
+        co_await sleep_for(std::chrono::milliseconds(600));
+      });
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, errc::deadline_exceeded);
+  EXPECT_NE(failure->message.find("transfer"), std::string::npos);
+}
+
 TEST(FrameChannel, GarbageBytesAreDataLoss) {
   std::optional<error> failure;
   run_pair(

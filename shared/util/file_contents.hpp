@@ -28,9 +28,10 @@ enum class WritePath { buffered, direct };
 // Writes `bytes` at the start of `fd`, a newly created empty file open for writing. Files
 // of kDirectWriteMinBytes and more are written with O_DIRECT through an aligned buffer,
 // except the last partial block; a file system without direct I/O (tmpfs, some FUSE) gets
-// a plain write instead. Does not fsync: the caller does, which also makes the tail
-// durable. Errors: io_error "cannot write '<path>': <the system's words>" (ENOSPC, EIO,
-// EROFS, ...), after which the file's contents are unspecified.
+// a plain write instead. The aligned buffer (4 MiB) is the calling thread's, made on its
+// first direct write and kept until the thread ends. Does not fsync: the caller does, which also
+// makes the tail durable. Errors: io_error "cannot write '<path>': <the system's words>" (ENOSPC,
+// EIO, EROFS, ...), after which the file's contents are unspecified.
 result<WritePath> write_new_file_contents(int fd, ByteParts parts, const std::string& path);
 result<WritePath> write_new_file_contents(int fd, std::span<const std::byte> bytes,
                                           const std::string& path);

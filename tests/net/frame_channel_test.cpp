@@ -173,25 +173,31 @@ TEST(FrameChannel, SilentPeerHitsTheIdleDeadline) {
   EXPECT_LT(waited, std::chrono::milliseconds(550));
 }
 
-TEST(FrameChannel, PeerStalledInsideAFrameHitsTheTransferDeadline) {
+// What a read over `options` returns when the peer sends a header announcing 100 payload
+// bytes, then only 10 of them, and falls silent for 600 ms.
+std::optional<error> read_from_a_peer_stalled_inside_a_frame(const ChannelOptions& options) {
   std::optional<error> failure;
   run_pair(
       [&](tcp::socket s) -> asio::awaitable<void> {
-        FrameChannel<TcpStream> channel(
-            std::move(s), fast(std::chrono::seconds(5), std::chrono::milliseconds(200)));
+        FrameChannel<TcpStream> channel(std::move(s), options);
         auto frame = co_await channel.read_frame();
         if (!frame) {
           failure = frame.error();
         }
       },
       [&](tcp::socket s) -> asio::awaitable<void> {
-        // A header announcing 100 payload bytes, then only 10 of them.
         const auto head = protocol::encode_header({MessageType::update, 2, 0, 100});
         co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
         const char partial[12] = "{}012345678";
         co_await asio::async_write(s, asio::buffer(partial, 12), asio::use_awaitable);
         co_await sleep_for(std::chrono::milliseconds(600));
       });
+  return failure;
+}
+
+TEST(FrameChannel, PeerStalledInsideAFrameHitsTheTransferDeadline) {
+  const auto failure = read_from_a_peer_stalled_inside_a_frame(
+      fast(std::chrono::seconds(5), std::chrono::milliseconds(200)));
   ASSERT_TRUE(failure);
   EXPECT_EQ(failure->code, errc::deadline_exceeded);
   EXPECT_NE(failure->message.find("transfer"), std::string::npos);
@@ -432,23 +438,8 @@ TEST(LazyDeadlineTimers, NoDeadlineOutlivesAReadThatReturnedAndNoTimerOutlivesTh
 }
 
 TEST(LazyDeadlineTimers, APeerStalledInsideAFrameStillHitsTheTransferDeadline) {
-  std::optional<error> failure;
-  run_pair(
-      [&](tcp::socket s) -> asio::awaitable<void> {
-        FrameChannel<TcpStream> channel(
-            std::move(s), lazy(std::chrono::seconds(3600), std::chrono::milliseconds(200)));
-        auto frame = co_await channel.read_frame();
-        if (!frame) {
-          failure = frame.error();
-        }
-      },
-      [&](tcp::socket s) -> asio::awaitable<void> {
-        const auto head = protocol::encode_header({MessageType::update, 2, 0, 100});
-        co_await asio::async_write(s, asio::buffer(head), asio::use_awaitable);
-        const char partial[12] = "{}012345678";
-        co_await asio::async_write(s, asio::buffer(partial, 12), asio::use_awaitable);
-        co_await sleep_for(std::chrono::milliseconds(600));
-      });
+  const auto failure = read_from_a_peer_stalled_inside_a_frame(
+      lazy(std::chrono::seconds(3600), std::chrono::milliseconds(200)));
   ASSERT_TRUE(failure);
   EXPECT_EQ(failure->code, errc::deadline_exceeded);
   EXPECT_NE(failure->message.find("transfer"), std::string::npos);

@@ -6,7 +6,10 @@
 // fifth of `openssl speed`. This stream gives OpenSSL a BIO pair of a few hundred KiB
 // (tls_stream.cpp): a write encrypts up to that much straight from the caller's memory and hands it
 // to the kernel in one send; a read takes whatever the kernel has (up to that much) in one receive
-// and decrypts record after record straight into the caller's buffer.
+// and decrypts record after record straight into the caller's buffer. (Letting OpenSSL
+// receive into its own record buffer instead, with read-ahead, saves the pair's copy on
+// receipt but was measured slower on OpenSSL 3.0: docs/results.md, "OpenSSL reading the
+// socket itself".)
 //
 // It is a drop-in AsyncStream for the ways Fedcore uses TLS: async_handshake,
 // async_read_some, async_write_some (any completion token, so asio::async_read and

@@ -1,5 +1,6 @@
 #include "shared/collective/shm_ring.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -24,6 +25,7 @@ struct ShmRing::Header {
   std::uint64_t capacity;
   alignas(64) std::atomic<std::uint64_t> consumed;   // receiver writes, sender reads
   alignas(64) std::atomic<std::uint64_t> published;  // sender writes, receiver reads
+  std::atomic<std::uint64_t> restarted_from;         // sender writes, receiver reads
   alignas(64) std::atomic<std::uint32_t> sleeping;   // receiver writes, sender reads
 };
 
@@ -121,9 +123,10 @@ result<ShmRing> ShmRing::create(std::size_t capacity) {
     return mapping.error();
   ring.mapping_ = *mapping;
   ring.cookie_ = *cookie;
-  Header* h = new (*mapping) Header{kMagic, *cookie, ring.capacity_, {}, {}, {}};
+  Header* h = new (*mapping) Header{kMagic, *cookie, ring.capacity_, {}, {}, {}, {}};
   h->consumed.store(0, std::memory_order_release);
   h->published.store(0, std::memory_order_release);
+  h->restarted_from.store(0, std::memory_order_release);
   h->sleeping.store(0, std::memory_order_release);
   return ring;
 }
@@ -210,27 +213,46 @@ bool ShmRing::try_write(std::span<const std::byte> head,
     return false;
   std::uint64_t position = produced_;
   std::uint64_t offset = position % capacity_;
+  // Acquire: the receiver's reads of the space it released happened before its release.
+  const std::uint64_t consumed = header()->consumed.load(std::memory_order_acquire);
+  if (consumed == produced_ && offset != 0) {
+    // Empty: start again at the buffer's start (the header's "Space"). The receiver jumps
+    // there when it reaches `restarted_from`, which is published with the record.
+    header()->restarted_from.store(position, std::memory_order_relaxed);
+    position += capacity_ - offset;
+    restarted_at_ = position;
+    write_record(0, head, payload);
+    return publish(position + size);
+  }
   const std::uint64_t tail = capacity_ - offset;  // a multiple of 64, never 0
   const bool wraps = size > tail;
   if (wraps)
     position += tail;
-  // Acquire: the receiver's reads of the space it released happened before its release.
-  const std::uint64_t consumed = header()->consumed.load(std::memory_order_acquire);
-  // The record's end within `capacity` of what was consumed also frees the skipped tail.
-  if (position + size - consumed > capacity_)
+  // The record's end within `capacity` of what was consumed also frees the skipped tail;
+  // after a restart, nothing before it holds a record, consumed or not.
+  if (position + size - std::max(consumed, restarted_at_) > capacity_)
     return false;
   if (wraps) {
     Block skip{BlockKind::skip, 0, 0, {}};
     std::memcpy(data() + offset, &skip, sizeof(skip));
     offset = 0;
   }
+  write_record(offset, head, payload);
+  return publish(position + size);
+}
+
+void ShmRing::write_record(std::uint64_t offset, std::span<const std::byte> head,
+                           std::span<const std::byte> payload) noexcept {
   Block block{BlockKind::record, static_cast<std::uint32_t>(head.size()), payload.size(), {}};
   if (!head.empty())
     std::memcpy(block.head, head.data(), head.size());
   std::memcpy(data() + offset, &block, sizeof(block));
   if (!payload.empty())
     std::memcpy(data() + offset + sizeof(Block), payload.data(), payload.size());
-  produced_ = position + size;
+}
+
+bool ShmRing::publish(std::uint64_t end) noexcept {
+  produced_ = end;
   // Sequentially consistent, not just release: it pairs with the receiver's store to
   // `sleeping` and the sender's load of it that follows (see "Sleeping").
   header()->published.store(produced_, std::memory_order_seq_cst);
@@ -250,10 +272,22 @@ result<std::optional<ShmRing::Record>> ShmRing::read() {
     return fail(errc::data_loss,
                 "shared-memory record at ring position " + std::to_string(read_end_) + ": " + what);
   };
-  if (published < read_end_ || published - read_end_ > capacity_)
+  const auto out_of_order = [&] {
     return malformed("published position " + std::to_string(published) + " is out of order");
+  };
+  if (published < read_end_)
+    return out_of_order();
   std::uint64_t position = read_end_;
   std::uint64_t offset = position % capacity_;
+  // After `published`, so a restart published with it is seen (the sender stores it first).
+  if (offset != 0 && header()->restarted_from.load(std::memory_order_relaxed) == position) {
+    position += capacity_ - offset;
+    offset = 0;
+    if (position >= published)
+      return malformed("a restart with nothing behind it");
+  }
+  if (published - position > capacity_)
+    return out_of_order();
   Block block;
   std::memcpy(&block, data() + offset, sizeof(block));
   if (block.kind == BlockKind::skip) {

@@ -143,6 +143,44 @@ TEST(ShmRing, AFullRingRefusesUntilTheReceiverReleasesAndThenWrapsToTheStart) {
   EXPECT_FALSE(sender->try_write({}, bytes(512, 4)));
 }
 
+// A record written into an empty ring goes to the buffer's start (a restart), so messages
+// that come one at a time reuse the same memory; one written behind it, before the
+// receiver releases it, still fits (the space jumped over holds nothing).
+TEST(ShmRing, AnEmptyRingStartsTheNextRecordAtTheBufferStart) {
+  auto sender = ShmRing::create(4096);
+  ASSERT_TRUE(sender);
+  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
+  ASSERT_TRUE(receiver);
+  const auto a = bytes(100, 1), b = bytes(100, 2), c = bytes(3000, 3);
+  ASSERT_TRUE(sender->try_write({}, a));
+  auto ra = receiver->read();
+  ASSERT_TRUE(ra && *ra);
+  const std::byte* start = (*ra)->payload.data();
+  EXPECT_EQ((*ra)->end, 192u);
+  receiver->release((*ra)->end);
+
+  ASSERT_TRUE(sender->try_write({}, b));  // empty, at offset 192: restarts
+  ASSERT_TRUE(sender->try_write({}, c));  // behind it: 192 + 3072 bytes in use of 4096
+  auto rb = receiver->read();
+  ASSERT_TRUE(rb) << rb.error().to_string();
+  ASSERT_TRUE(*rb);
+  EXPECT_EQ((*rb)->payload.data(), start);
+  EXPECT_EQ((*rb)->end, 4096u + 192u);
+  ASSERT_TRUE(std::equal((*rb)->payload.begin(), (*rb)->payload.end(), b.begin(), b.end()));
+  auto rc = receiver->read();
+  ASSERT_TRUE(rc) << rc.error().to_string();
+  ASSERT_TRUE(*rc);
+  EXPECT_EQ((*rc)->payload.data(), start + 192);
+  ASSERT_TRUE(std::equal((*rc)->payload.begin(), (*rc)->payload.end(), c.begin(), c.end()));
+  // Nothing more fits now: the tail (832 bytes) is too short, and the start holds b.
+  EXPECT_FALSE(sender->try_write({}, bytes(1000, 4)));
+  receiver->release((*rc)->end);
+  ASSERT_TRUE(sender->try_write({}, bytes(1000, 4)));  // empty again: back to the start
+  auto rd = receiver->read();
+  ASSERT_TRUE(rd && *rd);
+  EXPECT_EQ((*rd)->payload.data(), start);
+}
+
 // The sleeping flag the receiver sets is what the sender reads after publishing.
 TEST(ShmRing, TheSenderSeesWhetherTheReceiverSleeps) {
   auto sender = ShmRing::create(256);
@@ -249,6 +287,33 @@ TEST(ShmRing, AMalformedRecordIsDataLoss) {
   publish(64);
   expect_data_loss("a skip block with nothing behind it");
   munmap(raw, kHeader + 256);
+}
+
+// A restart the sender claims (the header's `restarted_from`, next to `published`) with
+// nothing published behind it is data_loss too.
+TEST(ShmRing, ARestartWithNothingBehindItIsDataLoss) {
+  auto sender = ShmRing::create(256);
+  ASSERT_TRUE(sender);
+  const int fd = shm_open(sender->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  void* raw = mmap(nullptr, 256, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(raw, MAP_FAILED);
+  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
+  ASSERT_TRUE(receiver);
+  ASSERT_TRUE(sender->try_write({}, bytes(64, 1)));  // ends at 128
+  auto first = receiver->read();
+  ASSERT_TRUE(first && *first);
+  receiver->release((*first)->end);
+  auto* base = static_cast<std::byte*>(raw);
+  const std::uint64_t restarted_from = 128, published = 192;  // the restart lands on 256
+  std::memcpy(base + 136, &restarted_from, sizeof(restarted_from));
+  std::memcpy(base + 128, &published, sizeof(published));
+  auto record = receiver->read();
+  ASSERT_FALSE(record);
+  EXPECT_EQ(record.error().code, errc::data_loss);
+  EXPECT_NE(record.error().message.find("restart"), std::string::npos) << record.error().message;
+  munmap(raw, 256);
 }
 
 }  // namespace

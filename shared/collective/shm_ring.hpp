@@ -123,9 +123,9 @@ class ShmRing {
   std::size_t capacity_ = 0;
   void* mapping_ = nullptr;
   std::size_t mapping_size_ = 0;
-  std::uint64_t produced_ = 0;  // sender: ring position after the last record
+  std::uint64_t produced_ = 0;      // sender: ring position after the last record
   std::uint64_t restarted_at_ = 0;  // sender: where the last restart put a record
-  std::uint64_t read_end_ = 0;  // receiver: ring position after the last record read
+  std::uint64_t read_end_ = 0;      // receiver: ring position after the last record read
 };
 
 }  // namespace fedcore::collective

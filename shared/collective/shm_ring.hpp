@@ -26,10 +26,7 @@
 // everything up to the released record's end. A record written into an empty ring also
 // starts at offset 0 (a "restart": the header names the position it jumps from, and the
 // receiver follows), so that messages that come one at a time, as a collective's do,
-// reuse the same memory, which stays in the caches, instead of marching through a ring of
-// many MiB: measured outside the repository on 2 processes, a 4 MiB copy into shared
-// memory plus the peer's add ran at 15 GB/s into the same region and 7 GB/s marching
-// through 16 MiB (docs/results.md). When there is no room, try_write says so
+// reuse the same memory, which stays in the caches. When there is no room, try_write says so
 // and the sender sends that message over the socket: nobody ever waits for ring space, so
 // the ring adds no way to deadlock (the transport numbers messages so that the two lanes
 // merge in order).
@@ -115,7 +112,7 @@ class ShmRing {
   std::byte* data() const noexcept;
   void write_record(std::uint64_t offset, std::span<const std::byte> head,
                     std::span<const std::byte> payload) noexcept;
-  bool publish(std::uint64_t end) noexcept;
+  void publish(std::uint64_t end) noexcept;
 
   std::string name_;
   bool linked_ = false;

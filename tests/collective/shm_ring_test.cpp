@@ -25,6 +25,21 @@ std::vector<std::byte> bytes(std::size_t n, int seed) {
   return v;
 }
 
+// A ring and its receiving end, opened as a peer opens it.
+struct Lane {
+  ShmRing sender;
+  ShmRing receiver;
+};
+result<Lane> make_lane(std::size_t capacity) {
+  auto sender = ShmRing::create(capacity);
+  if (!sender)
+    return sender.error();
+  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
+  if (!receiver)
+    return receiver.error();
+  return Lane{std::move(*sender), std::move(*receiver)};
+}
+
 bool named(const ShmRing& ring) {
   return std::filesystem::exists("/dev/shm" + ring.name());
 }
@@ -114,93 +129,118 @@ TEST(ShmRing, AWrongCookieIsRefused) {
 }
 
 TEST(ShmRing, AFullRingRefusesUntilTheReceiverReleasesAndThenWrapsToTheStart) {
-  auto sender = ShmRing::create(512);
-  ASSERT_TRUE(sender);
-  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
-  ASSERT_TRUE(receiver);
+  auto lane = make_lane(512);
+  ASSERT_TRUE(lane);
+  ShmRing& sender = lane->sender;
+  ShmRing& receiver = lane->receiver;
   const auto a = bytes(64, 1), b = bytes(192, 2), c = bytes(128, 3);
-  ASSERT_TRUE(sender->try_write({}, a));  // 128 bytes with its block
-  ASSERT_TRUE(sender->try_write({}, b));  // 256: 384 in use, a tail of 128 left
+  ASSERT_TRUE(sender.try_write({}, a));  // 128 bytes with its block
+  ASSERT_TRUE(sender.try_write({}, b));  // 256: 384 in use, a tail of 128 left
   // c needs 192: too much for the tail, and the start is still in use.
-  EXPECT_FALSE(sender->try_write({}, c));
-  auto ra = receiver->read();
+  EXPECT_FALSE(sender.try_write({}, c));
+  auto ra = receiver.read();
   ASSERT_TRUE(ra && *ra);
   EXPECT_EQ((*ra)->end, 128u);
-  receiver->release((*ra)->end);
+  receiver.release((*ra)->end);
   // The start is free now, but c from offset 0 would reach into b (at 128..384): no.
-  EXPECT_FALSE(sender->try_write({}, c));
-  auto rb = receiver->read();
+  EXPECT_FALSE(sender.try_write({}, c));
+  auto rb = receiver.read();
   ASSERT_TRUE(rb && *rb);
-  receiver->release((*rb)->end);
-  ASSERT_TRUE(sender->try_write({}, c));
-  auto rc = receiver->read();  // past the skip block at the tail, to offset 0
+  receiver.release((*rb)->end);
+  ASSERT_TRUE(sender.try_write({}, c));
+  auto rc = receiver.read();  // the ring was empty: a restart, to offset 0
   ASSERT_TRUE(rc) << rc.error().to_string();
   ASSERT_TRUE(*rc);
   EXPECT_EQ((*rc)->end, 512u + 192u);
   ASSERT_EQ((*rc)->payload.size(), c.size());
   EXPECT_EQ(std::memcmp((*rc)->payload.data(), c.data(), c.size()), 0);
   // Too large for the ring at all: the sender sends that over the socket.
-  EXPECT_FALSE(sender->try_write({}, bytes(512, 4)));
+  EXPECT_FALSE(sender.try_write({}, bytes(512, 4)));
+}
+
+// A record too long for the tail, while the ring holds another, goes to offset 0 behind a
+// skip block, and the receiver reads past it in order.
+TEST(ShmRing, ARecordThatDoesNotFitTheTailWrapsBehindASkipBlock) {
+  auto lane = make_lane(512);
+  ASSERT_TRUE(lane);
+  ShmRing& sender = lane->sender;
+  ShmRing& receiver = lane->receiver;
+  const auto a = bytes(192, 1), b = bytes(128, 2), c = bytes(64, 3);
+  ASSERT_TRUE(sender.try_write({}, a));  // 0..256
+  ASSERT_TRUE(sender.try_write({}, b));  // 256..448: a tail of 64 left
+  auto ra = receiver.read();
+  ASSERT_TRUE(ra && *ra);
+  receiver.release((*ra)->end);          // 0..256 free; b still held
+  ASSERT_TRUE(sender.try_write({}, c));  // 128 bytes: past the tail, to offset 0
+  auto rb = receiver.read();
+  ASSERT_TRUE(rb && *rb);
+  EXPECT_TRUE(std::equal((*rb)->payload.begin(), (*rb)->payload.end(), b.begin(), b.end()));
+  auto rc = receiver.read();
+  ASSERT_TRUE(rc) << rc.error().to_string();
+  ASSERT_TRUE(*rc);
+  EXPECT_EQ((*rc)->end, 512u + 128u);
+  EXPECT_EQ((*rc)->payload.data(), (*ra)->payload.data());  // offset 0, as a was
+  EXPECT_TRUE(std::equal((*rc)->payload.begin(), (*rc)->payload.end(), c.begin(), c.end()));
 }
 
 // A record written into an empty ring goes to the buffer's start (a restart), so messages
 // that come one at a time reuse the same memory; one written behind it, before the
 // receiver releases it, still fits (the space jumped over holds nothing).
 TEST(ShmRing, AnEmptyRingStartsTheNextRecordAtTheBufferStart) {
-  auto sender = ShmRing::create(4096);
-  ASSERT_TRUE(sender);
-  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
-  ASSERT_TRUE(receiver);
+  auto lane = make_lane(4096);
+  ASSERT_TRUE(lane);
+  ShmRing& sender = lane->sender;
+  ShmRing& receiver = lane->receiver;
   const auto a = bytes(100, 1), b = bytes(100, 2), c = bytes(3000, 3);
-  ASSERT_TRUE(sender->try_write({}, a));
-  auto ra = receiver->read();
+  ASSERT_TRUE(sender.try_write({}, a));
+  auto ra = receiver.read();
   ASSERT_TRUE(ra && *ra);
   const std::byte* start = (*ra)->payload.data();
   EXPECT_EQ((*ra)->end, 192u);
-  receiver->release((*ra)->end);
+  receiver.release((*ra)->end);
 
-  ASSERT_TRUE(sender->try_write({}, b));  // empty, at offset 192: restarts
-  ASSERT_TRUE(sender->try_write({}, c));  // behind it: 192 + 3072 bytes in use of 4096
-  auto rb = receiver->read();
+  ASSERT_TRUE(sender.try_write({}, b));  // empty, at offset 192: restarts
+  ASSERT_TRUE(sender.try_write({}, c));  // behind it: 192 + 3072 bytes in use of 4096
+  auto rb = receiver.read();
   ASSERT_TRUE(rb) << rb.error().to_string();
   ASSERT_TRUE(*rb);
   EXPECT_EQ((*rb)->payload.data(), start);
   EXPECT_EQ((*rb)->end, 4096u + 192u);
   ASSERT_TRUE(std::equal((*rb)->payload.begin(), (*rb)->payload.end(), b.begin(), b.end()));
-  auto rc = receiver->read();
+  auto rc = receiver.read();
   ASSERT_TRUE(rc) << rc.error().to_string();
   ASSERT_TRUE(*rc);
   EXPECT_EQ((*rc)->payload.data(), start + 192);
   ASSERT_TRUE(std::equal((*rc)->payload.begin(), (*rc)->payload.end(), c.begin(), c.end()));
   // Nothing more fits now: the tail (832 bytes) is too short, and the start holds b.
-  EXPECT_FALSE(sender->try_write({}, bytes(1000, 4)));
-  receiver->release((*rc)->end);
-  ASSERT_TRUE(sender->try_write({}, bytes(1000, 4)));  // empty again: back to the start
-  auto rd = receiver->read();
+  EXPECT_FALSE(sender.try_write({}, bytes(1000, 4)));
+  receiver.release((*rc)->end);
+  ASSERT_TRUE(sender.try_write({}, bytes(1000, 4)));  // empty again: back to the start
+  auto rd = receiver.read();
   ASSERT_TRUE(rd && *rd);
   EXPECT_EQ((*rd)->payload.data(), start);
 }
 
 // The sleeping flag the receiver sets is what the sender reads after publishing.
 TEST(ShmRing, TheSenderSeesWhetherTheReceiverSleeps) {
-  auto sender = ShmRing::create(256);
-  ASSERT_TRUE(sender);
-  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
-  ASSERT_TRUE(receiver);
-  EXPECT_FALSE(sender->receiver_sleeping());
-  receiver->set_sleeping(true);
-  EXPECT_TRUE(sender->receiver_sleeping());
-  receiver->set_sleeping(false);
-  EXPECT_FALSE(sender->receiver_sleeping());
+  auto lane = make_lane(256);
+  ASSERT_TRUE(lane);
+  ShmRing& sender = lane->sender;
+  ShmRing& receiver = lane->receiver;
+  EXPECT_FALSE(sender.receiver_sleeping());
+  receiver.set_sleeping(true);
+  EXPECT_TRUE(sender.receiver_sleeping());
+  receiver.set_sleeping(false);
+  EXPECT_FALSE(sender.receiver_sleeping());
 }
 
 // A sender and a receiver on two threads, records of many sizes through a ring much smaller
 // than all of them together (so it wraps and fills): every record arrives, in order, intact.
 TEST(ShmRing, RecordsCrossBetweenThreadsInOrderThroughAWrappingRing) {
-  auto sender = ShmRing::create(4096);
-  ASSERT_TRUE(sender);
-  auto receiver = ShmRing::open(sender->name(), sender->cookie(), sender->capacity());
-  ASSERT_TRUE(receiver);
+  auto lane = make_lane(4096);
+  ASSERT_TRUE(lane);
+  ShmRing& sender = lane->sender;
+  ShmRing& receiver = lane->receiver;
   constexpr std::uint32_t kRecords = 20'000;
   const auto payload_of = [](std::uint32_t i) {
     return bytes((i * 37) % 1500, static_cast<int>(i));
@@ -210,7 +250,7 @@ TEST(ShmRing, RecordsCrossBetweenThreadsInOrderThroughAWrappingRing) {
       const auto payload = payload_of(i);
       // Bounded: the receiver releases continuously; 10 s of refusals is a failure.
       const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!sender->try_write(std::as_bytes(std::span(&i, 1)), payload)) {
+      while (!sender.try_write(std::as_bytes(std::span(&i, 1)), payload)) {
         if (std::chrono::steady_clock::now() > give_up)
           return;
         std::this_thread::yield();
@@ -220,7 +260,7 @@ TEST(ShmRing, RecordsCrossBetweenThreadsInOrderThroughAWrappingRing) {
   std::uint32_t received = 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (received < kRecords && std::chrono::steady_clock::now() < give_up) {
-    auto record = receiver->read();
+    auto record = receiver.read();
     ASSERT_TRUE(record) << record.error().to_string();
     if (!*record) {
       std::this_thread::yield();
@@ -234,7 +274,7 @@ TEST(ShmRing, RecordsCrossBetweenThreadsInOrderThroughAWrappingRing) {
     ASSERT_EQ((*record)->payload.size(), expected.size());
     // std::equal, not memcmp: an empty payload's data() may be null.
     ASSERT_TRUE(std::equal((*record)->payload.begin(), (*record)->payload.end(), expected.begin()));
-    receiver->release((*record)->end);
+    receiver.release((*record)->end);
     ++received;
   }
   producer.join();

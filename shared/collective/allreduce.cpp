@@ -155,8 +155,15 @@ Plan choose(const AllreduceOptions& options, const Communicator& comm) noexcept 
   // whole: segments pipeline a socket's transfer, but between two rings each one is only
   // one more wait for the other rank (4 MiB in 1 MiB segments: 6.8-8.7 GB/s, whole:
   // 8.8-10.9).
-  if (p == 2 && 2 * bytes <= comm.transport().shared_memory_link_bytes(1 - comm.rank()))
+  const std::size_t link = p == 2 ? comm.transport().shared_memory_link_bytes(1 - comm.rank()) : 0;
+  if (2 * bytes <= link)
     return {AllreduceAlgorithm::recursive_doubling, std::max(segment, bytes)};
+  // A larger buffer still swaps whole segments through the rings: one exchange per
+  // segment, where the ring needs two that wait on each other (reduce-scatter, then
+  // allgather). 2 ranks, 16 MiB rings, 1 MiB segments, 16 and 64 MiB: 4.0-4.5 GB/s
+  // against the ring's 2.5-3.0 (docs/results.md).
+  if (2 * segment <= link)
+    return {AllreduceAlgorithm::recursive_doubling, segment};
   // With 2 ranks halving-doubling is the ring; with a fold it sends more than the ring.
   if (p > 2 && power_of_two && bytes <= kHalvingDoublingMaxBytes)
     return {AllreduceAlgorithm::halving_doubling, segment};

@@ -167,16 +167,17 @@ TEST(NetSetup, RanksWithoutSharedMemoryTalkOverTheirSocketsAndTheOthersUseRings)
   EXPECT_GT(ring_bytes[2], 0u);
 }
 
-// Two ranks that share memory take recursive doubling above kRecursiveDoublingMaxBytes
-// while the buffer fits in half the smaller ring, and the ring beyond: both ends see the
-// same two rings, so they agree even when their own rings differ, and recursive doubling
-// then sends the buffer whole. Each case pins the expected algorithm (and segment size)
-// on rank 0 only and lets rank 1 choose: a different choice would desynchronize the two
-// (different segments) and fail the allreduce.
+// Two ranks that share memory take recursive doubling above kRecursiveDoublingMaxBytes:
+// the buffer whole while it fits in half the smaller ring, in segments while a segment
+// does, and the ring beyond: both ends see the same two rings, so they agree even when
+// their own rings differ. Each case pins the expected algorithm and segment size on rank
+// 0 only and lets rank 1 choose (asked for 256 KiB segments): a different choice would
+// desynchronize the two (other steps or other segments) and fail the allreduce.
 struct SharedMemoryChoice {
   std::vector<std::size_t> ring_bytes;
   std::size_t buffer_bytes;
   AllreduceAlgorithm expected;
+  std::size_t expected_segment_bytes;
 };
 
 class TwoRanksSharingMemory : public ::testing::TestWithParam<SharedMemoryChoice> {};
@@ -193,15 +194,11 @@ TEST_P(TwoRanksSharingMemory, ChooseTheSameAlgorithmOnBothEnds) {
         std::vector<float> data(c.buffer_bytes / sizeof(float),
                                 static_cast<float>(comm.rank() + 1));
         const bool pinned = comm.rank() == 0;
-        const auto algorithm = pinned ? c.expected : AllreduceAlgorithm::automatic;
-        // Recursive doubling between rings sends the buffer whole (one segment).
-        const std::size_t segment = pinned && c.expected == AllreduceAlgorithm::recursive_doubling
-                                        ? c.buffer_bytes
-                                        : 256 * 1024;
-        auto ok = allreduce(comm, {.data = data,
-                                   .timeout = std::chrono::seconds(20),
-                                   .max_segment_bytes = segment,
-                                   .algorithm = algorithm});
+        auto ok =
+            allreduce(comm, {.data = data,
+                             .timeout = std::chrono::seconds(20),
+                             .max_segment_bytes = pinned ? c.expected_segment_bytes : 256 * 1024,
+                             .algorithm = pinned ? c.expected : AllreduceAlgorithm::automatic});
         ASSERT_TRUE(ok) << ok.error().to_string();
         EXPECT_EQ(data.front(), 3.0f);
         EXPECT_EQ(data.back(), 3.0f);
@@ -214,17 +211,24 @@ TEST_P(TwoRanksSharingMemory, ChooseTheSameAlgorithmOnBothEnds) {
 }
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kKiB = std::size_t{1} << 10;
 INSTANTIATE_TEST_SUITE_P(
     Cases, TwoRanksSharingMemory,
     ::testing::Values(
-        // 1 MiB in 4 MiB rings: recursive doubling.
-        SharedMemoryChoice{{4 * kMiB, 4 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling},
-        // Rank 1's ring is 1 MiB: 1 MiB is more than half of it, so the ring, on both.
-        SharedMemoryChoice{{4 * kMiB, kMiB}, kMiB, AllreduceAlgorithm::ring},
+        // 1 MiB in 4 MiB rings: recursive doubling, the buffer whole.
+        SharedMemoryChoice{
+            {4 * kMiB, 4 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling, kMiB},
+        // Exactly half the ring still fits whole.
+        SharedMemoryChoice{
+            {2 * kMiB, 2 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling, kMiB},
+        // Rank 1's ring is 1 MiB: 1 MiB is more than half of it, a 256 KiB segment is not,
+        // so recursive doubling in segments, on both.
+        SharedMemoryChoice{
+            {4 * kMiB, kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling, 256 * kKiB},
+        // Rings of 384 KiB: not even a segment fits in half, the ring.
+        SharedMemoryChoice{{384 * kKiB, 4 * kMiB}, kMiB, AllreduceAlgorithm::ring, 256 * kKiB},
         // No shared memory on rank 0: sockets, the ring.
-        SharedMemoryChoice{{0, 4 * kMiB}, kMiB, AllreduceAlgorithm::ring},
-        // Exactly half the ring still fits.
-        SharedMemoryChoice{{2 * kMiB, 2 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling}));
+        SharedMemoryChoice{{0, 4 * kMiB}, kMiB, AllreduceAlgorithm::ring, 256 * kKiB}));
 
 // Four ranks take recursive doubling up to kRecursiveDoublingMaxBytesBeyondTwo and
 // halving-doubling above it. Rank 0 pins the expected algorithm and the others choose:

@@ -83,6 +83,7 @@ result<void> ring_reduce_scatter(Communicator& comm, Envelope envelope, std::spa
       if (!got)
         return got.error();
       add_received(data.subspan(seg.begin, seg.size), *got);
+      t.release(left);
     }
   }
   if (average && p > 1) {
@@ -124,6 +125,7 @@ result<void> ring_allgather(Communicator& comm, Envelope envelope, std::span<std
         return got.error();
       if (!got->empty())
         std::memcpy(data.data() + seg.begin * element_size, got->data(), got->size());
+      t.release(left);
     }
   }
   return {};
@@ -151,18 +153,14 @@ Plan choose(const AllreduceOptions& options, const Communicator& comm) noexcept 
       p > 2 && power_of_two ? kRecursiveDoublingMaxBytesBeyondTwo : kRecursiveDoublingMaxBytes;
   if (bytes <= latency_bound)
     return {AllreduceAlgorithm::recursive_doubling, segment};
-  // Half the ring: room for the whole buffer even behind records not yet released. Sent
-  // whole: segments pipeline a socket's transfer, but between two rings each one is only
-  // one more wait for the other rank (4 MiB in 1 MiB segments: 6.8-8.7 GB/s, whole:
-  // 8.8-10.9).
-  const std::size_t link = p == 2 ? comm.transport().shared_memory_link_bytes(1 - comm.rank()) : 0;
-  if (2 * bytes <= link)
-    return {AllreduceAlgorithm::recursive_doubling, std::max(segment, bytes)};
-  // A larger buffer still swaps whole segments through the rings: one exchange per
+  // Two ranks that share memory swap segments through their rings: one exchange per
   // segment, where the ring needs two that wait on each other (reduce-scatter, then
-  // allgather). 2 ranks, 16 MiB rings, 1 MiB segments, 16 and 64 MiB: 4.0-4.5 GB/s
-  // against the ring's 2.5-3.0 (docs/results.md).
-  if (2 * segment <= link)
+  // allgather). Half the ring: room for a segment even behind one not yet released. In
+  // segments (1 MiB by default), not whole: each is released as soon as it is added, so
+  // the next goes to the same place in the ring and the caches (shm_ring.hpp); 2 ranks,
+  // 4 MiB: 12.4-16.4 GB/s in 1 MiB segments, 7.2-9.6 whole (docs/results.md).
+  const std::size_t link = p == 2 ? comm.transport().shared_memory_link_bytes(1 - comm.rank()) : 0;
+  if (2 * std::min(segment, bytes) <= link)
     return {AllreduceAlgorithm::recursive_doubling, segment};
   // With 2 ranks halving-doubling is the ring; with a fold it sends more than the ring.
   if (p > 2 && power_of_two && bytes <= kHalvingDoublingMaxBytes)

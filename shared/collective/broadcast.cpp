@@ -40,6 +40,7 @@ result<void> broadcast(Communicator& comm, const BroadcastOptions& options) {
         return comm.fail_with(got.error());
       if (!got->empty())
         std::memcpy(bytes.data(), got->data(), got->size());
+      t.release(prev);
     }
     if (position < p - 1)
       t.post_send(next, *envelope, bytes);

@@ -55,10 +55,9 @@ Range chunk_range(std::size_t n, std::size_t parts, std::size_t index) noexcept;
 //     kRecursiveDoublingMaxBytesBeyondTwo in a power-of-two group larger than 2); above,
 //     halving-doubling up to kHalvingDoublingMaxBytes when the group is a power of
 //     two larger than 2, else the ring; but for 2 ranks that share memory, recursive
-//     doubling: the buffer whole while it takes at most half the smaller ring
-//     (Transport::shared_memory_link_bytes), else in segments of max_segment_bytes while
-//     one takes at most half of it. Every rank decides from the same size, group and
-//     rings, so all take the same path.
+//     doubling in segments of max_segment_bytes while one takes at most half the smaller
+//     ring (Transport::shared_memory_link_bytes). Every rank decides from the same size,
+//     group and rings, so all take the same path.
 enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, halving_doubling };
 // Measured on 2 and 4 ranks over loopback TCP and shared memory (docs/results.md,
 // "Allreduce bus bandwidth"). Up to 256 KiB the saved message latencies outweigh the
@@ -70,7 +69,8 @@ enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, halving_dou
 // the other rank's copy. Over sockets that one exchange is slower from 1 MiB (its receive
 // adds into the buffer it sends, so it waits for its own sends to drain); through shared
 // memory, where a send is done once it is copied into the ring, it was 1.1-1.3x the ring
-// at 1-4 MiB, and in 1 MiB segments 1.4-1.6x the ring at 16 and 64 MiB.
+// at 1-4 MiB sent whole, and in 1 MiB segments, each released once added, 2-2.7x the ring
+// at 4-64 MiB.
 // With 4 ranks recursive doubling sends 2x the buffer in 2 steps where halving-doubling
 // sends 1.5x in 4: the two cross near 64 KiB (4 ranks on loopback TCP and on shared memory,
 // 2026-11-29: at 128 KiB halving-doubling was 1.5x faster over TCP and 1.1x through shared

@@ -59,6 +59,7 @@ result<void> Exchange::swap_add(int peer, std::uint32_t step, std::span<float> d
     if (auto sent = t_.wait_sends(deadline_); !sent)
       return sent.error();
     add_received(data.subspan(seg.begin, seg.size), *got);
+    t_.release(peer);
   }
   return {};
 }
@@ -83,6 +84,7 @@ result<void> Exchange::receive(int peer, std::uint32_t step, std::span<float> da
     } else if (seg.size > 0) {
       std::memcpy(data.data() + seg.begin, got->data(), seg.size * sizeof(float));
     }
+    t_.release(peer);
   }
   return {};
 }

@@ -230,8 +230,7 @@ class NetTransport final : public Transport {
       return *f;
     if (link.next_ready()) {
       // The previous message's bytes are no longer the caller's.
-      if (link.current.ring_end > 0)
-        link.in_ring->release(link.current.ring_end);
+      release(peer);
       if (link.current.payload.capacity() > 0)
         link.spare = std::move(link.current.payload);
       link.current = std::move(link.inbox.front());
@@ -248,6 +247,16 @@ class NetTransport final : public Transport {
     FEDCORE_ASSERT(!done, "recv finished without a message or an error");
     return fail(errc::deadline_exceeded, "timed out waiting for rank " + std::to_string(peer) +
                                              " (" + to_string(expected) + ")");
+  }
+
+  void release(int peer) noexcept override {
+    FEDCORE_ASSERT(peer >= 0 && peer < size() && peer != rank(), "bad peer");
+    Incoming& current = links_[peer]->current;
+    if (current.ring_end > 0) {
+      links_[peer]->in_ring->release(current.ring_end);
+      current.ring_end = 0;
+      current.ring_bytes = {};
+    }
   }
 
   result<std::optional<int>> wait_any(std::span<const int> peers,

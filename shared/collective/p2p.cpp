@@ -33,6 +33,7 @@ result<void> recv(Communicator& comm, const RecvOptions& options) {
     return comm.fail_with(got.error());
   if (!got->empty())
     std::memcpy(options.data.data(), got->data(), got->size());
+  comm.transport().release(options.peer);
   return {};
 }
 

@@ -204,6 +204,21 @@ void ShmRing::unlink() noexcept {
   }
 }
 
+bool ShmRing::wrap_early(std::uint64_t position, std::uint64_t held_from,
+                         std::uint64_t size) const noexcept {
+  const std::uint64_t lap_start = position - position % capacity_;
+  if (held_from < lap_start)  // the records still held run past the buffer's end
+    return false;
+  const std::uint64_t free_at_start = held_from - lap_start;
+  const std::uint64_t held = position - held_from;
+  // Why: a collective holds a record or two at a time, and a ring that moves on with every
+  // message keeps its lines out of the caches (the restart's reason). Why the margin:
+  // after the wrap, the room ahead of the held records is what is free at the start; with
+  // at least as much again as is held now, a sender that keeps the same number of bytes
+  // in flight still finds room, where the tail would have given it plenty.
+  return size + held <= free_at_start;
+}
+
 bool ShmRing::try_write(std::span<const std::byte> head,
                         std::span<const std::byte> payload) noexcept {
   FEDCORE_ASSERT(mapping_ != nullptr, "try_write on a moved-from ring");
@@ -230,12 +245,13 @@ bool ShmRing::try_write(std::span<const std::byte> head,
     return true;
   }
   const std::uint64_t tail = capacity_ - offset;  // a multiple of 64, never 0
-  const bool wraps = size > tail;
+  // After a restart, nothing before it holds a record, consumed or not.
+  const std::uint64_t held_from = std::max(consumed, restarted_at_);
+  const bool wraps = size > tail || wrap_early(position, held_from, size);
   if (wraps)
     position += tail;
-  // The record's end within `capacity` of what was consumed also frees the skipped tail;
-  // after a restart, nothing before it holds a record, consumed or not.
-  if (position + size - std::max(consumed, restarted_at_) > capacity_)
+  // The record's end within `capacity` of what was consumed also frees the skipped tail.
+  if (position + size - held_from > capacity_)
     return false;
   if (wraps) {
     Block skip{BlockKind::skip, 0, 0, {}};

@@ -26,7 +26,9 @@
 // everything up to the released record's end. A record written into an empty ring also
 // starts at offset 0 (a "restart": the header names the position it jumps from, and the
 // receiver follows), so that messages that come one at a time, as a collective's do,
-// reuse the same memory, which stays in the caches. When there is no room, try_write says so
+// reuse the same memory, which stays in the caches; for the same reason a record goes to
+// offset 0 early, behind a skip block, when the start of the buffer has room for it and
+// for as many bytes again as the receiver still holds. When there is no room, try_write says so
 // and the sender sends that message over the socket: nobody ever waits for ring space, so
 // the ring adds no way to deadlock (the transport numbers messages so that the two lanes
 // merge in order).
@@ -113,6 +115,11 @@ class ShmRing {
   void write_record(std::uint64_t offset, std::span<const std::byte> head,
                     std::span<const std::byte> payload) noexcept;
   void publish(std::uint64_t end) noexcept;
+  // Sender: whether a record of `size` bytes at `position` should start at offset 0 now,
+  // behind a skip block, though it fits the tail: when what is free at the buffer's start
+  // holds it and as many bytes again as the receiver still holds (from `held_from`).
+  bool wrap_early(std::uint64_t position, std::uint64_t held_from,
+                  std::uint64_t size) const noexcept;
 
   std::string name_;
   bool linked_ = false;

@@ -89,6 +89,12 @@ class Transport {
   virtual result<std::span<const std::byte>> recv(int peer, const Envelope& expected,
                                                   Clock::time_point deadline) = 0;
 
+  // Hands back the bytes the last recv from `peer` returned, which the next recv from it
+  // would otherwise do: a shared-memory ring gets their space back at once, so that the
+  // peer's next message can go where this one was (shm_ring.hpp). The bytes are invalid
+  // from here on. Optional; nothing to do when that recv's bytes were handed back already.
+  virtual void release(int peer) noexcept { (void)peer; }
+
   // Waits until a message from one of `peers` is ready for recv, or the link to one of
   // them has failed (a recv from it then fails at once), and returns that peer; receives
   // nothing. Among ready peers it returns the one whose waiting message arrived first

@@ -167,12 +167,56 @@ TEST(NetSetup, RanksWithoutSharedMemoryTalkOverTheirSocketsAndTheOthersUseRings)
   EXPECT_GT(ring_bytes[2], 0u);
 }
 
-// Two ranks that share memory take recursive doubling above kRecursiveDoublingMaxBytes:
-// the buffer whole while it fits in half the smaller ring, in segments while a segment
-// does, and the ring beyond: both ends see the same two rings, so they agree even when
-// their own rings differ. Each case pins the expected algorithm and segment size on rank
-// 0 only and lets rank 1 choose (asked for 256 KiB segments): a different choice would
-// desynchronize the two (other steps or other segments) and fail the allreduce.
+// A message handed back with Transport::release frees its place in the ring at once: the
+// next message, sent after the receiver said so, finds the ring empty and goes where the
+// first one was (shm_ring.hpp, "Space"). Without the release the receiver would still hold
+// each message until its next recv, and each would land behind the one before.
+TEST(SharedMemoryLane, AMessageHandedBackLetsTheNextOneTakeItsPlace) {
+  testing::GroupOptions options;
+  options.ring_bytes = {1u << 20, 1u << 20};
+  std::vector<const std::byte*> places;
+  testing::run_group(
+      Kind::tcp, 2,
+      [&](Communicator& comm) {
+        Transport& t = comm.transport();
+        ASSERT_GT(t.shared_memory_link_bytes(1 - comm.rank()), 0u);
+        const auto deadline = SteadyClock::now() + 20s;
+        const std::vector<std::byte> payload(1000, std::byte{7});
+        for (std::uint64_t i = 0; i < 3; ++i) {
+          Envelope message{comm.job(), i, OpType::send_recv, 1, payload.size(), 0, payload.size()};
+          Envelope ack{comm.job(), i, OpType::send_recv, 2, 0, 0, 0};
+          if (comm.rank() == 0) {
+            t.post_send(1, message, payload);
+            ASSERT_TRUE(t.wait_sends(deadline));
+            auto got = t.recv(1, ack, deadline);
+            ASSERT_TRUE(got) << got.error().to_string();
+            t.release(1);
+          } else {
+            auto got = t.recv(0, message, deadline);
+            ASSERT_TRUE(got) << got.error().to_string();
+            ASSERT_EQ(got->size(), payload.size());
+            EXPECT_EQ((*got)[999], std::byte{7});
+            places.push_back(got->data());
+            t.release(0);
+            t.post_send(0, ack, {});
+            ASSERT_TRUE(t.wait_sends(deadline));
+          }
+        }
+      },
+      options);
+  ASSERT_EQ(places.size(), 3u);
+  EXPECT_EQ(places[1], places[0]);
+  EXPECT_EQ(places[2], places[0]);
+}
+
+// Two ranks that share memory take recursive doubling above kRecursiveDoublingMaxBytes,
+// in segments, while a segment fits in half the smaller ring, and the ring beyond: both
+// ends see the same two rings, so they agree even when their own rings differ. Each case
+// pins the expected algorithm and segment size on rank 0 only and lets rank 1 choose
+// (asked for 1 MiB segments): a different choice would desynchronize the two (other steps
+// or other segments) and fail the allreduce.
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
 struct SharedMemoryChoice {
   std::vector<std::size_t> ring_bytes;
   std::size_t buffer_bytes;
@@ -197,7 +241,7 @@ TEST_P(TwoRanksSharingMemory, ChooseTheSameAlgorithmOnBothEnds) {
         auto ok =
             allreduce(comm, {.data = data,
                              .timeout = std::chrono::seconds(20),
-                             .max_segment_bytes = pinned ? c.expected_segment_bytes : 256 * 1024,
+                             .max_segment_bytes = pinned ? c.expected_segment_bytes : kMiB,
                              .algorithm = pinned ? c.expected : AllreduceAlgorithm::automatic});
         ASSERT_TRUE(ok) << ok.error().to_string();
         EXPECT_EQ(data.front(), 3.0f);
@@ -210,25 +254,24 @@ TEST_P(TwoRanksSharingMemory, ChooseTheSameAlgorithmOnBothEnds) {
   EXPECT_EQ(link_bytes[0], std::min(c.ring_bytes[0], c.ring_bytes[1]));
 }
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kKiB = std::size_t{1} << 10;
 INSTANTIATE_TEST_SUITE_P(
     Cases, TwoRanksSharingMemory,
     ::testing::Values(
-        // 1 MiB in 4 MiB rings: recursive doubling, the buffer whole.
+        // 1.5 MiB in 4 MiB rings: recursive doubling in 1 MiB segments, though the whole
+        // buffer would fit.
         SharedMemoryChoice{
-            {4 * kMiB, 4 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling, kMiB},
-        // Exactly half the ring still fits whole.
+            {4 * kMiB, 4 * kMiB}, 3 * kMiB / 2, AllreduceAlgorithm::recursive_doubling, kMiB},
+        // 512 KiB, less than a segment: one.
         SharedMemoryChoice{
-            {2 * kMiB, 2 * kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling, kMiB},
-        // Rank 1's ring is 1 MiB: 1 MiB is more than half of it, a 256 KiB segment is not,
-        // so recursive doubling in segments, on both.
+            {4 * kMiB, 4 * kMiB}, kMiB / 2, AllreduceAlgorithm::recursive_doubling, kMiB / 2},
+        // Exactly half the ring still holds a segment.
         SharedMemoryChoice{
-            {4 * kMiB, kMiB}, kMiB, AllreduceAlgorithm::recursive_doubling, 256 * kKiB},
-        // Rings of 384 KiB: not even a segment fits in half, the ring.
-        SharedMemoryChoice{{384 * kKiB, 4 * kMiB}, kMiB, AllreduceAlgorithm::ring, 256 * kKiB},
+            {2 * kMiB, 2 * kMiB}, 4 * kMiB, AllreduceAlgorithm::recursive_doubling, kMiB},
+        // Rank 1's ring is 1 MiB: a 1 MiB segment is more than half of it, so the ring,
+        // on both.
+        SharedMemoryChoice{{4 * kMiB, kMiB}, 4 * kMiB, AllreduceAlgorithm::ring, kMiB},
         // No shared memory on rank 0: sockets, the ring.
-        SharedMemoryChoice{{0, 4 * kMiB}, kMiB, AllreduceAlgorithm::ring, 256 * kKiB}));
+        SharedMemoryChoice{{0, 4 * kMiB}, 4 * kMiB, AllreduceAlgorithm::ring, kMiB}));
 
 // Four ranks take recursive doubling up to kRecursiveDoublingMaxBytesBeyondTwo and
 // halving-doubling above it. Rank 0 pins the expected algorithm and the others choose:

@@ -222,6 +222,38 @@ TEST(ShmRing, AnEmptyRingStartsTheNextRecordAtTheBufferStart) {
 }
 
 // The sleeping flag the receiver sets is what the sender reads after publishing.
+// Records of 128 bytes (a 64-byte block and 64 of payload) in a ring of 1024: once the
+// receiver has handed back the first three of four, the start has room for the next and
+// for as much again as is still held (384 >= 128 + 128), so it goes there, behind a skip
+// block at 512; with only the first handed back (128 < 128 + 384) it goes on at 512.
+TEST(ShmRing, ARecordGoesBackToTheStartEarlyWhenTheStartHasRoomToSpare) {
+  for (const bool three_released : {true, false}) {
+    SCOPED_TRACE(three_released ? "three handed back" : "one handed back");
+    auto lane = make_lane(1024);
+    ASSERT_TRUE(lane);
+    ShmRing& sender = lane->sender;
+    ShmRing& receiver = lane->receiver;
+    std::vector<ShmRing::Record> read;
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(sender.try_write({}, bytes(64, i)));
+      auto r = receiver.read();
+      ASSERT_TRUE(r && *r);
+      read.push_back(**r);
+    }
+    const std::byte* start = read[0].payload.data();
+    EXPECT_EQ(read[3].payload.data(), start + 384);
+    receiver.release(read[three_released ? 2 : 0].end);
+    const auto next = bytes(64, 9);
+    ASSERT_TRUE(sender.try_write({}, next));
+    auto r = receiver.read();
+    ASSERT_TRUE(r) << r.error().to_string();
+    ASSERT_TRUE(*r);
+    EXPECT_EQ((*r)->payload.data(), three_released ? start : start + 512);
+    EXPECT_EQ((*r)->end, three_released ? 1024u + 128u : 640u);
+    EXPECT_TRUE(std::equal((*r)->payload.begin(), (*r)->payload.end(), next.begin(), next.end()));
+  }
+}
+
 TEST(ShmRing, TheSenderSeesWhetherTheReceiverSleeps) {
   auto lane = make_lane(256);
   ASSERT_TRUE(lane);

@@ -40,6 +40,23 @@ result<Lane> make_lane(std::size_t capacity) {
   return Lane{std::move(*sender), std::move(*receiver)};
 }
 
+// The next record the receiver finds, which must be there and carry `payload`; otherwise
+// the test fails and the record is empty.
+ShmRing::Record next_record(ShmRing& receiver, std::span<const std::byte> payload) {
+  auto read = receiver.read();
+  if (!read) {
+    ADD_FAILURE() << read.error().to_string();
+    return {};
+  }
+  if (!*read) {
+    ADD_FAILURE() << "no record";
+    return {};
+  }
+  EXPECT_TRUE(
+      std::equal((*read)->payload.begin(), (*read)->payload.end(), payload.begin(), payload.end()));
+  return **read;
+}
+
 bool named(const ShmRing& ring) {
   return std::filesystem::exists("/dev/shm" + ring.name());
 }
@@ -138,22 +155,15 @@ TEST(ShmRing, AFullRingRefusesUntilTheReceiverReleasesAndThenWrapsToTheStart) {
   ASSERT_TRUE(sender.try_write({}, b));  // 256: 384 in use, a tail of 128 left
   // c needs 192: too much for the tail, and the start is still in use.
   EXPECT_FALSE(sender.try_write({}, c));
-  auto ra = receiver.read();
-  ASSERT_TRUE(ra && *ra);
-  EXPECT_EQ((*ra)->end, 128u);
-  receiver.release((*ra)->end);
+  const auto ra = next_record(receiver, a);
+  EXPECT_EQ(ra.end, 128u);
+  receiver.release(ra.end);
   // The start is free now, but c from offset 0 would reach into b (at 128..384): no.
   EXPECT_FALSE(sender.try_write({}, c));
-  auto rb = receiver.read();
-  ASSERT_TRUE(rb && *rb);
-  receiver.release((*rb)->end);
+  receiver.release(next_record(receiver, b).end);
   ASSERT_TRUE(sender.try_write({}, c));
-  auto rc = receiver.read();  // the ring was empty: a restart, to offset 0
-  ASSERT_TRUE(rc) << rc.error().to_string();
-  ASSERT_TRUE(*rc);
-  EXPECT_EQ((*rc)->end, 512u + 192u);
-  ASSERT_EQ((*rc)->payload.size(), c.size());
-  EXPECT_EQ(std::memcmp((*rc)->payload.data(), c.data(), c.size()), 0);
+  // The ring was empty: a restart, to offset 0.
+  EXPECT_EQ(next_record(receiver, c).end, 512u + 192u);
   // Too large for the ring at all: the sender sends that over the socket.
   EXPECT_FALSE(sender.try_write({}, bytes(512, 4)));
 }
@@ -168,19 +178,13 @@ TEST(ShmRing, ARecordThatDoesNotFitTheTailWrapsBehindASkipBlock) {
   const auto a = bytes(192, 1), b = bytes(128, 2), c = bytes(64, 3);
   ASSERT_TRUE(sender.try_write({}, a));  // 0..256
   ASSERT_TRUE(sender.try_write({}, b));  // 256..448: a tail of 64 left
-  auto ra = receiver.read();
-  ASSERT_TRUE(ra && *ra);
-  receiver.release((*ra)->end);          // 0..256 free; b still held
+  const auto ra = next_record(receiver, a);
+  receiver.release(ra.end);              // 0..256 free; b still held
   ASSERT_TRUE(sender.try_write({}, c));  // 128 bytes: past the tail, to offset 0
-  auto rb = receiver.read();
-  ASSERT_TRUE(rb && *rb);
-  EXPECT_TRUE(std::equal((*rb)->payload.begin(), (*rb)->payload.end(), b.begin(), b.end()));
-  auto rc = receiver.read();
-  ASSERT_TRUE(rc) << rc.error().to_string();
-  ASSERT_TRUE(*rc);
-  EXPECT_EQ((*rc)->end, 512u + 128u);
-  EXPECT_EQ((*rc)->payload.data(), (*ra)->payload.data());  // offset 0, as a was
-  EXPECT_TRUE(std::equal((*rc)->payload.begin(), (*rc)->payload.end(), c.begin(), c.end()));
+  next_record(receiver, b);
+  const auto rc = next_record(receiver, c);
+  EXPECT_EQ(rc.end, 512u + 128u);
+  EXPECT_EQ(rc.payload.data(), ra.payload.data());  // offset 0, as a was
 }
 
 // A record written into an empty ring goes to the buffer's start (a restart), so messages
@@ -193,35 +197,26 @@ TEST(ShmRing, AnEmptyRingStartsTheNextRecordAtTheBufferStart) {
   ShmRing& receiver = lane->receiver;
   const auto a = bytes(100, 1), b = bytes(100, 2), c = bytes(3000, 3);
   ASSERT_TRUE(sender.try_write({}, a));
-  auto ra = receiver.read();
-  ASSERT_TRUE(ra && *ra);
-  const std::byte* start = (*ra)->payload.data();
-  EXPECT_EQ((*ra)->end, 192u);
-  receiver.release((*ra)->end);
+  const auto ra = next_record(receiver, a);
+  const std::byte* start = ra.payload.data();
+  EXPECT_EQ(ra.end, 192u);
+  receiver.release(ra.end);
 
   ASSERT_TRUE(sender.try_write({}, b));  // empty, at offset 192: restarts
   ASSERT_TRUE(sender.try_write({}, c));  // behind it: 192 + 3072 bytes in use of 4096
-  auto rb = receiver.read();
-  ASSERT_TRUE(rb) << rb.error().to_string();
-  ASSERT_TRUE(*rb);
-  EXPECT_EQ((*rb)->payload.data(), start);
-  EXPECT_EQ((*rb)->end, 4096u + 192u);
-  ASSERT_TRUE(std::equal((*rb)->payload.begin(), (*rb)->payload.end(), b.begin(), b.end()));
-  auto rc = receiver.read();
-  ASSERT_TRUE(rc) << rc.error().to_string();
-  ASSERT_TRUE(*rc);
-  EXPECT_EQ((*rc)->payload.data(), start + 192);
-  ASSERT_TRUE(std::equal((*rc)->payload.begin(), (*rc)->payload.end(), c.begin(), c.end()));
+  const auto rb = next_record(receiver, b);
+  EXPECT_EQ(rb.payload.data(), start);
+  EXPECT_EQ(rb.end, 4096u + 192u);
+  const auto rc = next_record(receiver, c);
+  EXPECT_EQ(rc.payload.data(), start + 192);
   // Nothing more fits now: the tail (832 bytes) is too short, and the start holds b.
-  EXPECT_FALSE(sender.try_write({}, bytes(1000, 4)));
-  receiver.release((*rc)->end);
-  ASSERT_TRUE(sender.try_write({}, bytes(1000, 4)));  // empty again: back to the start
-  auto rd = receiver.read();
-  ASSERT_TRUE(rd && *rd);
-  EXPECT_EQ((*rd)->payload.data(), start);
+  const auto d = bytes(1000, 4);
+  EXPECT_FALSE(sender.try_write({}, d));
+  receiver.release(rc.end);
+  ASSERT_TRUE(sender.try_write({}, d));  // empty again: back to the start
+  EXPECT_EQ(next_record(receiver, d).payload.data(), start);
 }
 
-// The sleeping flag the receiver sets is what the sender reads after publishing.
 // Records of 128 bytes (a 64-byte block and 64 of payload) in a ring of 1024: once the
 // receiver has handed back the first three of four, the start has room for the next and
 // for as much again as is still held (384 >= 128 + 128), so it goes there, behind a skip
@@ -235,25 +230,22 @@ TEST(ShmRing, ARecordGoesBackToTheStartEarlyWhenTheStartHasRoomToSpare) {
     ShmRing& receiver = lane->receiver;
     std::vector<ShmRing::Record> read;
     for (int i = 0; i < 4; ++i) {
-      ASSERT_TRUE(sender.try_write({}, bytes(64, i)));
-      auto r = receiver.read();
-      ASSERT_TRUE(r && *r);
-      read.push_back(**r);
+      const auto payload = bytes(64, i);
+      ASSERT_TRUE(sender.try_write({}, payload));
+      read.push_back(next_record(receiver, payload));
     }
     const std::byte* start = read[0].payload.data();
     EXPECT_EQ(read[3].payload.data(), start + 384);
     receiver.release(read[three_released ? 2 : 0].end);
     const auto next = bytes(64, 9);
     ASSERT_TRUE(sender.try_write({}, next));
-    auto r = receiver.read();
-    ASSERT_TRUE(r) << r.error().to_string();
-    ASSERT_TRUE(*r);
-    EXPECT_EQ((*r)->payload.data(), three_released ? start : start + 512);
-    EXPECT_EQ((*r)->end, three_released ? 1024u + 128u : 640u);
-    EXPECT_TRUE(std::equal((*r)->payload.begin(), (*r)->payload.end(), next.begin(), next.end()));
+    const auto r = next_record(receiver, next);
+    EXPECT_EQ(r.payload.data(), three_released ? start : start + 512);
+    EXPECT_EQ(r.end, three_released ? 1024u + 128u : 640u);
   }
 }
 
+// The sleeping flag the receiver sets is what the sender reads after publishing.
 TEST(ShmRing, TheSenderSeesWhetherTheReceiverSleeps) {
   auto lane = make_lane(256);
   ASSERT_TRUE(lane);

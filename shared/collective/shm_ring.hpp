@@ -26,12 +26,13 @@
 // everything up to the released record's end. A record written into an empty ring also
 // starts at offset 0 (a "restart": the header names the position it jumps from, and the
 // receiver follows), so that messages that come one at a time, as a collective's do,
-// reuse the same memory, which stays in the caches; for the same reason a record goes to
-// offset 0 early, behind a skip block, when the start of the buffer has room for it and
-// for as many bytes again as the receiver still holds. When there is no room, try_write says so
-// and the sender sends that message over the socket: nobody ever waits for ring space, so
-// the ring adds no way to deadlock (the transport numbers messages so that the two lanes
-// merge in order).
+// reuse the same memory, which stays in the caches (which needs a receiver that releases
+// a message as soon as it is done with it: Transport::release); for the same reason a
+// record goes to offset 0 early, behind a skip block, when the start of the buffer has
+// room for it and for as many bytes again as the receiver still holds. When there is no
+// room, try_write says so and the sender sends that message over the socket: nobody ever
+// waits for ring space, so the ring adds no way to deadlock (the transport numbers
+// messages so that the two lanes merge in order).
 //
 // Sleeping. Before the receiver blocks in the kernel it sets `sleeping` and looks for a
 // record once more; after publishing, the sender reads `sleeping`. Both are sequentially

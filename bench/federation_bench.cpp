@@ -299,11 +299,20 @@ asio::awaitable<void> bench_client(asio::io_context& io, asio::ssl::context& ctx
   Traffic& traffic = *options.traffic;
   std::string identity;  // from WELCOME: our certificate's CN
   std::optional<fedcore::client::SecureParticipation> secure;
+  std::optional<fedcore::protocol::Frame> frame;  // the one being answered
   while (true) {
-    auto frame = co_await channel.read_frame();
-    if (!frame) {
+    // Into the payload of the frame before, answered by now, as a site's session does.
+    // (Not as a conditional expression inside the co_await: written so, the bench died of
+    // a double free under GCC 12, whose coroutines mishandle such temporaries.)
+    std::vector<std::byte> spare;
+    if (frame) {
+      spare = std::move(frame->payload);
+    }
+    auto next = co_await channel.read_frame(std::move(spare));
+    if (!next) {
       co_return;
     }
+    frame = std::move(*next);
     if (frame->type == MessageType::welcome) {
       if (auto welcome = fedcore::protocol::parse_welcome(frame->metadata); welcome) {
         identity = welcome->client_id;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -22,7 +23,10 @@ namespace fedcore::net {
 class Link {
  public:
   virtual ~Link() = default;
-  virtual boost::asio::awaitable<result<protocol::Frame>> read_frame() = 0;
+  // Reads the next frame; `spare` (optional): memory the caller is done with, typically the
+  // payload of the frame before, to receive this one's payload into (FrameChannel::read_frame).
+  virtual boost::asio::awaitable<result<protocol::Frame>> read_frame(
+      std::vector<std::byte> spare = {}) = 0;
   // What frames may carry from now on (shared/net/frame_channel.hpp, Admission).
   virtual void set_admission(AdmissionPolicy policy) = 0;
   // The channel's idle and transfer deadlines (shared/net/frame_channel.hpp).
@@ -44,8 +48,9 @@ class StreamLink final : public Link {
   StreamLink(Stream stream, const ChannelOptions& options)
       : channel_(std::make_shared<FrameChannel<Stream>>(std::move(stream), options)),
         outbox_(channel_) {}
-  boost::asio::awaitable<result<protocol::Frame>> read_frame() override {
-    return channel_->read_frame();
+  boost::asio::awaitable<result<protocol::Frame>> read_frame(
+      std::vector<std::byte> spare) override {
+    return channel_->read_frame(std::move(spare));
   }
   void set_admission(AdmissionPolicy policy) override {
     channel_->set_admission(std::move(policy));

@@ -153,7 +153,10 @@ class MemoryLinkEnd final : public Link {
   MemoryLinkEnd(const MemoryLinkEnd&) = delete;
   MemoryLinkEnd& operator=(const MemoryLinkEnd&) = delete;
 
-  asio::awaitable<result<protocol::Frame>> read_frame() override { return read_from(end_); }
+  // Frames arrive whole, in buffers of their own: nothing to receive into.
+  asio::awaitable<result<protocol::Frame>> read_frame(std::vector<std::byte>) override {
+    return read_from(end_);
+  }
   void set_admission(AdmissionPolicy policy) override { end_->admission = std::move(policy); }
   void set_timeouts(std::chrono::milliseconds idle, std::chrono::milliseconds) noexcept override {
     end_->idle_timeout = idle;

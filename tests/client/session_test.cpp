@@ -90,6 +90,37 @@ class FakeServer {
   bool closed_ = false;
 };
 
+// The session's link, noting the capacity of the memory each read is handed to receive
+// into (Link::read_frame's spare).
+class SpareNotingLink final : public net::Link {
+ public:
+  explicit SpareNotingLink(std::shared_ptr<net::Link> inner) : inner_(std::move(inner)) {}
+  asio::awaitable<result<protocol::Frame>> read_frame(std::vector<std::byte> spare) override {
+    spare_capacities.push_back(spare.capacity());
+    return inner_->read_frame(std::move(spare));
+  }
+  void set_admission(net::AdmissionPolicy policy) override {
+    inner_->set_admission(std::move(policy));
+  }
+  void set_timeouts(std::chrono::milliseconds idle,
+                    std::chrono::milliseconds transfer) noexcept override {
+    inner_->set_timeouts(idle, transfer);
+  }
+  void send(MessageType type, std::string metadata, net::SharedPayload payload,
+            net::WrittenCallback written) override {
+    inner_->send(type, std::move(metadata), std::move(payload), std::move(written));
+  }
+  void close() noexcept override { inner_->close(); }
+  bool is_open() const noexcept override { return inner_->is_open(); }
+  std::uint64_t bytes_read() const noexcept override { return inner_->bytes_read(); }
+  std::uint64_t bytes_written() const noexcept override { return inner_->bytes_written(); }
+
+  std::vector<std::size_t> spare_capacities;
+
+ private:
+  std::shared_ptr<net::Link> inner_;
+};
+
 // A session on one end of a socket pair, the fake server on the other, a manual clock.
 class SessionTest : public ::testing::Test {
  protected:
@@ -105,8 +136,9 @@ class SessionTest : public ::testing::Test {
       trained_.push_back(r);
       co_return drop_updates_ ? UpdateAction::drop : UpdateAction::send;
     };
-    session_ = std::make_unique<ClientSession>(io_, link_over(std::move(client_end)), sleeper_,
-                                               std::move(hooks), "fake-server");
+    link_ = std::make_shared<SpareNotingLink>(link_over(std::move(client_end)));
+    session_ =
+        std::make_unique<ClientSession>(io_, link_, sleeper_, std::move(hooks), "fake-server");
   }
 
   void start() {
@@ -127,6 +159,7 @@ class SessionTest : public ::testing::Test {
   net::ManualSleeper sleeper_;
   data::TrainTest data_;
   std::unique_ptr<FakeServer> server_;
+  std::shared_ptr<SpareNotingLink> link_;
   std::unique_ptr<ClientSession> session_;
   std::vector<TrainedRound> trained_;
   bool drop_updates_ = false;
@@ -168,6 +201,29 @@ TEST_F(SessionTest, HelloTrainUpdateEchoesTheRoundThenGoodbyeEndsIt) {
   ASSERT_TRUE(session_ended());
   EXPECT_TRUE(*ended_) << ended_->error().message;
   EXPECT_EQ(session_->rounds_trained(), 1u);
+}
+
+// Each frame is received into the payload of the one before, once the session is done
+// with it: a site on a large model maps and zeroes no fresh pages for every TRAIN.
+TEST_F(SessionTest, TheNextFrameIsReceivedIntoThePayloadOfTheTrainBefore) {
+  start();
+  ASSERT_TRUE(frames_arrived(MessageType::hello, 1));
+  server_->welcome();
+  const auto model = announced_logreg();
+  for (std::int64_t round = 1; round <= 2; ++round) {
+    server_->send(MessageType::train, protocol::to_metadata(train_request(model, round)),
+                  payload_of(model.global));
+    ASSERT_TRUE(frames_arrived(MessageType::update, static_cast<std::size_t>(round)));
+  }
+  ASSERT_EQ(trained_.size(), 2u);
+  EXPECT_EQ(trained_[1].round, 2);
+  // Reads: WELCOME, TRAIN 1 (into nothing: WELCOME had no payload), TRAIN 2 (into TRAIN
+  // 1's payload), and the one waiting now (into TRAIN 2's).
+  ASSERT_EQ(link_->spare_capacities.size(), 4u);
+  const std::size_t model_bytes = model.global.size() * sizeof(float);
+  EXPECT_EQ(link_->spare_capacities[1], 0u);
+  EXPECT_GE(link_->spare_capacities[2], model_bytes);
+  EXPECT_GE(link_->spare_capacities[3], model_bytes);
 }
 
 TEST_F(SessionTest, HeartbeatsGoOutEveryIntervalThroughAnIdleHour) {

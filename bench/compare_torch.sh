@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Runs bench_train_step and the same steps in PyTorch, side by side, in one run.
 #   bench/compare_torch.sh [BUILD_DIR] [BENCHMARK_FILTER]
+#   AVX2_ONLY=1 bench/compare_torch.sh build/v3   # both sides as on a CPU without AVX-512
+# AVX2_ONLY emulates an AVX2 machine on one that has AVX-512: Fedcore's layer products stay
+# off the AVX-512 kernel (--gemm=standard), OpenBLAS runs its Haswell kernels on both sides,
+# and PyTorch's oneDNN is capped at AVX2 (ONEDNN_MAX_CPU_ISA). Give it a build compiled for
+# x86-64-v3 (cmake -DFEDCORE_ARCH=x86-64-v3); the few kernels dispatched by cpuid
+# (shared/model/update_kernels.hpp) still take their AVX-512 clone here.
 # PyTorch is pointed at Debian's OpenBLAS (OpenMP build): Debian's torch otherwise calls
 # whichever libblas.so.3 the loader finds first, and the reference BLAS is ~15x slower.
 set -euo pipefail
@@ -9,7 +15,12 @@ filter=${2:-.}
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp --suffix=.json)
 trap 'rm -f "$out"' EXIT
-"$build/bench/bench_train_step" --benchmark_filter="$filter" --benchmark_out="$out" --benchmark_out_format=json
+fedcore_args=()
+if [[ "${AVX2_ONLY:-0}" == 1 ]]; then
+  export OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2
+  fedcore_args+=(--gemm=standard)
+fi
+"$build/bench/bench_train_step" "${fedcore_args[@]}" --benchmark_filter="$filter" --benchmark_out="$out" --benchmark_out_format=json
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 if [[ ! -e $openblas/libblas.so.3 ]]; then
   echo "compare_torch: $openblas missing (scripts/setup.sh --bench installs libopenblas0-openmp); PyTorch would use the reference BLAS, skipping" >&2
@@ -26,5 +37,5 @@ if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then
   export OPENBLAS_CORETYPE=$core
 fi
 gemm=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("gemm_kernel",""))' "$out")
-echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}; Fedcore's layer products: $gemm kernel (shared/model/gemm.hpp)"
+echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}; Fedcore's layer products: $gemm kernel (shared/model/gemm.hpp); PyTorch oneDNN ISA cap: ${ONEDNN_MAX_CPU_ISA:-none}"
 LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$out"

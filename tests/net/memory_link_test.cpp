@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <malloc.h>
 #include <thread>
 #include <vector>
 
@@ -155,6 +156,50 @@ TEST(MemoryLink, AParkedReaderIsWokenByAClose) {
   const auto frame = await(reading);
   ASSERT_FALSE(frame);
   EXPECT_EQ(frame.error().code, errc::unavailable);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizedAllocator = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizedAllocator = true;
+#else
+constexpr bool kSanitizedAllocator = false;
+#endif
+#else
+constexpr bool kSanitizedAllocator = false;
+#endif
+
+// Bytes glibc holds in mmap'ed blocks (a block this large is always one of them).
+std::size_t mapped_heap_bytes() {
+  return mallinfo2().hblkhd;
+}
+
+TEST(MemoryLink, AReadGivesItsSpareBackBeforeItWaits) {
+  if (kSanitizedAllocator) {
+    GTEST_SKIP() << "a sanitizer's allocator does not report through mallinfo2";
+  }
+  Loop a, b;
+  auto link = make_memory_link(a.executor(), b.executor());
+  StopLoopsFirst stop_first{a, b};
+  constexpr std::size_t kSpareBytes = std::size_t{64} << 20;
+  std::vector<std::byte> spare(kSpareBytes);
+  const std::size_t before = mapped_heap_bytes();
+  ASSERT_GE(before, kSpareBytes);
+  // The session's pattern: the spare passed in the same full-expression as the co_await.
+  auto reading = b.run([&]() -> asio::awaitable<result<protocol::Frame>> {
+    co_return co_await link.second->read_frame(std::move(spare));
+  });
+  std::promise<void> parked;
+  asio::post(b.io(), [&] { parked.set_value(); });
+  parked.get_future().wait();
+  const std::size_t waiting = mapped_heap_bytes();
+  EXPECT_GE(before - std::min(before, waiting), kSpareBytes)
+      << "the spare is still held while the read waits";
+  asio::post(a.io(), [&] { link.first->send(MessageType::heartbeat, "next"); });
+  const auto frame = await(reading);
+  ASSERT_TRUE(frame) << frame.error().message;
+  EXPECT_EQ(frame->metadata, "next");
 }
 
 TEST(MemoryLink, ASilentPeerMissesTheIdleDeadline) {

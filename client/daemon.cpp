@@ -256,6 +256,7 @@ protocol::Hello ClientDaemon::Impl::hello() const {
 
 SessionHooks ClientDaemon::Impl::hooks() {
   SessionHooks h;
+  h.keep_receive_buffer = options.keep_receive_buffer;
   // Training runs on the worker thread; heartbeats keep flowing meanwhile. It is a
   // coroutine spawned on the worker: a bare post() to the worker would resume the session
   // through its associated executor, the io_context, and training would block the

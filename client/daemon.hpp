@@ -58,6 +58,11 @@ struct ClientOptions {
   // site costs no thread of its own (at most the pool's size train at once; the others'
   // requests wait in its queue while their sessions keep heartbeating).
   std::shared_ptr<boost::asio::thread_pool> compute;
+  // Receive each frame into the payload of the frame before (SessionHooks::
+  // keep_receive_buffer): saves mapping fresh pages for every TRAIN of a large model, and
+  // holds one payload while the site waits for the next round. fedcore-sim turns it off:
+  // each of its thousands of sites would hold its last TRAIN between rounds.
+  bool keep_receive_buffer = true;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
   // Reconnect waits lie in [initial_backoff, max_backoff] (client/backoff.hpp).
   std::chrono::milliseconds initial_backoff{std::chrono::milliseconds(500)};

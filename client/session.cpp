@@ -140,7 +140,8 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in
                  asio::detached);
 
   // The payload of the frame before, once handled: the next one is received into it, so
-  // that a TRAIN of a large model does not map and zero fresh pages every round.
+  // that a TRAIN of a large model does not map and zero fresh pages every round
+  // (unless hooks_.keep_receive_buffer is off).
   std::vector<std::byte> spare;
   while (!*ended_) {
     auto frame = co_await link_->read_frame(std::move(spare));
@@ -185,7 +186,9 @@ asio::awaitable<result<void>> ClientSession::run(const protocol::Hello& hello_in
       default:
         spdlog::warn("ignoring an unexpected {} message", protocol::message_type_name(frame->type));
     }
-    spare = std::move(frame->payload);
+    if (hooks_.keep_receive_buffer) {
+      spare = std::move(frame->payload);
+    }
   }
   co_return result<void>{};
 }

@@ -105,6 +105,11 @@ struct SessionHooks {
   // with status refused, "site policy: ...". May be empty.
   std::function<std::optional<PolicyRefusal>(const protocol::EvaluateRequest&, std::size_t)>
       admit_evaluation;
+  // Whether each frame is received into the payload of the frame before (so a TRAIN of a
+  // large model does not map and zero fresh pages every round), at the price of holding
+  // that payload while the session waits. A daemon keeps it; fedcore-sim, with thousands of
+  // sites in one process, does not (ClientOptions::keep_receive_buffer).
+  bool keep_receive_buffer = true;
 };
 
 class ClientSession {

@@ -450,6 +450,8 @@ result<void> add_sites(ClientFleet& fleet, const SimOptions& o, const SimData& d
     }
     c.threads = o.threads;
     c.compute = fleet.compute();
+    // Thousands of sites in one process: none holds its last TRAIN between rounds.
+    c.keep_receive_buffer = false;
     // A simulated site that drops (an injected fault) is back within tens of milliseconds,
     // as before rounds of a fast simulation move on: every WELCOMEd session counts as
     // healthy, so the backoff starts over after each drop (the daemon's own tests cover

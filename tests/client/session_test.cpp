@@ -137,6 +137,14 @@ class SessionTest : public ::testing::Test {
       co_return drop_updates_ ? UpdateAction::drop : UpdateAction::send;
     };
     link_ = std::make_shared<SpareNotingLink>(link_over(std::move(client_end)));
+    hooks_ = hooks;
+    session_ =
+        std::make_unique<ClientSession>(io_, link_, sleeper_, std::move(hooks), "fake-server");
+  }
+  // Before start(): the session is made again with `change` applied to its hooks.
+  void remake_session(const std::function<void(SessionHooks&)>& change) {
+    SessionHooks hooks = hooks_;
+    change(hooks);
     session_ =
         std::make_unique<ClientSession>(io_, link_, sleeper_, std::move(hooks), "fake-server");
   }
@@ -160,6 +168,7 @@ class SessionTest : public ::testing::Test {
   data::TrainTest data_;
   std::unique_ptr<FakeServer> server_;
   std::shared_ptr<SpareNotingLink> link_;
+  SessionHooks hooks_;
   std::unique_ptr<ClientSession> session_;
   std::vector<TrainedRound> trained_;
   bool drop_updates_ = false;
@@ -224,6 +233,24 @@ TEST_F(SessionTest, TheNextFrameIsReceivedIntoThePayloadOfTheTrainBefore) {
   EXPECT_EQ(link_->spare_capacities[1], 0u);
   EXPECT_GE(link_->spare_capacities[2], model_bytes);
   EXPECT_GE(link_->spare_capacities[3], model_bytes);
+}
+
+TEST_F(SessionTest, WithoutAReceiveBufferNoPayloadIsHeldWhileWaiting) {
+  remake_session([](SessionHooks& hooks) { hooks.keep_receive_buffer = false; });
+  start();
+  ASSERT_TRUE(frames_arrived(MessageType::hello, 1));
+  server_->welcome();
+  const auto model = announced_logreg();
+  for (std::int64_t round = 1; round <= 2; ++round) {
+    server_->send(MessageType::train, protocol::to_metadata(train_request(model, round)),
+                  payload_of(model.global));
+    ASSERT_TRUE(frames_arrived(MessageType::update, static_cast<std::size_t>(round)));
+  }
+  ASSERT_EQ(trained_.size(), 2u);
+  ASSERT_EQ(link_->spare_capacities.size(), 4u);
+  for (const std::size_t capacity : link_->spare_capacities) {
+    EXPECT_EQ(capacity, 0u);
+  }
 }
 
 TEST_F(SessionTest, HeartbeatsGoOutEveryIntervalThroughAnIdleHour) {

@@ -17,6 +17,7 @@ namespace {
 
 namespace asio = boost::asio;
 using protocol::MessageType;
+using testing::Announced;
 using testing::announced_logreg;
 using testing::run_until;
 using testing::socket_pair;
@@ -158,6 +159,23 @@ class SessionTest : public ::testing::Test {
   bool frames_arrived(MessageType type, std::size_t n) {
     return run_until(io_, [&] { return server_->count(type) >= n; });
   }
+  // Starts the session, WELCOMEs it and sends TRAIN for rounds 1..rounds of `model`, each
+  // after the UPDATE of the one before. False when a frame does not come.
+  bool welcome_and_train(const Announced& model, std::int64_t rounds) {
+    start();
+    if (!frames_arrived(MessageType::hello, 1)) {
+      return false;
+    }
+    server_->welcome();
+    for (std::int64_t round = 1; round <= rounds; ++round) {
+      server_->send(MessageType::train, protocol::to_metadata(train_request(model, round)),
+                    payload_of(model.global));
+      if (!frames_arrived(MessageType::update, static_cast<std::size_t>(round))) {
+        return false;
+      }
+    }
+    return trained_.size() == static_cast<std::size_t>(rounds);
+  }
   bool session_ended() {
     return run_until(io_, [&] { return ended_.has_value(); });
   }
@@ -215,16 +233,8 @@ TEST_F(SessionTest, HelloTrainUpdateEchoesTheRoundThenGoodbyeEndsIt) {
 // Each frame is received into the payload of the one before, once the session is done
 // with it: a site on a large model maps and zeroes no fresh pages for every TRAIN.
 TEST_F(SessionTest, TheNextFrameIsReceivedIntoThePayloadOfTheTrainBefore) {
-  start();
-  ASSERT_TRUE(frames_arrived(MessageType::hello, 1));
-  server_->welcome();
   const auto model = announced_logreg();
-  for (std::int64_t round = 1; round <= 2; ++round) {
-    server_->send(MessageType::train, protocol::to_metadata(train_request(model, round)),
-                  payload_of(model.global));
-    ASSERT_TRUE(frames_arrived(MessageType::update, static_cast<std::size_t>(round)));
-  }
-  ASSERT_EQ(trained_.size(), 2u);
+  ASSERT_TRUE(welcome_and_train(model, 2));
   EXPECT_EQ(trained_[1].round, 2);
   // Reads: WELCOME, TRAIN 1 (into nothing: WELCOME had no payload), TRAIN 2 (into TRAIN
   // 1's payload), and the one waiting now (into TRAIN 2's).
@@ -237,16 +247,8 @@ TEST_F(SessionTest, TheNextFrameIsReceivedIntoThePayloadOfTheTrainBefore) {
 
 TEST_F(SessionTest, WithoutAReceiveBufferNoPayloadIsHeldWhileWaiting) {
   remake_session([](SessionHooks& hooks) { hooks.keep_receive_buffer = false; });
-  start();
-  ASSERT_TRUE(frames_arrived(MessageType::hello, 1));
-  server_->welcome();
   const auto model = announced_logreg();
-  for (std::int64_t round = 1; round <= 2; ++round) {
-    server_->send(MessageType::train, protocol::to_metadata(train_request(model, round)),
-                  payload_of(model.global));
-    ASSERT_TRUE(frames_arrived(MessageType::update, static_cast<std::size_t>(round)));
-  }
-  ASSERT_EQ(trained_.size(), 2u);
+  ASSERT_TRUE(welcome_and_train(model, 2));
   ASSERT_EQ(link_->spare_capacities.size(), 4u);
   for (const std::size_t capacity : link_->spare_capacities) {
     EXPECT_EQ(capacity, 0u);

@@ -88,12 +88,15 @@ void Conv2d::im2col(const Matrix& input, Eigen::Index first, Eigen::Index count,
   const auto positions = out_h_ * out_w_;
   const auto k = options_.kernel;
   const auto row_floats = k * in_c_;
-  columns.resize(patch_size_, positions * count);
+  columns.resize(column_rows(), positions * count);
   for (Eigen::Index b = 0; b < count; ++b) {
     const float* sample = input.col(first + b).data();
     for (std::int64_t oy = 0; oy < out_h_; ++oy) {
       for (std::int64_t ox = 0; ox < out_w_; ++ox) {
         float* column = columns.col(b * positions + oy * out_w_ + ox).data();
+        if (options_.bias) {
+          column[patch_size_] = 1.0f;
+        }
         const std::int64_t x0 = ox * options_.stride - options_.padding;
         const bool row_inside = x0 >= 0 && x0 + k <= in_w_;
         for (std::int64_t ky = 0; ky < k; ++ky) {
@@ -153,7 +156,7 @@ void Conv2d::col2im(const Matrix& columns, Eigen::Index first, Eigen::Index coun
 }
 
 Eigen::Index Conv2d::chunk_samples() const noexcept {
-  const auto per_sample = static_cast<std::size_t>(patch_size_ * out_h_ * out_w_) * sizeof(float);
+  const auto per_sample = static_cast<std::size_t>(column_rows() * out_h_ * out_w_) * sizeof(float);
   return static_cast<Eigen::Index>(
       std::clamp<std::size_t>(kConvChunkBytes / std::max<std::size_t>(per_sample, 1), 1, 256));
 }
@@ -205,13 +208,10 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
     Matrix& columns = scratch(thread);
     im2col(input, first, count, columns);
     // The cout x (positions*count) product, laid out column by column, is exactly the HWC
-    // output of each sample of the chunk in turn.
-    MatrixMap out(output.col(first).data(), cout, positions * count);
-    gemm::multiply({weight_.data(), cout, patch_size_},
-                   {columns.data(), patch_size_, positions * count}, out.data());
-    if (options_.bias) {
-      out.colwise() += bias_;
-    }
+    // output of each sample of the chunk in turn. [weights | bias] times the columns and
+    // their row of ones adds the bias.
+    gemm::multiply({weight_.data(), cout, column_rows()},
+                   {columns.data(), column_rows(), positions * count}, output.col(first).data());
   });
 }
 
@@ -228,22 +228,21 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
     const auto count = chunks.first(c + 1) - first;
     Matrix& columns = scratch(thread);
     im2col(input, first, count, columns);
+    // Against the row of ones, the product's last column sums dy: the bias gradient.
     auto& partial = chunk_weight_grads_[static_cast<std::size_t>(c)];
-    partial.resize(cout, patch_size_);
+    partial.resize(cout, column_rows());
     gemm::multiply({dy.col(first * positions).data(), cout, positions * count},
-                   {columns.data(), patch_size_, positions * count, true}, partial.data());
+                   {columns.data(), column_rows(), positions * count, true}, partial.data());
   });
+  // The weight gradient and the bias gradient after it, as one cout x column_rows() matrix.
+  MatrixMap grads(weight_grad_.data(), cout, column_rows());
   if (chunks.count == 0) {
-    weight_grad_.setZero();
-    bias_grad_.setZero();
+    grads.setZero();
     return;
   }
-  weight_grad_ = chunk_weight_grads_[0];
+  grads = chunk_weight_grads_[0];
   for (Eigen::Index c = 1; c < chunks.count; ++c) {
-    weight_grad_ += chunk_weight_grads_[static_cast<std::size_t>(c)];
-  }
-  if (options_.bias) {
-    bias_grad_ = dy.rowwise().sum();
+    grads += chunk_weight_grads_[static_cast<std::size_t>(c)];
   }
 }
 

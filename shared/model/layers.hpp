@@ -64,7 +64,9 @@ struct Conv2dOptions {
 // least as many chunks, the chunks are shared out among the threads (each GEMM then runs
 // on one thread, on data in its own cache); with fewer chunks the GEMMs use the threads.
 // Each chunk's weight gradient is summed in chunk order, so results do not depend on the
-// thread count.
+// thread count. With a bias, each column ends in a 1 and the bias is the weight matrix's
+// last column (it follows the weights in the parameter memory), so the forward product
+// adds it and the weight gradient's product sums it, with no pass of their own.
 inline constexpr std::size_t kConvChunkBytes = std::size_t{2} << 20;
 
 class Conv2d final : public Layer {
@@ -84,11 +86,14 @@ class Conv2d final : public Layer {
 
  private:
   Conv2d(const Conv2d& other);
-  // Samples [first, first + count) of `input` as columns (patch_size x positions*count).
+  // Samples [first, first + count) of `input` as columns (patch_size x positions*count),
+  // each followed by a 1 when the layer has a bias (column_rows()).
   void im2col(const Matrix& input, Eigen::Index first, Eigen::Index count, Matrix& columns) const;
   // The adjoint: adds `columns` into samples [first, first + count) of `grad_input`.
   void col2im(const Matrix& columns, Eigen::Index first, Eigen::Index count,
               Matrix& grad_input) const;
+  // The rows of im2col's columns: the patch, then a 1 for the bias if there is one.
+  std::int64_t column_rows() const noexcept { return patch_size_ + (options_.bias ? 1 : 0); }
   // The most samples a chunk holds (kConvChunkBytes of columns, at least 1).
   Eigen::Index chunk_samples() const noexcept;
   // A batch cut into `count` chunks of near-equal size: chunk c is samples

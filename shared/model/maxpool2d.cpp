@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <limits>
 
 #include "shared/model/layers.hpp"
@@ -49,11 +50,15 @@ void MaxPool2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_
                          Matrix& grad_input) {
   const auto batch = grad_output.cols();
   const auto out_rows = grad_output.rows();
-  grad_input.setZero(input.rows(), batch);
+  const auto in_rows = input.rows();
+  grad_input.resize(in_rows, batch);
+  // Each sample's gradient is zeroed just before its scatter, while it is in this core's
+  // cache (one setZero of the whole batch beforehand went through memory twice).
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < batch; ++b) {
     const float* dy = grad_output.col(b).data();
     float* dx = grad_input.col(b).data();
+    std::fill_n(dx, in_rows, 0.0f);
     const std::int32_t* arg = argmax_.data() + b * out_rows;
     for (Eigen::Index i = 0; i < out_rows; ++i) {
       dx[arg[i]] += dy[i];

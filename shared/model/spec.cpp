@@ -120,12 +120,16 @@ result<std::vector<std::unique_ptr<Layer>>> make_layers(const ModelSpec& spec) {
         if (spec.batch_norm) {
           shape = add(std::make_unique<BatchNorm2d>(shape), "bn" + n);
         }
-        shape = add(std::make_unique<ReLU>(shape), "relu" + n);
         if (shape[0] < 2 || shape[1] < 2) {
           return bad("input " + shape_to_string(spec.input_shape) + " is too small for " +
                      std::to_string(spec.channels.size()) + " conv/pool stages");
         }
+        // Pooling before the ReLU: max pooling and ReLU commute (relu(max x) = max relu(x),
+        // and the gradient reaches the window's first maximum exactly when it is positive,
+        // with ReLU's derivative at 0 taken as 0), so this is the model of McMahan et al.
+        // (conv, ReLU, pool) with the ReLU's two passes over a quarter of the values.
         shape = add(std::make_unique<MaxPool2d>(shape, 2), "pool" + n);
+        shape = add(std::make_unique<ReLU>(shape), "relu" + n);
       }
       shape = add(std::make_unique<Flatten>(shape), "flatten");
       shape = add(std::make_unique<Dense>(shape, spec.dense), "fc1");

@@ -241,6 +241,60 @@ TEST(MaxPool2d, OverlappingWindowsRouteGradientToEachWinner) {
   EXPECT_FLOAT_EQ(dx.sum(), 4);
 }
 
+// A gradient buffer that held another batch's values gets this batch's gradient alone.
+TEST(MaxPool2d, BackwardOverwritesEveryElementOfAReusedBuffer) {
+  MaxPool2d pool(Shape{4, 4, 2}, 2);
+  Rng rng(5);
+  const Matrix x = random_matrix(4 * 4 * 2, 3, rng);
+  Matrix y;
+  pool.forward(x, y, Phase::train);
+  Matrix dx = Matrix::Constant(x.rows(), x.cols(), 7.0f);
+  pool.backward(x, y, Matrix::Ones(y.rows(), y.cols()), dx);
+  // Non-overlapping windows: one winner per window gets 1, every other element 0.
+  EXPECT_EQ((dx.array() == 1.0f).count(), y.size());
+  EXPECT_EQ((dx.array() == 0.0f).count(), x.size() - y.size());
+}
+
+// The cnn pools before its ReLU (shared/model/spec.cpp) on the strength of this: the two
+// orders give the same values and the same input gradient, bit for bit, including windows
+// that are all negative, hold zeros, or tie for their maximum.
+TEST(MaxPool2d, CommutesWithReLUInValueAndGradient) {
+  const Shape shape{6, 6, 3};
+  constexpr Eigen::Index kBatch = 4;
+  const auto inputs = static_cast<Eigen::Index>(element_count(shape));
+  Rng rng(11);
+  Matrix x(inputs, kBatch);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    // Five levels from -2 to 2: ties and zeros in most windows, all-negative ones too.
+    x.data()[i] = static_cast<float>(static_cast<int>(rng.uniform_double() * 5.0) - 2);
+  }
+  for (Eigen::Index r = 0; r < inputs; ++r) {
+    x(r, 0) = -1.0f - static_cast<float>(r % 3);  // sample 0: every window negative
+  }
+  const Matrix dy = random_matrix(3 * 3 * 3, kBatch, rng);
+
+  ReLU relu_first(shape);
+  MaxPool2d pool_second(shape, 2);
+  Matrix r1, p1, dp1, dx1;
+  relu_first.forward(x, r1, Phase::train);
+  pool_second.forward(r1, p1, Phase::train);
+  pool_second.backward(r1, p1, dy, dp1);
+  relu_first.backward(x, r1, dp1, dx1);
+
+  MaxPool2d pool_first(shape, 2);
+  ReLU relu_second(pool_first.output_shape());
+  Matrix p2, r2, dr2, dx2;
+  pool_first.forward(x, p2, Phase::train);
+  relu_second.forward(p2, r2, Phase::train);
+  relu_second.backward(p2, r2, dy, dr2);
+  pool_first.backward(x, p2, dr2, dx2);
+
+  EXPECT_EQ(p1, r2);
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_GT((dx1.array() != 0.0f).count(), 0);   // some gradient got through
+  EXPECT_EQ(dx1.col(0).cwiseAbs().sum(), 0.0f);  // none through the all-negative sample
+}
+
 // ---- ReLU, Flatten, Dropout ----------------------------------------------------------
 
 TEST(ReLU, ForwardMatchesHandComputedValues) {

@@ -32,6 +32,19 @@ TEST(Model, McMahanCnnHasThePublishedParameterCount) {
   EXPECT_EQ(cnn.output_shape(), (Shape{10}));
 }
 
+// Each conv stage pools before its ReLU (the same function as ReLU then pooling, see
+// MaxPool2d.CommutesWithReLUInValueAndGradient), so the ReLU runs on the pooled values.
+TEST(Model, CnnStagesPoolBeforeTheirReLU) {
+  Model cnn = build(R"({"type":"cnn","input_shape":[28,28,1],"num_classes":10})");
+  std::vector<std::string> kinds;
+  for (std::size_t i = 0; i < 6; ++i) {
+    kinds.emplace_back(cnn.layer(i).kind());
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"conv2d", "maxpool2d", "relu", "conv2d", "maxpool2d",
+                                             "relu"}));
+  EXPECT_EQ(cnn.layer(2).input_shape(), (Shape{14, 14, 32}));
+}
+
 TEST(Model, LayoutTilesTheFlatBuffer) {
   Model mlp = build(R"({"type":"mlp","hidden":[16,8],"input_shape":[12],"num_classes":3})");
   std::size_t offset = 0;

@@ -25,8 +25,17 @@ trap 'rm -rf "$work"' EXIT
 out="$work/results.txt"
 repeats=${REPEATS:-3}
 spin=(--spin-us "${SPIN_US:-50}")
+# The host may move this VM's CPUs onto cores that share no cache, which slows every
+# transfer between them (fedcore's and OpenMPI's alike) for minutes at a time: the probe's
+# round trip before each batch says which kind of minute a batch ran in.
+core_link() {
+  if [[ -x $build/bench/core_link_probe ]]; then
+    "$build/bench/core_link_probe" | sed "s/^/$1 /" | tee -a "$work/core_link.txt" || true
+  fi
+}
 for ((repeat = 1; repeat <= repeats; repeat++)); do
   for n in "${ranks[@]}"; do
+    core_link "repeat=$repeat ranks=$n before:"
     "$build/bench/allreduce_bench" --ranks "$n" --transport tcp "${spin[@]}" | tee -a "$out"
     "$build/bench/allreduce_bench" --ranks "$n" --transport tls --pki "$work/pki" "${spin[@]}" |
       tee -a "$out"
@@ -49,6 +58,13 @@ for ((repeat = 1; repeat <= repeats; repeat++)); do
     fi
   done
 done
+core_link "after all:"
+if [[ -s $work/core_link.txt ]]; then
+  echo
+  echo "Core-to-core round trips seen (lower is closer; on the EPYC VMs of 2026-11-29, 55-120 ns"
+  echo "ran fast and ~320 ns, CPUs on cores that share no L3 cache, ran every lane slowly):"
+  cat "$work/core_link.txt"
+fi
 python3 - "$out" <<'PY'
 import re, statistics, sys
 rows = {}

@@ -101,8 +101,7 @@ bool parse(int argc, char** argv, Options& o) {
 int main(int argc, char** argv) {
   Options options;
   if (!parse(argc, argv, options)) {
-    std::fprintf(stderr,
-                 "usage: core_link_probe [--cpus A,B] [--trips N] [--trials T] (A != B)\n");
+    std::fprintf(stderr, "usage: core_link_probe [--cpus A,B] [--trips N] [--trials T] (A != B)\n");
     return 2;
   }
   if (!may_run_on(options.first_cpu) || !may_run_on(options.second_cpu)) {

@@ -26,7 +26,7 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
-set(fedcore_runtime_depends "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, libgomp1, libssl3 (>= 3.0.0), libfmt9, libspdlog1.10-fmt9, zlib1g, libopenblas0-openmp")
+set(fedcore_runtime_depends "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, libgomp1, libssl3 (>= 3.0.0), libfmt9, libspdlog1.10-fmt9, zlib1g, libisal2, libopenblas0-openmp")
 set(CPACK_STRIP_FILES ON)  # the build is RelWithDebInfo: ship the code, not 200 MB of DWARF
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
@@ -78,6 +78,6 @@ set(CPACK_DEBIAN_FEDCORE_DEVELOPMENT_PACKAGE_NAME fedcore-dev)
 set(CPACK_DEBIAN_FEDCORE_DEVELOPMENT_DESCRIPTION
   "Fedcore client libraries (development)\n Static libraries, headers and the CMake package for find_package(Fedcore).")
 set(CPACK_DEBIAN_FEDCORE_DEVELOPMENT_PACKAGE_DEPENDS
-  "libboost1.81-dev, libssl-dev, nlohmann-json3-dev, libeigen3-dev, libspdlog-dev, zlib1g-dev")
+  "libboost1.81-dev, libssl-dev, nlohmann-json3-dev, libeigen3-dev, libspdlog-dev, zlib1g-dev, libisal-dev")
 
 include(CPack)

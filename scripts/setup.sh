@@ -14,6 +14,7 @@ core_packages=(
   g++ cmake ninja-build make pkg-config
   libboost1.81-dev libssl-dev openssl nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3
   googletest libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev zlib1g-dev
+  libisal-dev
   libopenblas0-openmp
   dataset-fashion-mnist clang-format ccache
   chromium

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "shared/util/checksum.hpp"
 
@@ -77,6 +79,32 @@ TEST(Crc32, MatchesTheStandardCheckValue) {
   // Incremental equals one-shot.
   EXPECT_EQ(crc32(std::as_bytes(std::span(text + 4, 5)), crc32(std::as_bytes(std::span(text, 4)))),
             0xCBF43926u);
+}
+
+// The checksum of every parameter file and checkpoint ever written: it must stay zlib's
+// crc32, whichever implementation computes it (shared/util/checksum.cpp), at every length
+// the vector kernels split differently (below, at and above their blocks) and when
+// continued from a previous value at any split.
+TEST(Crc32, MatchesZlibPieceByPiece) {
+  Rng rng(21);
+  std::vector<std::byte> bytes(70000);
+  for (auto& b : bytes) {
+    b = static_cast<std::byte>(rng.next_u64());
+  }
+  const auto zlib = [](std::span<const std::byte> part, uLong previous) {
+    return static_cast<std::uint32_t>(::crc32(previous, reinterpret_cast<const Bytef*>(part.data()),
+                                              static_cast<uInt>(part.size())));
+  };
+  const std::span<const std::byte> all(bytes);
+  EXPECT_EQ(crc32(all.first(0)), 0u);
+  for (std::size_t length :
+       {1u, 7u, 15u, 16u, 31u, 63u, 64u, 65u, 255u, 256u, 1000u, 4096u, 65537u, 70000u}) {
+    EXPECT_EQ(crc32(all.first(length)), zlib(all.first(length), 0)) << "length " << length;
+  }
+  for (std::size_t split : {0u, 1u, 13u, 64u, 200u, 4099u, 69999u}) {
+    const auto head = crc32(all.first(split));
+    EXPECT_EQ(crc32(all.subspan(split), head), zlib(all, 0)) << "split " << split;
+  }
 }
 
 }  // namespace

@@ -2,10 +2,14 @@
 """Times the same training step as bench_train_step in PyTorch and prints both side by side.
 
 Usage: compare_torch.py FEDCORE_BENCH_JSON
+       compare_torch.py --torch-json OUT FEDCORE_BENCH_JSON   (times PyTorch only, into OUT)
+       compare_torch.py --summary FEDCORE_1 TORCH_1 [FEDCORE_2 TORCH_2 ...]
+The last two are compare_torch.sh's REPEATS mode: runs alternated, then medians.
 Run it through compare_torch.sh, which sets LD_LIBRARY_PATH so torch loads Debian's
 OpenBLAS instead of the reference BLAS (about 15x slower), and prints which one it mapped.
 """
 import json
+import statistics
 import sys
 import time
 
@@ -64,20 +68,79 @@ def mapped_blas():
     return ", ".join(sorted(libs)) or "none mapped yet"
 
 
-def main():
-    with open(sys.argv[1]) as f:
-        ours = {}
+def fedcore_rates(path):
+    """{(model, batch, threads): samples/s} from a bench_train_step JSON file."""
+    rates = {}
+    with open(path) as f:
         for b in json.load(f)["benchmarks"]:
             # train_step/model:2/batch:32/threads:1/min_time:1.000/real_time
             parts = dict(p.split(":") for p in b["name"].split("/")[1:4])
-            ours[(MODELS[int(parts["model"])], int(parts["batch"]), int(parts["threads"]))] = b["items_per_second"]
+            rates[(MODELS[int(parts["model"])], int(parts["batch"]), int(parts["threads"]))] = b["items_per_second"]
+    return rates
+
+
+def in_order(keys):
+    return sorted(keys, key=lambda k: (MODELS.index(k[0]), k[1], k[2]))
+
+
+def announce_torch():
     torch.zeros(2, 2) @ torch.zeros(2, 2)  # make torch load its BLAS before we look
     print(f"PyTorch {torch.__version__}, mkldnn {torch.backends.mkldnn.is_available()}, BLAS mapped: {mapped_blas()}")
+
+
+def side_by_side(fedcore_json):
+    ours = fedcore_rates(fedcore_json)
+    announce_torch()
     print(f"{'model':<8}{'batch':>6}{'threads':>8}{'fedcore samples/s':>19}{'pytorch samples/s':>19}{'ratio':>8}")
-    for (name, batch, threads), fedcore in sorted(ours.items(), key=lambda kv: (MODELS.index(kv[0][0]), kv[0][1], kv[0][2])):
+    for key in in_order(ours):
+        name, batch, threads = key
         torch_rate = samples_per_second(name, batch, threads)
-        print(f"{name:<8}{batch:>6}{threads:>8}{fedcore:>19,.0f}{torch_rate:>19,.0f}{fedcore / torch_rate:>7.2f}x",
+        print(f"{name:<8}{batch:>6}{threads:>8}{ours[key]:>19,.0f}{torch_rate:>19,.0f}{ours[key] / torch_rate:>7.2f}x",
               flush=True)
+
+
+def torch_only(out_path, fedcore_json):
+    rates = {"|".join(map(str, key)): samples_per_second(*key) for key in in_order(fedcore_rates(fedcore_json))}
+    with open(out_path, "w") as f:
+        json.dump(rates, f)
+
+
+def summary(paths):
+    if len(paths) < 2 or len(paths) % 2:
+        sys.exit("compare_torch: --summary takes FEDCORE TORCH pairs")
+    announce_torch()
+    ours, theirs = {}, {}
+    for fedcore_json, torch_json in zip(paths[0::2], paths[1::2]):
+        for key, rate in fedcore_rates(fedcore_json).items():
+            ours.setdefault(key, []).append(rate)
+        with open(torch_json) as f:
+            for key, rate in json.load(f).items():
+                name, batch, threads = key.split("|")
+                theirs.setdefault((name, int(batch), int(threads)), []).append(rate)
+    runs = len(paths) // 2
+    print(f"{runs} runs of each, alternated; medians, and Fedcore / PyTorch of each run in order")
+    print(f"{'model':<8}{'batch':>6}{'threads':>8}{'fedcore samples/s':>19}{'pytorch samples/s':>19}"
+          f"{'ratio':>8}  runs >= 1.0x  each run")
+    for key in in_order(ours):
+        mine, peer = ours[key], theirs.get(key, [])
+        if len(mine) != len(peer):
+            continue
+        ratios = [a / b for a, b in zip(mine, peer)]
+        ahead = sum(r >= 1.0 for r in ratios)
+        print(f"{key[0]:<8}{key[1]:>6}{key[2]:>8}{statistics.median(mine):>19,.0f}"
+              f"{statistics.median(peer):>19,.0f}{statistics.median(mine) / statistics.median(peer):>7.2f}x"
+              f"  {ahead:>4} of {len(ratios):<5}  " + ", ".join(f"{r:.2f}" for r in ratios))
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--torch-json":
+        torch_only(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "--summary":
+        summary(sys.argv[2:])
+    elif len(sys.argv) == 2:
+        side_by_side(sys.argv[1])
+    else:
+        sys.exit(__doc__)
 
 
 if __name__ == "__main__":

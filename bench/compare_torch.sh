@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs bench_train_step and the same steps in PyTorch, side by side, in one run.
-#   bench/compare_torch.sh [BUILD_DIR] [BENCHMARK_FILTER]
+#   [REPEATS=N] bench/compare_torch.sh [BUILD_DIR] [BENCHMARK_FILTER]
+# REPEATS=N (default 1) alternates N Fedcore runs with N PyTorch runs and prints, per
+# configuration, the medians, their ratio and every run's ratio: on a shared VM one
+# library's speed moves by 30-60% from one minute to the next, so a single pair can mislead.
 #   AVX2_ONLY=1 bench/compare_torch.sh build/v3   # both sides as on a CPU without AVX-512
 # AVX2_ONLY emulates an AVX2 machine on one that has AVX-512: Fedcore's layer products stay
 # off the AVX-512 kernel (--gemm=standard), OpenBLAS runs its Haswell kernels on both sides,
@@ -13,8 +16,10 @@ set -euo pipefail
 build=${1:-build/release}
 filter=${2:-.}
 here=$(cd "$(dirname "$0")" && pwd)
-out=$(mktemp --suffix=.json)
-trap 'rm -f "$out"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/fedcore-1.json
+repeats=${REPEATS:-1}
 fedcore_args=()
 if [[ "${AVX2_ONLY:-0}" == 1 ]]; then
   export OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2
@@ -38,4 +43,21 @@ if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then
 fi
 gemm=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("gemm_kernel",""))' "$out")
 echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}; Fedcore's layer products: $gemm kernel (shared/model/gemm.hpp); PyTorch oneDNN ISA cap: ${ONEDNN_MAX_CPU_ISA:-none}"
-LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$out"
+torch_python() {
+  LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$@"
+}
+if ((repeats <= 1)); then
+  torch_python "$out"
+  exit 0
+fi
+runs=("$out")
+torch_python --torch-json "$work/torch-1.json" "$out"
+runs+=("$work/torch-1.json")
+for ((r = 2; r <= repeats; r++)); do
+  echo "compare_torch: run $r of $repeats"
+  "$build/bench/bench_train_step" "${fedcore_args[@]}" --benchmark_filter="$filter" \
+    --benchmark_out="$work/fedcore-$r.json" --benchmark_out_format=json >/dev/null
+  torch_python --torch-json "$work/torch-$r.json" "$work/fedcore-$r.json"
+  runs+=("$work/fedcore-$r.json" "$work/torch-$r.json")
+done
+torch_python --summary "${runs[@]}"

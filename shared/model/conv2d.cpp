@@ -34,6 +34,9 @@ Conv2d::Conv2d(const Shape& input_shape, const Conv2dOptions& options)
   out_h_ = output_shape()[0];
   out_w_ = output_shape()[1];
   patch_size_ = options.kernel * options.kernel * in_c_;
+  geometry_ = {in_h_,          in_w_,          in_c_,          out_h_, out_w_, options.out_channels,
+               options.kernel, options.stride, options.padding};
+  direct_ = kernels::direct_applies(geometry_);
 }
 
 Conv2d::Conv2d(const Conv2d& other)
@@ -44,7 +47,9 @@ Conv2d::Conv2d(const Conv2d& other)
       out_h_(other.out_h_),
       out_w_(other.out_w_),
       options_(other.options_),
-      patch_size_(other.patch_size_) {}
+      patch_size_(other.patch_size_),
+      geometry_(other.geometry_),
+      direct_(other.direct_) {}
 
 std::unique_ptr<Layer> Conv2d::clone() const {
   return std::unique_ptr<Layer>(new Conv2d(*this));
@@ -202,6 +207,10 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
   const auto chunks = chunks_of(batch);
   output.resize(static_cast<Eigen::Index>(output_size()), batch);
   scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
+  if (direct_) {
+    forward_direct(input, output);
+    return;
+  }
   for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
     const auto first = chunks.first(c);
     const auto count = chunks.first(c + 1) - first;
@@ -226,6 +235,11 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
   for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
     const auto first = chunks.first(c);
     const auto count = chunks.first(c + 1) - first;
+    if (direct_) {
+      gradient_direct(input, grad_output, first, count, thread,
+                      chunk_weight_grads_[static_cast<std::size_t>(c)]);
+      return;
+    }
     Matrix& columns = scratch(thread);
     im2col(input, first, count, columns);
     // Against the row of ones, the product's last column sums dy: the bias gradient.
@@ -243,6 +257,37 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
   grads = chunk_weight_grads_[0];
   for (Eigen::Index c = 1; c < chunks.count; ++c) {
     grads += chunk_weight_grads_[static_cast<std::size_t>(c)];
+  }
+}
+
+// Each sample on its own: zero-padded into the thread's scratch, then the direct kernel.
+void Conv2d::forward_direct(const Matrix& input, Matrix& output) {
+  const auto batch = input.cols();
+  const bool spread = batch > 1 && omp_get_max_threads() > 1;
+  const float* bias = options_.bias ? bias_.data() : nullptr;
+#pragma omp parallel for schedule(static) if (spread)
+  for (Eigen::Index b = 0; b < batch; ++b) {
+    Matrix& padded = scratch(omp_get_thread_num());
+    padded.resize(geometry_.padded_size(), 1);
+    kernels::pad_sample(input.col(b).data(), padded.data(), geometry_);
+    kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(),
+                                 geometry_);
+  }
+}
+
+// The chunk's samples in order into one partial [weights | bias] gradient, as the product
+// would give it.
+void Conv2d::gradient_direct(const Matrix& input, const Matrix& grad_output, Eigen::Index first,
+                             Eigen::Index count, int thread, Matrix& partial) {
+  const auto cout = options_.out_channels;
+  partial.setZero(cout, column_rows());
+  float* bias_grad = options_.bias ? partial.data() + patch_size_ * cout : nullptr;
+  Matrix& padded = scratch(thread);
+  padded.resize(geometry_.padded_size(), 1);
+  for (Eigen::Index b = first; b < first + count; ++b) {
+    kernels::pad_sample(input.col(b).data(), padded.data(), geometry_);
+    kernels::conv_direct_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
+                                         bias_grad, geometry_);
   }
 }
 

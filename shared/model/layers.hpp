@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shared/model/conv_direct.hpp"
 #include "shared/model/layer.hpp"
 
 namespace fedcore::model {
@@ -67,6 +68,11 @@ struct Conv2dOptions {
 // thread count. With a bias, each column ends in a 1 and the bias is the weight matrix's
 // last column (it follows the weights in the parameter memory), so the forward product
 // adds it and the weight gradient's product sums it, with no pass of their own.
+//
+// A layer with a small receptive field (k * k * cin <= kernels::kDirectPatchMax, the first
+// layer of an image model) computes its forward pass and weight gradient directly instead
+// (model/conv_direct.hpp): there im2col's columns are 25 floats tall, too short for a GEMM.
+// Its input gradient still goes through the product and col2im.
 inline constexpr std::size_t kConvChunkBytes = std::size_t{2} << 20;
 
 class Conv2d final : public Layer {
@@ -92,6 +98,11 @@ class Conv2d final : public Layer {
   // The adjoint: adds `columns` into samples [first, first + count) of `grad_input`.
   void col2im(const Matrix& columns, Eigen::Index first, Eigen::Index count,
               Matrix& grad_input) const;
+  // The direct path's forward pass, and its weight gradient of samples
+  // [first, first + count) into `partial` (cout x column_rows()).
+  void forward_direct(const Matrix& input, Matrix& output);
+  void gradient_direct(const Matrix& input, const Matrix& grad_output, Eigen::Index first,
+                       Eigen::Index count, int thread, Matrix& partial);
   // The rows of im2col's columns: the patch, then a 1 for the bias if there is one.
   std::int64_t column_rows() const noexcept { return patch_size_ + (options_.bias ? 1 : 0); }
   // The most samples a chunk holds (kConvChunkBytes of columns, at least 1).
@@ -111,6 +122,8 @@ class Conv2d final : public Layer {
   std::int64_t out_h_, out_w_;
   Conv2dOptions options_;
   std::int64_t patch_size_;  // kernel * kernel * in_c
+  kernels::ConvGeometry geometry_;
+  bool direct_ = false;  // forward and weight gradient by kernels::conv_direct_*
   // Weight memory is a cout x (kh*kw*cin) column-major matrix: HWIO row-major.
   MatrixMap weight_{nullptr, 0, 0};
   VectorMap bias_{nullptr, 0};

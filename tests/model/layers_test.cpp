@@ -125,6 +125,69 @@ TEST(Conv2d, MatchesDirectConvolutionOnManyChannels) {
   EXPECT_LE((y - expected).cwiseAbs().maxCoeff(), 1e-5f);
 }
 
+// Layers with a receptive field of at most kernels::kDirectPatchMax floats and a multiple of
+// 16 output channels take the direct kernels (model/conv_direct.hpp): the first layer of
+// the cnn (5x5 over one channel, "same" padding) and a strided 3x3 over three channels.
+TEST(Conv2d, TheDirectPathMatchesAConvolutionLoopByLoop) {
+  struct Case {
+    Shape input;
+    Conv2dOptions options;
+  };
+  const Case cases[] = {{{12, 10, 1}, {32, 5, 1, 2}}, {{9, 7, 3}, {16, 3, 2, 1}}};
+  Rng rng(9);
+  for (const auto& c : cases) {
+    BoundLayer conv(std::make_unique<Conv2d>(c.input, c.options));
+    ASSERT_TRUE(
+        kernels::direct_applies({c.input[0], c.input[1], c.input[2], 1, 1, c.options.out_channels,
+                                 c.options.kernel, c.options.stride, c.options.padding}));
+    for (auto& p : conv.params) {
+      p = static_cast<float>(rng.uniform_double() - 0.5);
+    }
+    const auto inputs = static_cast<Eigen::Index>(element_count(c.input));
+    const Matrix x = random_matrix(inputs, 3, rng);
+    Matrix y;
+    conv.layer->forward(x, y, Phase::eval);
+    const auto& out = conv.layer->output_shape();
+    const Matrix expected =
+        direct_conv(x, conv.params, c.input[0], c.input[1], c.input[2], c.options, out[0], out[1]);
+    ASSERT_EQ(y.rows(), expected.rows());
+    EXPECT_LE((y - expected).cwiseAbs().maxCoeff(), 1e-5f) << "cin " << c.input[2];
+    testing::expect_param_gradient_matches(*conv.layer, conv.params, conv.grads, x.leftCols(2));
+    testing::expect_input_gradient_matches(*conv.layer, x.leftCols(2));
+  }
+}
+
+// The direct path's weight gradient is summed chunk by chunk in chunk order: the same bits
+// with one compute thread as with two, and the sum of what each sample gives alone.
+TEST(Conv2d, TheDirectPathsWeightGradientDoesNotDependOnTheThreadCount) {
+  Rng rng(12);
+  BoundLayer conv(std::make_unique<Conv2d>(Shape{28, 28, 1}, Conv2dOptions{32, 5, 1, 2}));
+  constexpr Eigen::Index kBatch = 60;  // 81 KB of columns a sample: several chunks
+  const Matrix x = random_matrix(28 * 28, kBatch, rng);
+  const Matrix dy = random_matrix(28 * 28 * 32, kBatch, rng);
+  const auto gradient = [&](const Matrix& input, const Matrix& grad_output) {
+    conv.layer->gradient(input, grad_output);
+    return conv.grads;
+  };
+  const int threads_before = compute_threads();
+  set_compute_threads(2);
+  const auto two = gradient(x, dy);
+  set_compute_threads(1);
+  const auto one = gradient(x, dy);
+  set_compute_threads(threads_before);
+  EXPECT_EQ(one, two);
+  std::vector<double> summed(one.size(), 0.0);
+  for (Eigen::Index b = 0; b < kBatch; ++b) {
+    const auto alone = gradient(x.col(b), dy.col(b));
+    for (std::size_t i = 0; i < summed.size(); ++i) {
+      summed[i] += alone[i];
+    }
+  }
+  for (std::size_t i = 0; i < summed.size(); ++i) {
+    ASSERT_NEAR(summed[i], one[i], 1e-3 * (1.0 + std::abs(summed[i]))) << "grad " << i;
+  }
+}
+
 TEST(Conv2d, GradientsMatchFiniteDifferences) {
   Rng rng(2);
   BoundLayer conv(std::make_unique<Conv2d>(Shape{5, 4, 2}, Conv2dOptions{3, 3, 1, 1}));

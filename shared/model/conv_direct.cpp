@@ -3,14 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-// FEDCORE_DISPATCH_CLONES is defined by CMake for portable GCC builds on x86-64, as for
-// update_kernels.cpp.
-#if defined(FEDCORE_DISPATCH_CLONES)
-#define FEDCORE_DISPATCH \
-  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define FEDCORE_DISPATCH
-#endif
+#include "shared/model/dispatch.hpp"
 
 namespace fedcore::model::kernels {
 namespace {
@@ -99,9 +92,8 @@ template <int Pixels>
 // Taps [p, p + Taps) of channels [cb, cb + kBlock), summed over the pixels.
 template <int Taps>
 [[gnu::always_inline]] inline void gradient_taps(const float* __restrict padded,
-                                                 const float* __restrict dy,
-                                                 float* __restrict dw, std::int64_t p,
-                                                 const TapOffsets& taps,
+                                                 const float* __restrict dy, float* __restrict dw,
+                                                 std::int64_t p, const TapOffsets& taps,
                                                  const ConvGeometry& g) {
   Eight acc[Taps][kHalves];
   std::int64_t at[Taps];
@@ -157,14 +149,13 @@ void pad_sample(const float* in, float* padded, const ConvGeometry& g) {
   std::fill_n(padded, g.padded_size(), 0.0f);
   const auto row = g.in_w * g.in_c;
   for (std::int64_t y = 0; y < g.in_h; ++y) {
-    std::copy_n(in + y * row, row,
-                padded + ((y + g.padding) * g.padded_w() + g.padding) * g.in_c);
+    std::copy_n(in + y * row, row, padded + ((y + g.padding) * g.padded_w() + g.padding) * g.in_c);
   }
 }
 
 FEDCORE_DISPATCH
-void conv_direct_forward(const float* padded, const float* weights, const float* bias,
-                         float* out, const ConvGeometry& g) {
+void conv_direct_forward(const float* padded, const float* weights, const float* bias, float* out,
+                         const ConvGeometry& g) {
   const TapOffsets taps = tap_offsets(g);
   const auto row = g.padded_w() * g.in_c;
   const auto pixel_step = g.stride * g.in_c;

@@ -47,8 +47,8 @@ void pad_sample(const float* in, float* padded, const ConvGeometry& g);
 
 // One sample: out[oy, ox, :] = bias + sum over (ky, kx, ci) of
 // padded[oy * s + ky, ox * s + kx, ci] * weights[(ky, kx, ci), :]. bias may be null.
-void conv_direct_forward(const float* padded, const float* weights, const float* bias,
-                         float* out, const ConvGeometry& g);
+void conv_direct_forward(const float* padded, const float* weights, const float* bias, float* out,
+                         const ConvGeometry& g);
 
 // One sample, added to what dw and db hold: dw[(ky, kx, ci), :] += sum over (oy, ox) of
 // padded[oy * s + ky, ox * s + kx, ci] * dy[oy, ox, :]; db[:] += sum of dy[oy, ox, :]

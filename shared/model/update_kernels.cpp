@@ -3,13 +3,7 @@
 #include <cmath>
 #include <limits>
 
-// FEDCORE_DISPATCH_CLONES is defined by CMake for portable GCC builds on x86-64.
-#if defined(FEDCORE_DISPATCH_CLONES)
-#define FEDCORE_DISPATCH \
-  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define FEDCORE_DISPATCH
-#endif
+#include "shared/model/dispatch.hpp"
 
 namespace fedcore::model::kernels {
 

@@ -24,6 +24,16 @@ Matrix column(std::initializer_list<float> values) {
 
 // ---- Dense -------------------------------------------------------------------------
 
+// What `work()` returns with `threads` compute threads; the count is restored afterwards.
+template <class Work>
+auto with_threads(int threads, Work&& work) {
+  const int before = compute_threads();
+  set_compute_threads(threads);
+  auto result = work();
+  set_compute_threads(before);
+  return result;
+}
+
 TEST(Dense, ForwardMatchesHandComputedValues) {
   BoundLayer dense(std::make_unique<Dense>(Shape{2}, 2));
   // weight {in, out} row-major: w[i][o]; then bias.
@@ -169,12 +179,8 @@ TEST(Conv2d, TheDirectPathsWeightGradientDoesNotDependOnTheThreadCount) {
     conv.layer->gradient(input, grad_output);
     return conv.grads;
   };
-  const int threads_before = compute_threads();
-  set_compute_threads(2);
-  const auto two = gradient(x, dy);
-  set_compute_threads(1);
-  const auto one = gradient(x, dy);
-  set_compute_threads(threads_before);
+  const auto two = with_threads(2, [&] { return gradient(x, dy); });
+  const auto one = with_threads(1, [&] { return gradient(x, dy); });
   EXPECT_EQ(one, two);
   std::vector<double> summed(one.size(), 0.0);
   for (Eigen::Index b = 0; b < kBatch; ++b) {
@@ -229,12 +235,8 @@ TEST(Conv2d, ABatchOfSeveralChunksGivesWhatEachSampleGivesAlone) {
     r.grads = conv.grads;
     return r;
   };
-  const int threads_before = compute_threads();
-  set_compute_threads(2);
-  const Result batch = run(x, dy);
-  set_compute_threads(1);
-  const Result one_thread = run(x, dy);
-  set_compute_threads(threads_before);
+  const Result batch = with_threads(2, [&] { return run(x, dy); });
+  const Result one_thread = with_threads(1, [&] { return run(x, dy); });
   EXPECT_EQ(batch.grads, one_thread.grads);
   EXPECT_EQ((batch.y - one_thread.y).cwiseAbs().maxCoeff(), 0.0f);
 

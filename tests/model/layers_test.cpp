@@ -147,9 +147,10 @@ TEST(Conv2d, TheDirectPathMatchesAConvolutionLoopByLoop) {
   Rng rng(9);
   for (const auto& c : cases) {
     BoundLayer conv(std::make_unique<Conv2d>(c.input, c.options));
-    ASSERT_TRUE(
-        kernels::direct_applies({c.input[0], c.input[1], c.input[2], 1, 1, c.options.out_channels,
-                                 c.options.kernel, c.options.stride, c.options.padding}));
+    if (!kernels::direct_applies({c.input[0], c.input[1], c.input[2], 1, 1, c.options.out_channels,
+                                  c.options.kernel, c.options.stride, c.options.padding})) {
+      GTEST_SKIP() << "no AVX2 and FMA on this CPU: the direct path is not taken here";
+    }
     for (auto& p : conv.params) {
       p = static_cast<float>(rng.uniform_double() - 0.5);
     }

@@ -2,6 +2,8 @@
 // few steps of training that lower the loss.
 #include "shared/model/mobilenet_v2.hpp"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -95,15 +97,21 @@ TEST(MobileNetV2, TrainingStepsLowerTheLossOnAFixedBatch) {
   config.momentum = 0.9f;
   auto optimizer = make_optimizer(config, model.param_count());
   Matrix grad;
-  double first = 0, last = 0;
+  std::vector<double> losses;
   for (int step = 0; step < 30; ++step) {
     const Matrix& logits = model.forward(x, Phase::train);
-    const double loss = evaluate_loss(LossKind::softmax_cross_entropy, logits, labels, &grad).loss;
+    losses.push_back(evaluate_loss(LossKind::softmax_cross_entropy, logits, labels, &grad).loss);
     model.backward(grad);
     optimizer->step(model.params(), model.grads());
-    (step == 0 ? first : last) = loss;
   }
-  EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+  // The median of the last five steps, not the last one: with this learning rate and
+  // momentum the loss falls to ~0.01 and still spikes now and then, and where a spike lands
+  // depends on the products' rounding (on an emulated x86-64-v2 CPU step 29 read 0.80
+  // after 0.01, 0.17, 0.04, 0.01). Without learning the median stays near the first loss.
+  std::vector<double> tail(losses.end() - 5, losses.end());
+  std::nth_element(tail.begin(), tail.begin() + 2, tail.end());
+  EXPECT_LT(tail[2], 0.5 * losses.front())
+      << "first " << losses.front() << ", median of the last five " << tail[2];
 }
 
 }  // namespace

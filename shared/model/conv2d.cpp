@@ -34,9 +34,7 @@ Conv2d::Conv2d(const Shape& input_shape, const Conv2dOptions& options)
   out_h_ = output_shape()[0];
   out_w_ = output_shape()[1];
   patch_size_ = options.kernel * options.kernel * in_c_;
-  geometry_ = {in_h_,          in_w_,          in_c_,          out_h_, out_w_, options.out_channels,
-               options.kernel, options.stride, options.padding};
-  direct_ = kernels::direct_applies(geometry_);
+  direct_ = kernels::direct_applies(geometry());
 }
 
 Conv2d::Conv2d(const Conv2d& other)
@@ -48,7 +46,6 @@ Conv2d::Conv2d(const Conv2d& other)
       out_w_(other.out_w_),
       options_(other.options_),
       patch_size_(other.patch_size_),
-      geometry_(other.geometry_),
       direct_(other.direct_) {}
 
 std::unique_ptr<Layer> Conv2d::clone() const {
@@ -160,6 +157,11 @@ void Conv2d::col2im(const Matrix& columns, Eigen::Index first, Eigen::Index coun
   }
 }
 
+kernels::ConvGeometry Conv2d::geometry() const noexcept {
+  return {in_h_,           in_w_,           in_c_,           out_h_, out_w_, options_.out_channels,
+          options_.kernel, options_.stride, options_.padding};
+}
+
 Eigen::Index Conv2d::chunk_samples() const noexcept {
   const auto per_sample = static_cast<std::size_t>(column_rows() * out_h_ * out_w_) * sizeof(float);
   return static_cast<Eigen::Index>(
@@ -265,13 +267,13 @@ void Conv2d::forward_direct(const Matrix& input, Matrix& output) {
   const auto batch = input.cols();
   const bool spread = batch > 1 && omp_get_max_threads() > 1;
   const float* bias = options_.bias ? bias_.data() : nullptr;
+  const kernels::ConvGeometry g = geometry();
 #pragma omp parallel for schedule(static) if (spread)
   for (Eigen::Index b = 0; b < batch; ++b) {
     Matrix& padded = scratch(omp_get_thread_num());
-    padded.resize(geometry_.padded_size(), 1);
-    kernels::pad_sample(input.col(b).data(), padded.data(), geometry_);
-    kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(),
-                                 geometry_);
+    padded.resize(g.padded_size(), 1);
+    kernels::pad_sample(input.col(b).data(), padded.data(), g);
+    kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
   }
 }
 
@@ -282,12 +284,13 @@ void Conv2d::gradient_direct(const Matrix& input, const Matrix& grad_output, Eig
   const auto cout = options_.out_channels;
   partial.setZero(cout, column_rows());
   float* bias_grad = options_.bias ? partial.data() + patch_size_ * cout : nullptr;
+  const kernels::ConvGeometry g = geometry();
   Matrix& padded = scratch(thread);
-  padded.resize(geometry_.padded_size(), 1);
+  padded.resize(g.padded_size(), 1);
   for (Eigen::Index b = first; b < first + count; ++b) {
-    kernels::pad_sample(input.col(b).data(), padded.data(), geometry_);
+    kernels::pad_sample(input.col(b).data(), padded.data(), g);
     kernels::conv_direct_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
-                                         bias_grad, geometry_);
+                                         bias_grad, g);
   }
 }
 

@@ -103,6 +103,8 @@ class Conv2d final : public Layer {
   void forward_direct(const Matrix& input, Matrix& output);
   void gradient_direct(const Matrix& input, const Matrix& grad_output, Eigen::Index first,
                        Eigen::Index count, int thread, Matrix& partial);
+  // The shape the direct kernels take.
+  kernels::ConvGeometry geometry() const noexcept;
   // The rows of im2col's columns: the patch, then a 1 for the bias if there is one.
   std::int64_t column_rows() const noexcept { return patch_size_ + (options_.bias ? 1 : 0); }
   // The most samples a chunk holds (kConvChunkBytes of columns, at least 1).
@@ -122,8 +124,7 @@ class Conv2d final : public Layer {
   std::int64_t out_h_, out_w_;
   Conv2dOptions options_;
   std::int64_t patch_size_;  // kernel * kernel * in_c
-  kernels::ConvGeometry geometry_;
-  bool direct_ = false;  // forward and weight gradient by kernels::conv_direct_*
+  bool direct_ = false;      // forward and weight gradient by kernels::conv_direct_*
   // Weight memory is a cout x (kh*kw*cin) column-major matrix: HWIO row-major.
   MatrixMap weight_{nullptr, 0, 0};
   VectorMap bias_{nullptr, 0};

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <omp.h>
 
+#include "shared/model/conv_wide.hpp"
 #include "shared/model/gemm.hpp"
 #include "shared/model/init.hpp"
 #include "shared/model/layers.hpp"
@@ -34,7 +35,9 @@ Conv2d::Conv2d(const Shape& input_shape, const Conv2dOptions& options)
   out_h_ = output_shape()[0];
   out_w_ = output_shape()[1];
   patch_size_ = options.kernel * options.kernel * in_c_;
-  direct_ = kernels::direct_applies(geometry());
+  kernels_ = kernels::direct_applies(geometry()) ? ConvKernels::small_patch
+             : kernels::wide_applies(geometry()) ? ConvKernels::direct_wide
+                                                 : ConvKernels::im2col_gemm;
 }
 
 Conv2d::Conv2d(const Conv2d& other)
@@ -46,7 +49,7 @@ Conv2d::Conv2d(const Conv2d& other)
       out_w_(other.out_w_),
       options_(other.options_),
       patch_size_(other.patch_size_),
-      direct_(other.direct_) {}
+      kernels_(other.kernels_) {}
 
 std::unique_ptr<Layer> Conv2d::clone() const {
   return std::unique_ptr<Layer>(new Conv2d(*this));
@@ -209,7 +212,7 @@ void Conv2d::forward(const Matrix& input, Matrix& output, Phase) {
   const auto chunks = chunks_of(batch);
   output.resize(static_cast<Eigen::Index>(output_size()), batch);
   scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
-  if (direct_) {
+  if (kernels_ != ConvKernels::im2col_gemm) {
     forward_direct(input, output);
     return;
   }
@@ -237,7 +240,7 @@ void Conv2d::gradient(const Matrix& input, const Matrix& grad_output) {
   for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
     const auto first = chunks.first(c);
     const auto count = chunks.first(c + 1) - first;
-    if (direct_) {
+    if (kernels_ != ConvKernels::im2col_gemm) {
       gradient_direct(input, grad_output, first, count, thread,
                       chunk_weight_grads_[static_cast<std::size_t>(c)]);
       return;
@@ -273,7 +276,11 @@ void Conv2d::forward_direct(const Matrix& input, Matrix& output) {
     Matrix& padded = scratch(omp_get_thread_num());
     padded.resize(g.padded_size(), 1);
     kernels::pad_sample(input.col(b).data(), padded.data(), g);
-    kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
+    if (kernels_ == ConvKernels::direct_wide) {
+      kernels::conv_wide_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
+    } else {
+      kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
+    }
   }
 }
 
@@ -289,8 +296,13 @@ void Conv2d::gradient_direct(const Matrix& input, const Matrix& grad_output, Eig
   padded.resize(g.padded_size(), 1);
   for (Eigen::Index b = first; b < first + count; ++b) {
     kernels::pad_sample(input.col(b).data(), padded.data(), g);
-    kernels::conv_direct_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
+    if (kernels_ == ConvKernels::direct_wide) {
+      kernels::conv_wide_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
                                          bias_grad, g);
+    } else {
+      kernels::conv_direct_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
+                                           bias_grad, g);
+    }
   }
 }
 
@@ -303,6 +315,10 @@ void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_out
   const Eigen::Map<const Matrix> dy(grad_output.data(), cout, positions * batch);
   grad_input.resize(input.rows(), batch);
   scratch_.resize(static_cast<std::size_t>(omp_get_max_threads()));
+  if (kernels_ == ConvKernels::direct_wide) {
+    backward_wide(grad_output, grad_input);
+    return;
+  }
   for_each_chunk(chunks.count, [&](Eigen::Index c, int thread) {
     const auto first = chunks.first(c);
     const auto count = chunks.first(c + 1) - first;
@@ -313,6 +329,25 @@ void Conv2d::backward(const Matrix& input, const Matrix&, const Matrix& grad_out
                    grad_columns.data());
     col2im(grad_columns, first, count, grad_input);
   });
+}
+
+// Each sample's dy zero-padded into the thread's scratch, then the forward loops with the
+// flipped weights (packed once per call: they change every step).
+void Conv2d::backward_wide(const Matrix& grad_output, Matrix& grad_input) {
+  const auto batch = grad_output.cols();
+  const kernels::ConvGeometry g = geometry();
+  const kernels::ConvGeometry back = kernels::input_gradient_geometry(g);
+  flipped_weights_.resize(patch_size_ * options_.out_channels, 1);
+  kernels::pack_flipped_weights(weight_.data(), flipped_weights_.data(), g);
+  const bool spread = batch > 1 && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (spread)
+  for (Eigen::Index b = 0; b < batch; ++b) {
+    Matrix& padded = scratch(omp_get_thread_num());
+    padded.resize(back.padded_size(), 1);
+    kernels::pad_sample(grad_output.col(b).data(), padded.data(), back);
+    kernels::conv_wide_input_gradient(padded.data(), flipped_weights_.data(),
+                                      grad_input.col(b).data(), g);
+  }
 }
 
 }  // namespace fedcore::model

@@ -11,7 +11,7 @@ namespace fedcore::model::gemm {
 namespace {
 
 bool cpu_has_avx512() noexcept {
-#if defined(FEDCORE_GEMM_AVX512)
+#if defined(FEDCORE_AVX512_OBJECTS)
   return __builtin_cpu_supports("x86-64-v4");
 #else
   return false;
@@ -35,7 +35,7 @@ std::atomic<Kernel>& chosen() noexcept {
 void multiply(const Operand& a, const Operand& b, float* out) {
   FEDCORE_ASSERT((a.transposed ? a.rows : a.cols) == (b.transposed ? b.cols : b.rows),
                  "gemm::multiply: inner dimensions differ");
-#if defined(FEDCORE_GEMM_AVX512)
+#if defined(FEDCORE_AVX512_OBJECTS)
   if (chosen().load(std::memory_order_relaxed) == Kernel::avx512) {
     detail::multiply_avx512(a, b, out);
     return;

@@ -72,8 +72,17 @@ struct Conv2dOptions {
 // A layer with a small receptive field (k * k * cin <= kernels::kDirectPatchMax, the first
 // layer of an image model) computes its forward pass and weight gradient directly instead
 // (model/conv_direct.hpp): there im2col's columns are 25 floats tall, too short for a GEMM.
-// Its input gradient still goes through the product and col2im.
+// Its input gradient still goes through the product and col2im. On an AVX-512 CPU a
+// stride-1 layer whose channels are multiples of 16 (the cnn's second layer) computes all
+// three passes directly (model/conv_wide.hpp), without im2col and col2im.
 inline constexpr std::size_t kConvChunkBytes = std::size_t{2} << 20;
+
+// Which code computes a Conv2d's passes; chosen once, from the geometry and the CPU.
+enum class ConvKernels {
+  im2col_gemm,  // columns and products, every pass
+  small_patch,  // forward and weight gradient by kernels::conv_direct_*; input gradient by product
+  direct_wide,  // every pass by kernels::conv_wide_*
+};
 
 class Conv2d final : public Layer {
  public:
@@ -89,6 +98,8 @@ class Conv2d final : public Layer {
   void backward(const Matrix& input, const Matrix& output, const Matrix& grad_output,
                 Matrix& grad_input) override;
   void gradient(const Matrix& input, const Matrix& grad_output) override;
+  // The code this layer's passes run on (this geometry on this CPU).
+  ConvKernels kernels() const noexcept { return kernels_; }
 
  private:
   Conv2d(const Conv2d& other);
@@ -98,11 +109,13 @@ class Conv2d final : public Layer {
   // The adjoint: adds `columns` into samples [first, first + count) of `grad_input`.
   void col2im(const Matrix& columns, Eigen::Index first, Eigen::Index count,
               Matrix& grad_input) const;
-  // The direct path's forward pass, and its weight gradient of samples
+  // The direct paths' forward pass, and their weight gradient of samples
   // [first, first + count) into `partial` (cout x column_rows()).
   void forward_direct(const Matrix& input, Matrix& output);
   void gradient_direct(const Matrix& input, const Matrix& grad_output, Eigen::Index first,
                        Eigen::Index count, int thread, Matrix& partial);
+  // The wide path's input gradient, sample by sample.
+  void backward_wide(const Matrix& grad_output, Matrix& grad_input);
   // The shape the direct kernels take.
   kernels::ConvGeometry geometry() const noexcept;
   // The rows of im2col's columns: the patch, then a 1 for the bias if there is one.
@@ -124,7 +137,7 @@ class Conv2d final : public Layer {
   std::int64_t out_h_, out_w_;
   Conv2dOptions options_;
   std::int64_t patch_size_;  // kernel * kernel * in_c
-  bool direct_ = false;      // forward and weight gradient by kernels::conv_direct_*
+  ConvKernels kernels_ = ConvKernels::im2col_gemm;
   // Weight memory is a cout x (kh*kw*cin) column-major matrix: HWIO row-major.
   MatrixMap weight_{nullptr, 0, 0};
   VectorMap bias_{nullptr, 0};
@@ -132,6 +145,7 @@ class Conv2d final : public Layer {
   VectorMap bias_grad_{nullptr, 0};
   std::vector<Matrix> scratch_;
   std::vector<Matrix> chunk_weight_grads_;  // one per chunk, summed in chunk order
+  Matrix flipped_weights_;                  // the wide path's input-gradient weights
 };
 
 // Max pooling over HWC inputs. Output size floor((H - kernel) / stride) + 1, as in

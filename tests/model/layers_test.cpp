@@ -1,9 +1,11 @@
 #include "shared/model/layers.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
 
+#include "shared/model/conv_wide.hpp"
 #include "shared/util/threads.hpp"
 #include "tests/model/gradient_check.hpp"
 
@@ -193,6 +195,197 @@ TEST(Conv2d, TheDirectPathsWeightGradientDoesNotDependOnTheThreadCount) {
   for (std::size_t i = 0; i < summed.size(); ++i) {
     ASSERT_NEAR(summed[i], one[i], 1e-3 * (1.0 + std::abs(summed[i]))) << "grad " << i;
   }
+}
+
+// ---- Conv2d: the wide path (model/conv_wide.hpp) ----------------------------------
+
+struct ConvCase {
+  Shape input;
+  Conv2dOptions options;
+  kernels::ConvGeometry geometry() const {
+    const auto out = [&](std::int64_t in) {
+      return (in + 2 * options.padding - options.kernel) / options.stride + 1;
+    };
+    return {input[0],       input[1],       input[2],
+            out(input[0]),  out(input[1]),  options.out_channels,
+            options.kernel, options.stride, options.padding};
+  }
+};
+
+// d(sum r .* y)/dx and d(...)/d(weights, bias) of a convolution, loop by loop in double.
+Matrix reference_input_gradient(const Matrix& dy, const std::vector<float>& p,
+                                const kernels::ConvGeometry& g) {
+  Matrix dx = Matrix::Zero(g.in_h * g.in_w * g.in_c, dy.cols());
+  for (Eigen::Index b = 0; b < dy.cols(); ++b) {
+    for (std::int64_t iy = 0; iy < g.in_h; ++iy) {
+      for (std::int64_t ix = 0; ix < g.in_w; ++ix) {
+        for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
+          double sum = 0;
+          for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
+            for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
+              const auto oy = iy + g.padding - ky;
+              const auto ox = ix + g.padding - kx;
+              if (oy < 0 || oy >= g.out_h || ox < 0 || ox >= g.out_w) {
+                continue;
+              }
+              for (std::int64_t co = 0; co < g.out_c; ++co) {
+                sum += double(p[((ky * g.kernel + kx) * g.in_c + ci) * g.out_c + co]) *
+                       dy((oy * g.out_w + ox) * g.out_c + co, b);
+              }
+            }
+          }
+          dx((iy * g.in_w + ix) * g.in_c + ci, b) = static_cast<float>(sum);
+        }
+      }
+    }
+  }
+  return dx;
+}
+
+std::vector<double> reference_param_gradient(const Matrix& x, const Matrix& dy, bool bias,
+                                             const kernels::ConvGeometry& g) {
+  const auto patch = g.kernel * g.kernel * g.in_c;
+  std::vector<double> grads(static_cast<std::size_t>(patch * g.out_c + (bias ? g.out_c : 0)), 0.0);
+  for (Eigen::Index b = 0; b < x.cols(); ++b) {
+    for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+        for (std::int64_t co = 0; co < g.out_c; ++co) {
+          const double d = dy((oy * g.out_w + ox) * g.out_c + co, b);
+          if (bias) {
+            grads[static_cast<std::size_t>(patch * g.out_c + co)] += d;
+          }
+          for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
+            for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
+              const auto iy = oy - g.padding + ky;
+              const auto ix = ox - g.padding + kx;
+              if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) {
+                continue;
+              }
+              for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
+                grads[static_cast<std::size_t>(((ky * g.kernel + kx) * g.in_c + ci) * g.out_c +
+                                               co)] += d * x((iy * g.in_w + ix) * g.in_c + ci, b);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return grads;
+}
+
+template <class Got, class Want>
+float largest_difference(const Got& got, const Want& want, std::size_t count) {
+  float largest = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    largest = std::max(largest, std::abs(static_cast<float>(got[i] - want[i])) /
+                                    (1.0f + std::abs(static_cast<float>(want[i]))));
+  }
+  return largest;
+}
+
+// The cnn's second layer, and shapes that reach every register block (widths 11 and 19:
+// blocks of 14, 8, 4, 2 and 1 pixels; 48 channels: a block of 32 then one of 16), without
+// padding and without a bias.
+const ConvCase kWideCases[] = {{{14, 14, 32}, {64, 5, 1, 2}},
+                               {{9, 11, 16}, {48, 3, 1, 1}},
+                               {{6, 21, 16}, {16, 3, 1, 0, false}}};
+
+TEST(Conv2d, TheWidePathMatchesConvolutionLoopsInEveryPass) {
+  if (!kernels::wide_applies(kWideCases[0].geometry())) {
+    GTEST_SKIP() << "no x86-64-v4 on this CPU (or build): the wide path is not taken here";
+  }
+  // Float sums of up to 1,600 products against double ones, relative to 1 + |value|.
+  constexpr float kTolerance = 5e-5f;
+  Rng rng(21);
+  for (const auto& c : kWideCases) {
+    BoundLayer conv(std::make_unique<Conv2d>(c.input, c.options));
+    const auto& layer = static_cast<const Conv2d&>(*conv.layer);
+    ASSERT_EQ(layer.kernels(), ConvKernels::direct_wide) << "cin " << c.input[2];
+    const auto g = c.geometry();
+    for (auto& p : conv.params) {
+      p = static_cast<float>(rng.uniform_double() - 0.5);
+    }
+    const Matrix x = random_matrix(static_cast<Eigen::Index>(element_count(c.input)), 3, rng);
+    const Matrix dy = random_matrix(g.out_h * g.out_w * g.out_c, 3, rng);
+    Matrix y;
+    conv.layer->forward(x, y, Phase::train);
+    auto with_bias = conv.params;  // direct_conv reads a bias after the weights
+    with_bias.resize(static_cast<std::size_t>(g.kernel * g.kernel * g.in_c * g.out_c + g.out_c));
+    const Matrix expected =
+        direct_conv(x, with_bias, g.in_h, g.in_w, g.in_c, c.options, g.out_h, g.out_w);
+    ASSERT_EQ(y.rows(), expected.rows());
+    EXPECT_LE(largest_difference(y.data(), expected.data(), static_cast<std::size_t>(y.size())),
+              kTolerance)
+        << "forward, " << g.in_h << "x" << g.in_w << "x" << g.in_c;
+    Matrix dx;
+    conv.layer->backward(x, y, dy, dx);
+    const Matrix expected_dx = reference_input_gradient(dy, conv.params, g);
+    ASSERT_EQ(dx.rows(), expected_dx.rows());
+    EXPECT_LE(
+        largest_difference(dx.data(), expected_dx.data(), static_cast<std::size_t>(dx.size())),
+        kTolerance)
+        << "input gradient, " << g.in_h << "x" << g.in_w << "x" << g.in_c;
+    conv.layer->gradient(x, dy);
+    const auto expected_grads = reference_param_gradient(x, dy, c.options.bias, g);
+    ASSERT_EQ(conv.grads.size(), expected_grads.size());
+    EXPECT_LE(largest_difference(conv.grads, expected_grads, expected_grads.size()), kTolerance)
+        << "weight gradient, " << g.in_h << "x" << g.in_w << "x" << g.in_c;
+  }
+}
+
+// Forward and input gradient go sample by sample, the weight gradient chunk by chunk in
+// chunk order: the same bits with one compute thread as with two.
+TEST(Conv2d, TheWidePathDoesNotDependOnTheThreadCount) {
+  const auto& c = kWideCases[0];
+  if (!kernels::wide_applies(c.geometry())) {
+    GTEST_SKIP() << "no x86-64-v4 on this CPU (or build): the wide path is not taken here";
+  }
+  Rng rng(22);
+  BoundLayer conv(std::make_unique<Conv2d>(c.input, c.options));
+  for (auto& p : conv.params) {
+    p = static_cast<float>(rng.uniform_double() - 0.5);
+  }
+  constexpr Eigen::Index kBatch = 9;  // 0.6 MB of columns a sample: several chunks
+  const Matrix x = random_matrix(14 * 14 * 32, kBatch, rng);
+  const Matrix dy = random_matrix(14 * 14 * 64, kBatch, rng);
+  struct Passes {
+    Matrix y, dx;
+    std::vector<float> grads;
+  };
+  const auto passes = [&] {
+    Passes out;
+    conv.layer->forward(x, out.y, Phase::train);
+    conv.layer->backward(x, out.y, dy, out.dx);
+    conv.layer->gradient(x, dy);
+    out.grads = conv.grads;
+    return out;
+  };
+  const auto one = with_threads(1, passes);
+  const auto two = with_threads(2, passes);
+  EXPECT_EQ(one.y, two.y);
+  EXPECT_EQ(one.dx, two.dx);
+  EXPECT_EQ(one.grads, two.grads);
+}
+
+TEST(Conv2d, TheWidePathIsTakenOnlyWhereItsKernelsFit) {
+  auto g = kWideCases[0].geometry();
+  g.stride = 2;
+  g.out_h = g.out_w = 7;
+  EXPECT_FALSE(kernels::wide_applies(g)) << "stride 2";
+  for (const std::int64_t channels : {8, 24}) {
+    auto in = kWideCases[0].geometry();
+    in.in_c = channels;
+    EXPECT_FALSE(kernels::wide_applies(in)) << channels << " input channels";
+    auto out = kWideCases[0].geometry();
+    out.out_c = channels;
+    EXPECT_FALSE(kernels::wide_applies(out)) << channels << " output channels";
+  }
+  auto padded = ConvCase{{8, 8, 16}, {16, 3, 1, 3}}.geometry();
+  EXPECT_FALSE(kernels::wide_applies(padded)) << "padding beyond kernel - 1";
+  // The cnn's first layer keeps the small-patch kernels.
+  const Conv2d first(Shape{28, 28, 1}, Conv2dOptions{32, 5, 1, 2});
+  EXPECT_NE(first.kernels(), ConvKernels::direct_wide);
 }
 
 TEST(Conv2d, GradientsMatchFiniteDifferences) {

@@ -5,9 +5,9 @@
 # configuration, the medians, their ratio and every run's ratio: on a shared VM one
 # library's speed moves by 30-60% from one minute to the next, so a single pair can mislead.
 #   AVX2_ONLY=1 bench/compare_torch.sh build/v3   # both sides as on a CPU without AVX-512
-# AVX2_ONLY emulates an AVX2 machine on one that has AVX-512: Fedcore's layer products stay
-# off the AVX-512 kernel (--gemm=standard), OpenBLAS runs its Haswell kernels on both sides,
-# and PyTorch's oneDNN is capped at AVX2 (ONEDNN_MAX_CPU_ISA). Give it a build compiled for
+# AVX2_ONLY emulates an AVX2 machine on one that has AVX-512: Fedcore's layers stay off the
+# AVX-512 kernels (--gemm=standard --conv=gemm), OpenBLAS runs its Haswell kernels on both
+# sides, and PyTorch's oneDNN is capped at AVX2 (ONEDNN_MAX_CPU_ISA). Give it a build compiled for
 # x86-64-v3 (cmake -DFEDCORE_ARCH=x86-64-v3); the few kernels dispatched by cpuid
 # (shared/model/update_kernels.hpp) still take their AVX-512 clone here.
 # PyTorch is pointed at Debian's OpenBLAS (OpenMP build): Debian's torch otherwise calls
@@ -23,7 +23,7 @@ repeats=${REPEATS:-1}
 fedcore_args=()
 if [[ "${AVX2_ONLY:-0}" == 1 ]]; then
   export OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2
-  fedcore_args+=(--gemm=standard)
+  fedcore_args+=(--gemm=standard --conv=gemm)
 fi
 "$build/bench/bench_train_step" "${fedcore_args[@]}" --benchmark_filter="$filter" --benchmark_out="$out" --benchmark_out_format=json
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp

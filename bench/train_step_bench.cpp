@@ -12,6 +12,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "shared/model/conv_wide.hpp"
 #include "shared/model/gemm.hpp"
 #include "shared/model/spec.hpp"
 #include "shared/model/trainer.hpp"
@@ -86,8 +87,10 @@ BENCHMARK(train_step)->Apply(arguments);
 // The OpenBLAS kernels the products ran on (shared/util/blas_kernels.hpp) and the
 // convolution's kernel (shared/model/gemm.hpp) go into the output's context;
 // bench/compare_torch.sh gives PyTorch the same OpenBLAS core. `--gemm=standard`
-// runs the convolutions on the build's products instead of the AVX-512 kernel (for the
-// side-by-side in docs/results.md).
+// runs the convolutions on the build's products instead of the AVX-512 kernel, and
+// `--conv=gemm` keeps wide convolutions off their AVX-512 direct kernel
+// (shared/model/conv_wide.hpp): with both, the step runs as on a CPU without AVX-512 (for
+// the side-by-sides in docs/results.md).
 int main(int argc, char** argv) {
   namespace gemm = fedcore::model::gemm;
   int kept = 1;
@@ -102,6 +105,10 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (arg == "--conv=gemm") {
+      fedcore::model::kernels::allow_wide_kernels(false);
+      continue;
+    }
     argv[kept++] = argv[i];
   }
   argc = kept;
@@ -111,6 +118,9 @@ int main(int argc, char** argv) {
   }
   benchmark::AddCustomContext("blas_core", fedcore::blas_core_name());
   benchmark::AddCustomContext("gemm_kernel", gemm::kernel_name(gemm::active_kernel()));
+  const fedcore::model::kernels::ConvGeometry conv2{14, 14, 32, 14, 14, 64, 5, 1, 2};
+  benchmark::AddCustomContext("wide_conv_kernel",
+                              fedcore::model::kernels::wide_applies(conv2) ? "avx512" : "off");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

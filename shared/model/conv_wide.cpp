@@ -1,5 +1,7 @@
 #include "shared/model/conv_wide.hpp"
 
+#include <atomic>
+
 #include "shared/util/assert.hpp"
 
 namespace fedcore::model::kernels {
@@ -14,10 +16,23 @@ bool cpu_runs_avx512_objects() noexcept {
 #endif
 }
 
+std::atomic<bool>& allowed() noexcept {
+  static std::atomic<bool> wide{true};
+  return wide;
+}
+
 }  // namespace
 
+void allow_wide_kernels(bool allowed_now) noexcept {
+  allowed().store(allowed_now, std::memory_order_relaxed);
+}
+
+bool wide_kernels_allowed() noexcept {
+  return allowed().load(std::memory_order_relaxed);
+}
+
 bool wide_applies(const ConvGeometry& g) noexcept {
-  return cpu_runs_avx512_objects() && g.stride == 1 && g.padding >= 0 &&
+  return cpu_runs_avx512_objects() && wide_kernels_allowed() && g.stride == 1 && g.padding >= 0 &&
          g.padding <= g.kernel - 1 && g.in_c > 0 && g.in_c % kWideChannelBlock == 0 &&
          g.out_c > 0 && g.out_c % kWideChannelBlock == 0 &&
          g.out_h == g.in_h + 2 * g.padding - g.kernel + 1 &&

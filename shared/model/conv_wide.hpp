@@ -38,6 +38,12 @@ inline constexpr std::int64_t kWideChannelBlock = 16;
 // kWideChannelBlock.
 bool wide_applies(const ConvGeometry& g) noexcept;
 
+// For benchmarks that emulate a CPU without AVX-512: false makes wide_applies say no for the
+// layers built afterwards. On by default. Not for use while layers are being built on other
+// threads.
+void allow_wide_kernels(bool allowed) noexcept;
+bool wide_kernels_allowed() noexcept;
+
 // One sample: out[oy, ox, :] = bias + sum over (ky, kx, ci) of
 // padded[oy + ky, ox + kx, ci] * weights[(ky, kx, ci), :] (bias may be null). padded is
 // pad_sample's copy of the input.

@@ -386,6 +386,11 @@ TEST(Conv2d, TheWidePathIsTakenOnlyWhereItsKernelsFit) {
   // The cnn's first layer keeps the small-patch kernels.
   const Conv2d first(Shape{28, 28, 1}, Conv2dOptions{32, 5, 1, 2});
   EXPECT_NE(first.kernels(), ConvKernels::direct_wide);
+  // Benchmarks that emulate a CPU without AVX-512 turn the path off for new layers.
+  kernels::allow_wide_kernels(false);
+  const Conv2d second(kWideCases[0].input, kWideCases[0].options);
+  kernels::allow_wide_kernels(true);
+  EXPECT_EQ(second.kernels(), ConvKernels::im2col_gemm);
 }
 
 TEST(Conv2d, GradientsMatchFiniteDifferences) {

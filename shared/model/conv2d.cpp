@@ -35,9 +35,11 @@ Conv2d::Conv2d(const Shape& input_shape, const Conv2dOptions& options)
   out_h_ = output_shape()[0];
   out_w_ = output_shape()[1];
   patch_size_ = options.kernel * options.kernel * in_c_;
-  kernels_ = kernels::direct_applies(geometry()) ? ConvKernels::small_patch
-             : kernels::wide_applies(geometry()) ? ConvKernels::direct_wide
-                                                 : ConvKernels::im2col_gemm;
+  const auto g = geometry();
+  kernels_ = kernels::wide_applies(g)           ? ConvKernels::direct_wide
+             : kernels::wide_forward_applies(g) ? ConvKernels::wide_forward
+             : kernels::direct_applies(g)       ? ConvKernels::small_patch
+                                                : ConvKernels::im2col_gemm;
 }
 
 Conv2d::Conv2d(const Conv2d& other)
@@ -276,7 +278,7 @@ void Conv2d::forward_direct(const Matrix& input, Matrix& output) {
     Matrix& padded = scratch(omp_get_thread_num());
     padded.resize(g.padded_size(), 1);
     kernels::pad_sample(input.col(b).data(), padded.data(), g);
-    if (kernels_ == ConvKernels::direct_wide) {
+    if (kernels_ == ConvKernels::direct_wide || kernels_ == ConvKernels::wide_forward) {
       kernels::conv_wide_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
     } else {
       kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
@@ -296,7 +298,7 @@ void Conv2d::gradient_direct(const Matrix& input, const Matrix& grad_output, Eig
   padded.resize(g.padded_size(), 1);
   for (Eigen::Index b = first; b < first + count; ++b) {
     kernels::pad_sample(input.col(b).data(), padded.data(), g);
-    if (kernels_ == ConvKernels::direct_wide) {
+    if (kernels_ == ConvKernels::direct_wide || kernels_ == ConvKernels::wide_forward) {
       kernels::conv_wide_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
                                          bias_grad, g);
     } else {

@@ -31,12 +31,15 @@ bool wide_kernels_allowed() noexcept {
   return allowed().load(std::memory_order_relaxed);
 }
 
-bool wide_applies(const ConvGeometry& g) noexcept {
+bool wide_forward_applies(const ConvGeometry& g) noexcept {
   return cpu_runs_avx512_objects() && wide_kernels_allowed() && g.stride == 1 && g.padding >= 0 &&
-         g.padding <= g.kernel - 1 && g.in_c > 0 && g.in_c % kWideChannelBlock == 0 &&
-         g.out_c > 0 && g.out_c % kWideChannelBlock == 0 &&
-         g.out_h == g.in_h + 2 * g.padding - g.kernel + 1 &&
+         g.padding <= g.kernel - 1 && g.in_c > 0 && g.out_c > 0 &&
+         g.out_c % kWideChannelBlock == 0 && g.out_h == g.in_h + 2 * g.padding - g.kernel + 1 &&
          g.out_w == g.in_w + 2 * g.padding - g.kernel + 1;
+}
+
+bool wide_applies(const ConvGeometry& g) noexcept {
+  return wide_forward_applies(g) && g.in_c % kWideChannelBlock == 0;
 }
 
 ConvGeometry input_gradient_geometry(const ConvGeometry& g) noexcept {

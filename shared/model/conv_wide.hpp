@@ -1,25 +1,29 @@
-// Direct convolution for wide layers on AVX-512: stride 1, input and output channels
-// multiples of 16 (the McMahan cnn's second convolution, 5x5 over 32 channels into 64).
+// Direct convolution on AVX-512 for stride-1 layers whose output channels are a multiple
+// of 16: forward and weight gradient whatever the input channels, and the input gradient
+// too when those are a multiple of 16 (the McMahan cnn's second convolution, 5x5 over 32
+// channels into 64, takes all three; its first, over one channel, and a CIFAR cnn's first,
+// over three, take the first two).
 //
-// Why: such a layer's im2col product (64 x 800 times 800 x pixels) already runs near a
+// Why: the second layer's im2col product (64 x 800 times 800 x pixels) already runs near a
 // core's peak in OpenBLAS or Eigen, but im2col, its column matrix's trip through the cache
 // and col2im cost a quarter of the layer on top (docs/results.md, "A direct kernel for the
-// cnn's second convolution"). Here every output pixel's channels are accumulated in
-// registers straight from a zero-padded copy of the sample: 14 pixels x 32 channels in 28
-// of AVX-512's 32 registers, the weights of one tap in two more, the input broadcast from
-// memory: at a core's FMA peak.
+// cnn's second convolution"); a first layer's columns are too short for a GEMM to run at
+// speed at all. Here every output pixel's channels are accumulated in registers straight
+// from a zero-padded copy of the sample: 14 pixels x 32 channels in 28 of AVX-512's 32
+// registers, the weights of one tap in two more, the input broadcast from memory: at a
+// core's FMA peak.
 //
 // All three passes are convolutions over a padded plane:
 // - forward: the padded input with the weights as they lie ((ky, kx, ci) -> cout
 //   contiguous: Conv2d's cout x patch column-major matrix);
 // - input gradient: dy padded by k - 1 - padding with the weights flipped in space and
 //   transposed in channels ((ky', kx', co) -> cin contiguous; pack_flipped_weights);
-// - weight gradient: for 16 consecutive taps at once, the input under each pixel's window
-//   times that pixel's dy, summed over the pixels.
+// - weight gradient: for 16 consecutive taps of a kernel row at once, the input under each
+//   pixel's window times that pixel's dy, summed over the pixels.
 //
 // The loops are compiled for x86-64-v4 in a file of their own (conv_wide_avx512.cpp, like
-// gemm_avx512.cpp) and taken only when the CPU has it (wide_applies); elsewhere Conv2d keeps
-// its im2col product. Sums are contracted into FMAs and ordered by tap, not as a GEMM orders
+// gemm_avx512.cpp) and taken only when the CPU has it (wide_*_applies); elsewhere Conv2d keeps
+// its other paths. Sums are contracted into FMAs and ordered by tap, not as a GEMM orders
 // them: results differ from the product's in the last bits, and never depend on the thread
 // count.
 #pragma once
@@ -30,16 +34,19 @@
 
 namespace fedcore::model::kernels {
 
-// The channel multiple the wide kernels need, in and out.
+// The channel multiple the wide kernels need: out_c always, in_c for the input gradient.
 inline constexpr std::int64_t kWideChannelBlock = 16;
 
-// Whether the wide kernels take this geometry on this CPU: x86-64-v4 (and a build that has
-// the AVX-512 objects), stride 1, padding at most kernel - 1, in_c and out_c multiples of
-// kWideChannelBlock.
+// Whether conv_wide_forward and conv_wide_weight_gradient take this geometry on this CPU:
+// x86-64-v4 (and a build that has the AVX-512 objects), stride 1, padding at most
+// kernel - 1, out_c a multiple of kWideChannelBlock.
+bool wide_forward_applies(const ConvGeometry& g) noexcept;
+// Whether all three passes do: wide_forward_applies, and in_c a multiple of
+// kWideChannelBlock too.
 bool wide_applies(const ConvGeometry& g) noexcept;
 
-// For benchmarks that emulate a CPU without AVX-512: false makes wide_applies say no for the
-// layers built afterwards. On by default. Not for use while layers are being built on other
+// For benchmarks that emulate a CPU without AVX-512: false makes wide_*_applies say no for
+// the layers built afterwards. On by default. Not for use while layers are being built on other
 // threads.
 void allow_wide_kernels(bool allowed) noexcept;
 bool wide_kernels_allowed() noexcept;
@@ -71,7 +78,7 @@ void conv_wide_input_gradient(const float* padded_dy, const float* flipped, floa
                               const ConvGeometry& g);
 
 namespace avx512 {
-// The x86-64-v4 loops (conv_wide_avx512.cpp); only called after wide_applies. A plane
+// The x86-64-v4 loops (conv_wide_avx512.cpp); only called after wide_*_applies. A plane
 // convolution: out (out_h x out_w x out_c) = bias + the k x k window of `in` (a padded
 // in_w-wide plane of in_c channels) times weights (tap-major, out_c contiguous).
 void convolve_plane(const float* in, std::int64_t in_w, std::int64_t in_c, const float* weights,

@@ -19,7 +19,8 @@ constexpr int kLanes = 16;
 // accumulators, the tap's 2 weight registers the rest (the input is broadcast from memory).
 // 14 is also the cnn's row: no remainder there. Other widths end in blocks of 8, 4, 2, 1.
 constexpr int kRowBlock = 14;
-// Taps summed at once by the weight gradient: 16 accumulators of 16 channels each.
+// Taps summed at once by the weight gradient: 16 accumulators of 16 channels each; a kernel
+// row's last taps go in blocks of 8, 4, 2 and 1.
 constexpr int kTapBlock = 16;
 
 [[gnu::always_inline]] inline void load(Sixteen& v, const float* p) {
@@ -111,14 +112,15 @@ void row_blocks(const float* window_row, std::int64_t in_row, std::int64_t in_c,
   }
 }
 
-// dw[tap + t, :16] += sum over pixels of window[pixel][tap + t] * dy[pixel][:16] for the
-// kTapBlock taps from `taps` (consecutive input channels at one (ky, kx)).
+// dw[t, :16] += sum over pixels of window[pixel][t] * dy[pixel][:16] for taps
+// t in [0, Taps) from `taps`: consecutive floats of one kernel row's window.
+template <int Taps>
 void tap_block(const float* __restrict taps, std::int64_t in_row, std::int64_t in_c,
                const float* __restrict dy, std::int64_t out_h, std::int64_t out_w,
                std::int64_t out_c, float* __restrict dw) {
-  Sixteen acc[kTapBlock];
+  Sixteen acc[Taps];
 #pragma GCC unroll 16
-  for (int t = 0; t < kTapBlock; ++t) {
+  for (int t = 0; t < Taps; ++t) {
     acc[t] = Sixteen{};
   }
   for (std::int64_t oy = 0; oy < out_h; ++oy) {
@@ -129,17 +131,44 @@ void tap_block(const float* __restrict taps, std::int64_t in_row, std::int64_t i
       load(d, dy_row + ox * out_c);
       const float* x = x_row + ox * in_c;
 #pragma GCC unroll 16
-      for (int t = 0; t < kTapBlock; ++t) {
+      for (int t = 0; t < Taps; ++t) {
         acc[t] += x[t] * d;
       }
     }
   }
 #pragma GCC unroll 16
-  for (int t = 0; t < kTapBlock; ++t) {
+  for (int t = 0; t < Taps; ++t) {
     Sixteen sum;
     load(sum, dw + t * out_c);
     sum += acc[t];
     store(dw + t * out_c, sum);
+  }
+}
+
+// One kernel row's taps, (kx, ci) in order: kernel * in_c consecutive floats of the window
+// (so of dw's taps too), in blocks of 16, then 8, 4, 2, 1.
+void kernel_row_taps(const float* taps, std::int64_t row_taps, std::int64_t in_row,
+                     std::int64_t in_c, const float* dy, std::int64_t out_h, std::int64_t out_w,
+                     std::int64_t out_c, float* dw) {
+  std::int64_t p = 0;
+  const auto block = [&]<int Taps>() {
+    tap_block<Taps>(taps + p, in_row, in_c, dy, out_h, out_w, out_c, dw + p * out_c);
+    p += Taps;
+  };
+  while (p + kTapBlock <= row_taps) {
+    block.template operator()<kTapBlock>();
+  }
+  if (p + 8 <= row_taps) {
+    block.template operator()<8>();
+  }
+  if (p + 4 <= row_taps) {
+    block.template operator()<4>();
+  }
+  if (p + 2 <= row_taps) {
+    block.template operator()<2>();
+  }
+  if (p < row_taps) {
+    block.template operator()<1>();
   }
 }
 
@@ -168,15 +197,11 @@ void accumulate_weight_gradient(const float* in, std::int64_t in_w, std::int64_t
                                 const float* dy, std::int64_t out_h, std::int64_t out_w,
                                 std::int64_t out_c, std::int64_t kernel, float* dw, float* db) {
   const auto in_row = in_w * in_c;
+  const auto row_taps = kernel * in_c;
   for (std::int64_t ky = 0; ky < kernel; ++ky) {
-    for (std::int64_t kx = 0; kx < kernel; ++kx) {
-      for (std::int64_t ci = 0; ci < in_c; ci += kTapBlock) {
-        const float* taps = in + ky * in_row + kx * in_c + ci;
-        float* dw_taps = dw + ((ky * kernel + kx) * in_c + ci) * out_c;
-        for (std::int64_t cb = 0; cb < out_c; cb += kLanes) {
-          tap_block(taps, in_row, in_c, dy + cb, out_h, out_w, out_c, dw_taps + cb);
-        }
-      }
+    for (std::int64_t cb = 0; cb < out_c; cb += kLanes) {
+      kernel_row_taps(in + ky * in_row, row_taps, in_row, in_c, dy + cb, out_h, out_w, out_c,
+                      dw + ky * row_taps * out_c + cb);
     }
   }
   if (db != nullptr) {

@@ -73,15 +73,17 @@ struct Conv2dOptions {
 // layer of an image model) computes its forward pass and weight gradient directly instead
 // (model/conv_direct.hpp): there im2col's columns are 25 floats tall, too short for a GEMM.
 // Its input gradient still goes through the product and col2im. On an AVX-512 CPU a
-// stride-1 layer whose channels are multiples of 16 (the cnn's second layer) computes all
-// three passes directly (model/conv_wide.hpp), without im2col and col2im.
+// stride-1 layer whose output channels are a multiple of 16 computes its forward pass and
+// weight gradient on the wide kernels instead (model/conv_wide.hpp), and its input gradient
+// too when its input channels are (the cnn's second layer): no im2col and col2im at all.
 inline constexpr std::size_t kConvChunkBytes = std::size_t{2} << 20;
 
 // Which code computes a Conv2d's passes; chosen once, from the geometry and the CPU.
 enum class ConvKernels {
-  im2col_gemm,  // columns and products, every pass
-  small_patch,  // forward and weight gradient by kernels::conv_direct_*; input gradient by product
-  direct_wide,  // every pass by kernels::conv_wide_*
+  im2col_gemm,   // columns and products, every pass
+  small_patch,   // forward and weight gradient by kernels::conv_direct_*; input gradient by product
+  wide_forward,  // forward and weight gradient by kernels::conv_wide_*; input gradient by product
+  direct_wide,   // every pass by kernels::conv_wide_*
 };
 
 class Conv2d final : public Layer {

@@ -137,10 +137,21 @@ TEST(Conv2d, MatchesDirectConvolutionOnManyChannels) {
   EXPECT_LE((y - expected).cwiseAbs().maxCoeff(), 1e-5f);
 }
 
+// Keeps the wide kernels (model/conv_wide.hpp) off for the layers built in its scope: on an
+// AVX-512 CPU they would take the small-patch layers' forward pass and weight gradient.
+struct WideKernelsOff {
+  WideKernelsOff() { kernels::allow_wide_kernels(false); }
+  ~WideKernelsOff() { kernels::allow_wide_kernels(true); }
+  WideKernelsOff(const WideKernelsOff&) = delete;
+  WideKernelsOff& operator=(const WideKernelsOff&) = delete;
+};
+
 // Layers with a receptive field of at most kernels::kDirectPatchMax floats and a multiple of
-// 16 output channels take the direct kernels (model/conv_direct.hpp): the first layer of
-// the cnn (5x5 over one channel, "same" padding) and a strided 3x3 over three channels.
+// 16 output channels take the direct kernels (model/conv_direct.hpp) where the wide ones do
+// not: the first layer of the cnn (5x5 over one channel, "same" padding) and a strided 3x3
+// over three channels.
 TEST(Conv2d, TheDirectPathMatchesAConvolutionLoopByLoop) {
+  const WideKernelsOff wide_off;
   struct Case {
     Shape input;
     Conv2dOptions options;
@@ -153,6 +164,7 @@ TEST(Conv2d, TheDirectPathMatchesAConvolutionLoopByLoop) {
                                   c.options.kernel, c.options.stride, c.options.padding})) {
       GTEST_SKIP() << "no AVX2 and FMA on this CPU: the direct path is not taken here";
     }
+    ASSERT_EQ(static_cast<const Conv2d&>(*conv.layer).kernels(), ConvKernels::small_patch);
     for (auto& p : conv.params) {
       p = static_cast<float>(rng.uniform_double() - 0.5);
     }
@@ -173,6 +185,7 @@ TEST(Conv2d, TheDirectPathMatchesAConvolutionLoopByLoop) {
 // The direct path's weight gradient is summed chunk by chunk in chunk order: the same bits
 // with one compute thread as with two, and the sum of what each sample gives alone.
 TEST(Conv2d, TheDirectPathsWeightGradientDoesNotDependOnTheThreadCount) {
+  const WideKernelsOff wide_off;
   Rng rng(12);
   BoundLayer conv(std::make_unique<Conv2d>(Shape{28, 28, 1}, Conv2dOptions{32, 5, 1, 2}));
   constexpr Eigen::Index kBatch = 60;  // 81 KB of columns a sample: several chunks
@@ -286,10 +299,14 @@ float largest_difference(const Got& got, const Want& want, std::size_t count) {
 
 // The cnn's second layer, and shapes that reach every register block (widths 11 and 19:
 // blocks of 14, 8, 4, 2 and 1 pixels; 48 channels: a block of 32 then one of 16), without
-// padding and without a bias.
+// padding and without a bias; then layers whose input channels are not a multiple of 16
+// (the cnn's first layer, a CIFAR cnn's first: kernel rows of 5 and 15 taps, blocks of 4
+// and 1, of 8, 4, 2 and 1), whose input gradient goes through the product.
 const ConvCase kWideCases[] = {{{14, 14, 32}, {64, 5, 1, 2}},
                                {{9, 11, 16}, {48, 3, 1, 1}},
-                               {{6, 21, 16}, {16, 3, 1, 0, false}}};
+                               {{6, 21, 16}, {16, 3, 1, 0, false}},
+                               {{12, 10, 1}, {32, 5, 1, 2}},
+                               {{11, 9, 3}, {16, 5, 1, 2}}};
 
 TEST(Conv2d, TheWidePathMatchesConvolutionLoopsInEveryPass) {
   if (!kernels::wide_applies(kWideCases[0].geometry())) {
@@ -301,7 +318,9 @@ TEST(Conv2d, TheWidePathMatchesConvolutionLoopsInEveryPass) {
   for (const auto& c : kWideCases) {
     BoundLayer conv(std::make_unique<Conv2d>(c.input, c.options));
     const auto& layer = static_cast<const Conv2d&>(*conv.layer);
-    ASSERT_EQ(layer.kernels(), ConvKernels::direct_wide) << "cin " << c.input[2];
+    ASSERT_EQ(layer.kernels(),
+              c.input[2] % 16 == 0 ? ConvKernels::direct_wide : ConvKernels::wide_forward)
+        << "cin " << c.input[2];
     const auto g = c.geometry();
     for (auto& p : conv.params) {
       p = static_cast<float>(rng.uniform_double() - 0.5);
@@ -373,6 +392,7 @@ TEST(Conv2d, TheWidePathIsTakenOnlyWhereItsKernelsFit) {
   g.stride = 2;
   g.out_h = g.out_w = 7;
   EXPECT_FALSE(kernels::wide_applies(g)) << "stride 2";
+  EXPECT_FALSE(kernels::wide_forward_applies(g)) << "stride 2";
   for (const std::int64_t channels : {8, 24}) {
     auto in = kWideCases[0].geometry();
     in.in_c = channels;
@@ -380,12 +400,21 @@ TEST(Conv2d, TheWidePathIsTakenOnlyWhereItsKernelsFit) {
     auto out = kWideCases[0].geometry();
     out.out_c = channels;
     EXPECT_FALSE(kernels::wide_applies(out)) << channels << " output channels";
+    EXPECT_FALSE(kernels::wide_forward_applies(out)) << channels << " output channels";
   }
   auto padded = ConvCase{{8, 8, 16}, {16, 3, 1, 3}}.geometry();
   EXPECT_FALSE(kernels::wide_applies(padded)) << "padding beyond kernel - 1";
-  // The cnn's first layer keeps the small-patch kernels.
+  // Input channels that are not a multiple of 16: forward and weight gradient only (on a
+  // CPU that takes the wide kernels at all).
+  const bool cpu_takes_them = kernels::wide_applies(kWideCases[0].geometry());
+  auto eight = kWideCases[0].geometry();
+  eight.in_c = 8;
+  EXPECT_EQ(kernels::wide_forward_applies(eight), cpu_takes_them);
   const Conv2d first(Shape{28, 28, 1}, Conv2dOptions{32, 5, 1, 2});
   EXPECT_NE(first.kernels(), ConvKernels::direct_wide);
+  if (cpu_takes_them) {
+    EXPECT_EQ(first.kernels(), ConvKernels::wide_forward);
+  }
   // Benchmarks that emulate a CPU without AVX-512 turn the path off for new layers.
   kernels::allow_wide_kernels(false);
   const Conv2d second(kWideCases[0].input, kWideCases[0].options);

@@ -1,5 +1,5 @@
 // The wide direct convolution's loops for x86-64-v4 (this file alone gets -march=x86-64-v4
-// and FMA contraction; shared/CMakeLists.txt). Called only after wide_applies' cpuid check.
+// and FMA contraction; shared/CMakeLists.txt). Called only after the cpuid check of wide_*_applies.
 //
 // Like gemm_avx512.cpp, the file defines nothing but its entry points
 // (tests/model/isa_objects_test.sh): it calls no inline function or template of another

@@ -212,19 +212,40 @@ TEST(FeatureScalingE2e, WithoutAFederatedScaleTheSameFederationIsRecordedForComp
   }
 }
 
-// A server restarted mid-run resumes with the stored scale: the sites are asked once.
+// A server restarted mid-run resumes with the stored scale: the sites are asked once. The
+// run is manual, so the restart lands between rounds 2 and 3 whatever the machine's speed
+// (an automatic run could finish its last rounds between the test seeing round 2 and the
+// server stopping, and then nothing would resume).
 TEST(FeatureScalingE2e, ARestartedServerKeepsTheRunsScale) {
   TempDir dir;
   const auto split = write_sites(dir);
   Federation federation(dir);
   const auto port = start_federation(federation, split);
-  auto run = federation.start_run(readme_run(dir.path("held-out.csv"), 4));
+  auto config = nlohmann::json::parse(readme_run(dir.path("held-out.csv"), 4));
+  config["manual"] = true;
+  auto run = federation.start_run(config.dump());
   ASSERT_TRUE(run) << run.error().to_string();
-  ASSERT_TRUE(federation.wait_until([&] { return federation.rounds_committed() >= 2; }));
+  const auto play_round = [&](int committed_after) {
+    ASSERT_TRUE(federation.poll_server([](federation::FederationServer& s) {
+      return s.status().waiting_for_admin;
+    })) << "the run did not wait for round "
+        << committed_after;
+    auto advanced =
+        federation.call([&](federation::FederationServer& s) { return s.advance_round(*run); });
+    ASSERT_TRUE(advanced) << advanced.error().to_string();
+    ASSERT_TRUE(federation.wait_until([&] {
+      return federation.rounds_committed() >= committed_after;
+    })) << "round "
+        << committed_after << " did not commit";
+  };
+  play_round(1);
+  play_round(2);
   federation.stop_server();
   federation::ServerOptions same_port;
   same_port.port = port;  // where the daemons reconnect
   federation.start_server(same_port);
+  play_round(3);
+  play_round(4);
   ASSERT_TRUE(federation.wait_until([&] { return federation.ended().has_value(); }))
       << "the resumed run did not end in time";
   EXPECT_EQ(*federation.ended(), store::RunState::finished);

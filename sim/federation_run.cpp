@@ -283,12 +283,15 @@ class ClientFleet {
   std::shared_ptr<asio::thread_pool> compute_;
 };
 
-// The server on its own thread.
+// The server on its own thread, and the dashboard on the same io_context.
 class ServerThread {
  public:
   ServerThread() : guard_(asio::make_work_guard(io_)) {}
   ~ServerThread() { stop(); }
   asio::io_context& io() { return io_; }
+  // The admin API and dashboard, when the run has one. Owned here so that it is destroyed
+  // after the thread joined and before the io_context its timers belong to.
+  std::unique_ptr<api::ApiServer>& dashboard() { return dashboard_; }
 
   void start(std::unique_ptr<federation::FederationServer> s) {
     server_ = std::move(s);
@@ -310,6 +313,7 @@ class ServerThread {
     asio::post(io_, [this] { server_->shutdown(); });
     guard_.reset();
     thread_.join();
+    dashboard_.reset();
     server_.reset();
   }
 
@@ -317,6 +321,7 @@ class ServerThread {
   asio::io_context io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::unique_ptr<federation::FederationServer> server_;
+  std::unique_ptr<api::ApiServer> dashboard_;
   std::thread thread_;
 };
 
@@ -324,8 +329,7 @@ class ServerThread {
 // thread stops, or when leaving run_federation early (the thread still runs then).
 class DashboardStop {
  public:
-  DashboardStop(ServerThread& thread, std::unique_ptr<api::ApiServer>& dashboard)
-      : thread_(thread), dashboard_(dashboard) {}
+  explicit DashboardStop(ServerThread& thread) : thread_(thread), dashboard_(thread.dashboard()) {}
   ~DashboardStop() { now(); }
   DashboardStop(const DashboardStop&) = delete;
   DashboardStop& operator=(const DashboardStop&) = delete;
@@ -350,8 +354,7 @@ class DashboardStop {
 // the URL and the token, which exists nowhere else.
 result<std::string> start_dashboard(const SimOptions& o, const SimPki& pki,
                                     const std::string& federation_listener,
-                                    ServerThread& server_thread, store::HistoryStore& store,
-                                    std::unique_ptr<api::ApiServer>& dashboard) {
+                                    ServerThread& server_thread, store::HistoryStore& store) {
   auto token = api::generate_token();
   if (!token) {
     return token.error();
@@ -372,8 +375,8 @@ result<std::string> start_dashboard(const SimOptions& o, const SimPki& pki,
     if (!created) {
       return created.error();
     }
-    dashboard = std::move(*created);
-    return dashboard->listen();
+    server_thread.dashboard() = std::move(*created);
+    return server_thread.dashboard()->listen();
   });
   if (!bound) {
     return fail(bound.error().code, "dashboard: " + bound.error().message);
@@ -581,9 +584,6 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   server_options.max_connections = o.clients + 64;
   // Short heartbeats let the daemons' io_contexts run dry quickly at shutdown.
   server_options.heartbeat_seconds = 2;
-  // Declared before the server thread so that it is destroyed after the thread joined;
-  // DashboardStop shuts it down on the thread before that.
-  std::unique_ptr<api::ApiServer> dashboard;
   ServerThread server_thread;
   auto server =
       federation::FederationServer::create(server_thread.io(), server_options, *store, hooks);
@@ -603,10 +603,10 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   if (auto shared = cluster.share_from_rank0(port, setup_wait(o.clients)); !shared) {
     return shared.error();
   }
-  DashboardStop dashboard_stop{server_thread, dashboard};
+  DashboardStop dashboard_stop{server_thread};
   if (o.dashboard_port != 0) {
     auto url = start_dashboard(o, *pki, tls ? "127.0.0.1:" + std::to_string(port) : "in-process",
-                               server_thread, *store, dashboard);
+                               server_thread, *store);
     if (!url) {
       return url.error();
     }
@@ -708,7 +708,7 @@ result<FederatedResult> run_federation(const SimOptions& o, const SimData& data,
   if (!others_done) {
     return others_done.error();
   }
-  if (dashboard && o.dashboard_linger_s > 0) {
+  if (server_thread.dashboard() && o.dashboard_linger_s > 0) {
     // For people looking at the finished run in a browser; the process only waits.
     note("the dashboard stays up for " + std::to_string(o.dashboard_linger_s) +
          " s (Ctrl-C ends it sooner)");

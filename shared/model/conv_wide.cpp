@@ -32,14 +32,16 @@ bool wide_kernels_allowed() noexcept {
 }
 
 bool wide_forward_applies(const ConvGeometry& g) noexcept {
-  return cpu_runs_avx512_objects() && wide_kernels_allowed() && g.stride == 1 && g.padding >= 0 &&
-         g.padding <= g.kernel - 1 && g.in_c > 0 && g.out_c > 0 &&
-         g.out_c % kWideChannelBlock == 0 && g.out_h == g.in_h + 2 * g.padding - g.kernel + 1 &&
-         g.out_w == g.in_w + 2 * g.padding - g.kernel + 1;
+  return cpu_runs_avx512_objects() && wide_kernels_allowed() && g.stride > 0 && g.padding >= 0 &&
+         g.in_c > 0 && g.out_c > 0 && g.out_c % kWideChannelBlock == 0 &&
+         g.out_h == (g.in_h + 2 * g.padding - g.kernel) / g.stride + 1 &&
+         g.out_w == (g.in_w + 2 * g.padding - g.kernel) / g.stride + 1;
 }
 
+// The input gradient is a stride-1 convolution of dy padded by kernel - 1 - padding.
 bool wide_applies(const ConvGeometry& g) noexcept {
-  return wide_forward_applies(g) && g.in_c % kWideChannelBlock == 0;
+  return wide_forward_applies(g) && g.stride == 1 && g.padding <= g.kernel - 1 &&
+         g.in_c % kWideChannelBlock == 0;
 }
 
 ConvGeometry input_gradient_geometry(const ConvGeometry& g) noexcept {
@@ -65,14 +67,14 @@ void pack_flipped_weights(const float* weights, float* flipped, const ConvGeomet
 
 void conv_wide_forward(const float* padded, const float* weights, const float* bias, float* out,
                        const ConvGeometry& g) {
-  avx512::convolve_plane(padded, g.padded_w(), g.in_c, weights, g.kernel, bias, out, g.out_h,
-                         g.out_w, g.out_c);
+  avx512::convolve_plane(padded, g.padded_w(), g.in_c, weights, g.kernel, g.stride, bias, out,
+                         g.out_h, g.out_w, g.out_c);
 }
 
 void conv_wide_weight_gradient(const float* padded, const float* dy, float* dw, float* db,
                                const ConvGeometry& g) {
   avx512::accumulate_weight_gradient(padded, g.padded_w(), g.in_c, dy, g.out_h, g.out_w, g.out_c,
-                                     g.kernel, dw, db);
+                                     g.kernel, g.stride, dw, db);
 }
 
 // The input gradient of a stride-1 convolution is a convolution of dy padded by
@@ -80,8 +82,8 @@ void conv_wide_weight_gradient(const float* padded, const float* dy, float* dw, 
 void conv_wide_input_gradient(const float* padded_dy, const float* flipped, float* dx,
                               const ConvGeometry& g) {
   const ConvGeometry back = input_gradient_geometry(g);
-  avx512::convolve_plane(padded_dy, back.padded_w(), back.in_c, flipped, back.kernel, nullptr, dx,
-                         back.out_h, back.out_w, back.out_c);
+  avx512::convolve_plane(padded_dy, back.padded_w(), back.in_c, flipped, back.kernel, 1, nullptr,
+                         dx, back.out_h, back.out_w, back.out_c);
 }
 
 #else

@@ -38,11 +38,11 @@ namespace fedcore::model::kernels {
 inline constexpr std::int64_t kWideChannelBlock = 16;
 
 // Whether conv_wide_forward and conv_wide_weight_gradient take this geometry on this CPU:
-// x86-64-v4 (and a build that has the AVX-512 objects), stride 1, padding at most
-// kernel - 1, out_c a multiple of kWideChannelBlock.
+// x86-64-v4 (and a build that has the AVX-512 objects), out_c a multiple of
+// kWideChannelBlock, any stride.
 bool wide_forward_applies(const ConvGeometry& g) noexcept;
-// Whether all three passes do: wide_forward_applies, and in_c a multiple of
-// kWideChannelBlock too.
+// Whether all three passes do: wide_forward_applies, stride 1, padding at most kernel - 1,
+// and in_c a multiple of kWideChannelBlock too.
 bool wide_applies(const ConvGeometry& g) noexcept;
 
 // For benchmarks that emulate a CPU without AVX-512: false makes wide_*_applies say no for
@@ -52,14 +52,14 @@ void allow_wide_kernels(bool allowed) noexcept;
 bool wide_kernels_allowed() noexcept;
 
 // One sample: out[oy, ox, :] = bias + sum over (ky, kx, ci) of
-// padded[oy + ky, ox + kx, ci] * weights[(ky, kx, ci), :] (bias may be null). padded is
-// pad_sample's copy of the input.
+// padded[oy * s + ky, ox * s + kx, ci] * weights[(ky, kx, ci), :] (bias may be null). padded
+// is pad_sample's copy of the input.
 void conv_wide_forward(const float* padded, const float* weights, const float* bias, float* out,
                        const ConvGeometry& g);
 
 // One sample, added to what dw and db hold: dw[(ky, kx, ci), :] += sum over (oy, ox) of
-// padded[oy + ky, ox + kx, ci] * dy[oy, ox, :]; db[:] += sum of dy[oy, ox, :] (db may be
-// null).
+// padded[oy * s + ky, ox * s + kx, ci] * dy[oy, ox, :]; db[:] += sum of dy[oy, ox, :] (db
+// may be null).
 void conv_wide_weight_gradient(const float* padded, const float* dy, float* dw, float* db,
                                const ConvGeometry& g);
 
@@ -80,15 +80,17 @@ void conv_wide_input_gradient(const float* padded_dy, const float* flipped, floa
 namespace avx512 {
 // The x86-64-v4 loops (conv_wide_avx512.cpp); only called after wide_*_applies. A plane
 // convolution: out (out_h x out_w x out_c) = bias + the k x k window of `in` (a padded
-// in_w-wide plane of in_c channels) times weights (tap-major, out_c contiguous).
+// in_w-wide plane of in_c channels) at every stride-th pixel times weights (tap-major, out_c
+// contiguous).
 void convolve_plane(const float* in, std::int64_t in_w, std::int64_t in_c, const float* weights,
-                    std::int64_t kernel, const float* bias, float* out, std::int64_t out_h,
-                    std::int64_t out_w, std::int64_t out_c);
+                    std::int64_t kernel, std::int64_t stride, const float* bias, float* out,
+                    std::int64_t out_h, std::int64_t out_w, std::int64_t out_c);
 // dw (tap-major, out_c contiguous) += the windows of `in` times dy, summed over out_h x
 // out_w pixels; db += dy summed over the pixels when not null.
 void accumulate_weight_gradient(const float* in, std::int64_t in_w, std::int64_t in_c,
                                 const float* dy, std::int64_t out_h, std::int64_t out_w,
-                                std::int64_t out_c, std::int64_t kernel, float* dw, float* db);
+                                std::int64_t out_c, std::int64_t kernel, std::int64_t stride,
+                                float* dw, float* db);
 }  // namespace avx512
 
 }  // namespace fedcore::model::kernels

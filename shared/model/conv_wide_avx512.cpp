@@ -35,9 +35,10 @@ constexpr int kTapBlock = 16;
 // [0, Halves * 16) from `weights` (already offset to the block's first channel).
 template <int Pixels, int Halves>
 [[gnu::always_inline]] inline void pixel_block(const float* __restrict window, std::int64_t in_row,
-                                               std::int64_t in_c, const float* __restrict weights,
-                                               std::int64_t kernel, const float* __restrict bias,
-                                               float* __restrict out, std::int64_t out_c) {
+                                               std::int64_t in_c, std::int64_t pixel_step,
+                                               const float* __restrict weights, std::int64_t kernel,
+                                               const float* __restrict bias, float* __restrict out,
+                                               std::int64_t out_c) {
   Sixteen acc[Pixels][Halves];
 #pragma GCC unroll 4
   for (int h = 0; h < Halves; ++h) {
@@ -62,7 +63,7 @@ template <int Pixels, int Halves>
         }
 #pragma GCC unroll 16
         for (int j = 0; j < Pixels; ++j) {
-          const float v = x[j * in_c + ci];
+          const float v = x[j * pixel_step + ci];
 #pragma GCC unroll 4
           for (int h = 0; h < Halves; ++h) {
             acc[j][h] += v * wv[h];
@@ -83,39 +84,39 @@ template <int Pixels, int Halves>
 // One output row's pixels, for channels [0, Halves * 16) of the block.
 template <int Halves>
 void row_blocks(const float* window_row, std::int64_t in_row, std::int64_t in_c,
-                const float* weights, std::int64_t kernel, const float* bias, float* out_row,
-                std::int64_t out_w, std::int64_t out_c) {
+                std::int64_t pixel_step, const float* weights, std::int64_t kernel,
+                const float* bias, float* out_row, std::int64_t out_w, std::int64_t out_c) {
   std::int64_t ox = 0;
-  const auto at = [&](std::int64_t pixel) { return window_row + pixel * in_c; };
+  const auto at = [&](std::int64_t pixel) { return window_row + pixel * pixel_step; };
   for (; ox + kRowBlock <= out_w; ox += kRowBlock) {
-    pixel_block<kRowBlock, Halves>(at(ox), in_row, in_c, weights, kernel, bias,
+    pixel_block<kRowBlock, Halves>(at(ox), in_row, in_c, pixel_step, weights, kernel, bias,
                                    out_row + ox * out_c, out_c);
   }
   if (ox + 8 <= out_w) {
-    pixel_block<8, Halves>(at(ox), in_row, in_c, weights, kernel, bias, out_row + ox * out_c,
-                           out_c);
+    pixel_block<8, Halves>(at(ox), in_row, in_c, pixel_step, weights, kernel, bias,
+                           out_row + ox * out_c, out_c);
     ox += 8;
   }
   if (ox + 4 <= out_w) {
-    pixel_block<4, Halves>(at(ox), in_row, in_c, weights, kernel, bias, out_row + ox * out_c,
-                           out_c);
+    pixel_block<4, Halves>(at(ox), in_row, in_c, pixel_step, weights, kernel, bias,
+                           out_row + ox * out_c, out_c);
     ox += 4;
   }
   if (ox + 2 <= out_w) {
-    pixel_block<2, Halves>(at(ox), in_row, in_c, weights, kernel, bias, out_row + ox * out_c,
-                           out_c);
+    pixel_block<2, Halves>(at(ox), in_row, in_c, pixel_step, weights, kernel, bias,
+                           out_row + ox * out_c, out_c);
     ox += 2;
   }
   if (ox < out_w) {
-    pixel_block<1, Halves>(at(ox), in_row, in_c, weights, kernel, bias, out_row + ox * out_c,
-                           out_c);
+    pixel_block<1, Halves>(at(ox), in_row, in_c, pixel_step, weights, kernel, bias,
+                           out_row + ox * out_c, out_c);
   }
 }
 
 // dw[t, :16] += sum over pixels of window[pixel][t] * dy[pixel][:16] for taps
 // t in [0, Taps) from `taps`: consecutive floats of one kernel row's window.
 template <int Taps>
-void tap_block(const float* __restrict taps, std::int64_t in_row, std::int64_t in_c,
+void tap_block(const float* __restrict taps, std::int64_t row_step, std::int64_t pixel_step,
                const float* __restrict dy, std::int64_t out_h, std::int64_t out_w,
                std::int64_t out_c, float* __restrict dw) {
   Sixteen acc[Taps];
@@ -124,12 +125,12 @@ void tap_block(const float* __restrict taps, std::int64_t in_row, std::int64_t i
     acc[t] = Sixteen{};
   }
   for (std::int64_t oy = 0; oy < out_h; ++oy) {
-    const float* x_row = taps + oy * in_row;
+    const float* x_row = taps + oy * row_step;
     const float* dy_row = dy + oy * out_w * out_c;
     for (std::int64_t ox = 0; ox < out_w; ++ox) {
       Sixteen d;
       load(d, dy_row + ox * out_c);
-      const float* x = x_row + ox * in_c;
+      const float* x = x_row + ox * pixel_step;
 #pragma GCC unroll 16
       for (int t = 0; t < Taps; ++t) {
         acc[t] += x[t] * d;
@@ -147,12 +148,12 @@ void tap_block(const float* __restrict taps, std::int64_t in_row, std::int64_t i
 
 // One kernel row's taps, (kx, ci) in order: kernel * in_c consecutive floats of the window
 // (so of dw's taps too), in blocks of 16, then 8, 4, 2, 1.
-void kernel_row_taps(const float* taps, std::int64_t row_taps, std::int64_t in_row,
-                     std::int64_t in_c, const float* dy, std::int64_t out_h, std::int64_t out_w,
-                     std::int64_t out_c, float* dw) {
+void kernel_row_taps(const float* taps, std::int64_t row_taps, std::int64_t row_step,
+                     std::int64_t pixel_step, const float* dy, std::int64_t out_h,
+                     std::int64_t out_w, std::int64_t out_c, float* dw) {
   std::int64_t p = 0;
   const auto block = [&]<int Taps>() {
-    tap_block<Taps>(taps + p, in_row, in_c, dy, out_h, out_w, out_c, dw + p * out_c);
+    tap_block<Taps>(taps + p, row_step, pixel_step, dy, out_h, out_w, out_c, dw + p * out_c);
     p += Taps;
   };
   while (p + kTapBlock <= row_taps) {
@@ -175,19 +176,20 @@ void kernel_row_taps(const float* taps, std::int64_t row_taps, std::int64_t in_r
 }  // namespace
 
 void convolve_plane(const float* in, std::int64_t in_w, std::int64_t in_c, const float* weights,
-                    std::int64_t kernel, const float* bias, float* out, std::int64_t out_h,
-                    std::int64_t out_w, std::int64_t out_c) {
+                    std::int64_t kernel, std::int64_t stride, const float* bias, float* out,
+                    std::int64_t out_h, std::int64_t out_w, std::int64_t out_c) {
   const auto in_row = in_w * in_c;
+  const auto pixel_step = stride * in_c;
   for (std::int64_t oy = 0; oy < out_h; ++oy) {
-    const float* window_row = in + oy * in_row;
+    const float* window_row = in + oy * stride * in_row;
     float* out_row = out + oy * out_w * out_c;
     std::int64_t cb = 0;
     for (; cb + 2 * kLanes <= out_c; cb += 2 * kLanes) {
-      row_blocks<2>(window_row, in_row, in_c, weights + cb, kernel,
+      row_blocks<2>(window_row, in_row, in_c, pixel_step, weights + cb, kernel,
                     bias != nullptr ? bias + cb : nullptr, out_row + cb, out_w, out_c);
     }
     if (cb < out_c) {
-      row_blocks<1>(window_row, in_row, in_c, weights + cb, kernel,
+      row_blocks<1>(window_row, in_row, in_c, pixel_step, weights + cb, kernel,
                     bias != nullptr ? bias + cb : nullptr, out_row + cb, out_w, out_c);
     }
   }
@@ -195,13 +197,14 @@ void convolve_plane(const float* in, std::int64_t in_w, std::int64_t in_c, const
 
 void accumulate_weight_gradient(const float* in, std::int64_t in_w, std::int64_t in_c,
                                 const float* dy, std::int64_t out_h, std::int64_t out_w,
-                                std::int64_t out_c, std::int64_t kernel, float* dw, float* db) {
+                                std::int64_t out_c, std::int64_t kernel, std::int64_t stride,
+                                float* dw, float* db) {
   const auto in_row = in_w * in_c;
   const auto row_taps = kernel * in_c;
   for (std::int64_t ky = 0; ky < kernel; ++ky) {
     for (std::int64_t cb = 0; cb < out_c; cb += kLanes) {
-      kernel_row_taps(in + ky * in_row, row_taps, in_row, in_c, dy + cb, out_h, out_w, out_c,
-                      dw + ky * row_taps * out_c + cb);
+      kernel_row_taps(in + ky * in_row, row_taps, stride * in_row, stride * in_c, dy + cb, out_h,
+                      out_w, out_c, dw + ky * row_taps * out_c + cb);
     }
   }
   if (db != nullptr) {

@@ -228,31 +228,31 @@ struct ConvCase {
 // d(sum r .* y)/dx and d(...)/d(weights, bias) of a convolution, loop by loop in double.
 Matrix reference_input_gradient(const Matrix& dy, const std::vector<float>& p,
                                 const kernels::ConvGeometry& g) {
-  Matrix dx = Matrix::Zero(g.in_h * g.in_w * g.in_c, dy.cols());
+  Eigen::MatrixXd dx = Eigen::MatrixXd::Zero(g.in_h * g.in_w * g.in_c, dy.cols());
   for (Eigen::Index b = 0; b < dy.cols(); ++b) {
-    for (std::int64_t iy = 0; iy < g.in_h; ++iy) {
-      for (std::int64_t ix = 0; ix < g.in_w; ++ix) {
-        for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
-          double sum = 0;
-          for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
-            for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
-              const auto oy = iy + g.padding - ky;
-              const auto ox = ix + g.padding - kx;
-              if (oy < 0 || oy >= g.out_h || ox < 0 || ox >= g.out_w) {
-                continue;
-              }
+    for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+        for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
+          for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
+            const auto iy = oy * g.stride - g.padding + ky;
+            const auto ix = ox * g.stride - g.padding + kx;
+            if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) {
+              continue;
+            }
+            for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
+              double sum = 0;
               for (std::int64_t co = 0; co < g.out_c; ++co) {
                 sum += double(p[((ky * g.kernel + kx) * g.in_c + ci) * g.out_c + co]) *
                        dy((oy * g.out_w + ox) * g.out_c + co, b);
               }
+              dx((iy * g.in_w + ix) * g.in_c + ci, b) += sum;
             }
           }
-          dx((iy * g.in_w + ix) * g.in_c + ci, b) = static_cast<float>(sum);
         }
       }
     }
   }
-  return dx;
+  return dx.cast<float>();
 }
 
 std::vector<double> reference_param_gradient(const Matrix& x, const Matrix& dy, bool bias,
@@ -269,8 +269,8 @@ std::vector<double> reference_param_gradient(const Matrix& x, const Matrix& dy, 
           }
           for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
             for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
-              const auto iy = oy - g.padding + ky;
-              const auto ix = ox - g.padding + kx;
+              const auto iy = oy * g.stride - g.padding + ky;
+              const auto ix = ox * g.stride - g.padding + kx;
               if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) {
                 continue;
               }
@@ -299,14 +299,15 @@ float largest_difference(const Got& got, const Want& want, std::size_t count) {
 
 // The cnn's second layer, and shapes that reach every register block (widths 11 and 19:
 // blocks of 14, 8, 4, 2 and 1 pixels; 48 channels: a block of 32 then one of 16), without
-// padding and without a bias; then layers whose input channels are not a multiple of 16
-// (the cnn's first layer, a CIFAR cnn's first: kernel rows of 5 and 15 taps, blocks of 4
-// and 1, of 8, 4, 2 and 1), whose input gradient goes through the product.
-const ConvCase kWideCases[] = {{{14, 14, 32}, {64, 5, 1, 2}},
-                               {{9, 11, 16}, {48, 3, 1, 1}},
-                               {{6, 21, 16}, {16, 3, 1, 0, false}},
-                               {{12, 10, 1}, {32, 5, 1, 2}},
-                               {{11, 9, 3}, {16, 5, 1, 2}}};
+// padding and without a bias; then layers whose input gradient goes through the product:
+// input channels that are not a multiple of 16 (the cnn's first layer, a CIFAR cnn's
+// first: kernel rows of 5 and 15 taps, blocks of 4 and 1, of 8, 4, 2 and 1) and stride 2
+// (ImageNet-stride MobileNetV2's stem; 16 channels at stride 2).
+const ConvCase kWideCases[] = {
+    {{14, 14, 32}, {64, 5, 1, 2}},       {{9, 11, 16}, {48, 3, 1, 1}},
+    {{6, 21, 16}, {16, 3, 1, 0, false}}, {{12, 10, 1}, {32, 5, 1, 2}},
+    {{11, 9, 3}, {16, 5, 1, 2}},         {{13, 33, 3}, {16, 3, 2, 1, false}},
+    {{10, 9, 16}, {32, 3, 2, 1}}};
 
 TEST(Conv2d, TheWidePathMatchesConvolutionLoopsInEveryPass) {
   if (!kernels::wide_applies(kWideCases[0].geometry())) {
@@ -318,9 +319,10 @@ TEST(Conv2d, TheWidePathMatchesConvolutionLoopsInEveryPass) {
   for (const auto& c : kWideCases) {
     BoundLayer conv(std::make_unique<Conv2d>(c.input, c.options));
     const auto& layer = static_cast<const Conv2d&>(*conv.layer);
-    ASSERT_EQ(layer.kernels(),
-              c.input[2] % 16 == 0 ? ConvKernels::direct_wide : ConvKernels::wide_forward)
-        << "cin " << c.input[2];
+    ASSERT_EQ(layer.kernels(), c.input[2] % 16 == 0 && c.options.stride == 1
+                                   ? ConvKernels::direct_wide
+                                   : ConvKernels::wide_forward)
+        << "cin " << c.input[2] << ", stride " << c.options.stride;
     const auto g = c.geometry();
     for (auto& p : conv.params) {
       p = static_cast<float>(rng.uniform_double() - 0.5);
@@ -392,7 +394,6 @@ TEST(Conv2d, TheWidePathIsTakenOnlyWhereItsKernelsFit) {
   g.stride = 2;
   g.out_h = g.out_w = 7;
   EXPECT_FALSE(kernels::wide_applies(g)) << "stride 2";
-  EXPECT_FALSE(kernels::wide_forward_applies(g)) << "stride 2";
   for (const std::int64_t channels : {8, 24}) {
     auto in = kWideCases[0].geometry();
     in.in_c = channels;
@@ -410,6 +411,7 @@ TEST(Conv2d, TheWidePathIsTakenOnlyWhereItsKernelsFit) {
   auto eight = kWideCases[0].geometry();
   eight.in_c = 8;
   EXPECT_EQ(kernels::wide_forward_applies(eight), cpu_takes_them);
+  EXPECT_EQ(kernels::wide_forward_applies(g), cpu_takes_them) << "stride 2";
   const Conv2d first(Shape{28, 28, 1}, Conv2dOptions{32, 5, 1, 2});
   EXPECT_NE(first.kernels(), ConvKernels::direct_wide);
   if (cpu_takes_them) {

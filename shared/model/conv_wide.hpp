@@ -1,8 +1,8 @@
-// Direct convolution on AVX-512 for stride-1 layers whose output channels are a multiple
-// of 16: forward and weight gradient whatever the input channels, and the input gradient
-// too when those are a multiple of 16 (the McMahan cnn's second convolution, 5x5 over 32
-// channels into 64, takes all three; its first, over one channel, and a CIFAR cnn's first,
-// over three, take the first two).
+// Direct convolution on AVX-512 for layers whose output channels are a multiple of 16:
+// forward and weight gradient at any stride whatever the input channels, and the input
+// gradient too at stride 1 when those are a multiple of 16 (the McMahan cnn's second
+// convolution, 5x5 over 32 channels into 64, takes all three; its first, over one channel,
+// a CIFAR cnn's first, over three, and strided layers take the first two).
 //
 // Why: the second layer's im2col product (64 x 800 times 800 x pixels) already runs near a
 // core's peak in OpenBLAS or Eigen, but im2col, its column matrix's trip through the cache

@@ -72,10 +72,10 @@ struct Conv2dOptions {
 // A layer with a small receptive field (k * k * cin <= kernels::kDirectPatchMax, the first
 // layer of an image model) computes its forward pass and weight gradient directly instead
 // (model/conv_direct.hpp): there im2col's columns are 25 floats tall, too short for a GEMM.
-// Its input gradient still goes through the product and col2im. On an AVX-512 CPU a
-// stride-1 layer whose output channels are a multiple of 16 computes its forward pass and
-// weight gradient on the wide kernels instead (model/conv_wide.hpp), and its input gradient
-// too when its input channels are (the cnn's second layer): no im2col and col2im at all.
+// Its input gradient still goes through the product and col2im. On an AVX-512 CPU a layer
+// whose output channels are a multiple of 16 computes its forward pass and weight gradient
+// on the wide kernels instead (model/conv_wide.hpp), and its input gradient too at stride 1
+// when its input channels are (the cnn's second layer): no im2col and col2im at all.
 inline constexpr std::size_t kConvChunkBytes = std::size_t{2} << 20;
 
 // Which code computes a Conv2d's passes; chosen once, from the geometry and the CPU.

@@ -278,7 +278,7 @@ void Conv2d::forward_direct(const Matrix& input, Matrix& output) {
     Matrix& padded = scratch(omp_get_thread_num());
     padded.resize(g.padded_size(), 1);
     kernels::pad_sample(input.col(b).data(), padded.data(), g);
-    if (kernels_ == ConvKernels::direct_wide || kernels_ == ConvKernels::wide_forward) {
+    if (forward_is_wide()) {
       kernels::conv_wide_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
     } else {
       kernels::conv_direct_forward(padded.data(), weight_.data(), bias, output.col(b).data(), g);
@@ -298,7 +298,7 @@ void Conv2d::gradient_direct(const Matrix& input, const Matrix& grad_output, Eig
   padded.resize(g.padded_size(), 1);
   for (Eigen::Index b = first; b < first + count; ++b) {
     kernels::pad_sample(input.col(b).data(), padded.data(), g);
-    if (kernels_ == ConvKernels::direct_wide || kernels_ == ConvKernels::wide_forward) {
+    if (forward_is_wide()) {
       kernels::conv_wide_weight_gradient(padded.data(), grad_output.col(b).data(), partial.data(),
                                          bias_grad, g);
     } else {

@@ -120,6 +120,10 @@ class Conv2d final : public Layer {
   void backward_wide(const Matrix& grad_output, Matrix& grad_input);
   // The shape the direct kernels take.
   kernels::ConvGeometry geometry() const noexcept;
+  // Whether forward and weight gradient run on the wide kernels (model/conv_wide.hpp).
+  bool forward_is_wide() const noexcept {
+    return kernels_ == ConvKernels::direct_wide || kernels_ == ConvKernels::wide_forward;
+  }
   // The rows of im2col's columns: the patch, then a 1 for the bias if there is one.
   std::int64_t column_rows() const noexcept { return patch_size_ + (options_.bias ? 1 : 0); }
   // The most samples a chunk holds (kConvChunkBytes of columns, at least 1).

@@ -21,7 +21,10 @@ except ImportError:
           "(scripts/setup.sh --bench installs it)")
     sys.exit(0)
 
-MODELS = ["logreg", "mlp", "cnn"]
+# The same order as bench/train_step_bench.cpp's kSpecs; cnn_cifar is the McMahan cnn on
+# CIFAR-shaped 32x32x3 inputs.
+MODELS = ["logreg", "mlp", "cnn", "cnn_cifar"]
+INPUT_SHAPES = {"cnn_cifar": (3, 32, 32)}
 
 
 def build(name):
@@ -30,10 +33,11 @@ def build(name):
     if name == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
                              nn.ReLU(), nn.Linear(128, 10))
+    channels, side, _ = INPUT_SHAPES.get(name, (1, 28, 28))
     return nn.Sequential(
-        nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+        nn.Flatten(), nn.Linear(64 * (side // 4) ** 2, 512), nn.ReLU(), nn.Linear(512, 10))
 
 
 def samples_per_second(name, batch, threads, min_time=1.0):
@@ -42,7 +46,7 @@ def samples_per_second(name, batch, threads, min_time=1.0):
     model = build(name)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    x = torch.rand(batch, 1, 28, 28)
+    x = torch.rand(batch, *INPUT_SHAPES.get(name, (1, 28, 28)))
     y = torch.randint(0, 10, (batch,))
 
     def step():
@@ -91,11 +95,11 @@ def announce_torch():
 def side_by_side(fedcore_json):
     ours = fedcore_rates(fedcore_json)
     announce_torch()
-    print(f"{'model':<8}{'batch':>6}{'threads':>8}{'fedcore samples/s':>19}{'pytorch samples/s':>19}{'ratio':>8}")
+    print(f"{'model':<10}{'batch':>6}{'threads':>8}{'fedcore samples/s':>19}{'pytorch samples/s':>19}{'ratio':>8}")
     for key in in_order(ours):
         name, batch, threads = key
         torch_rate = samples_per_second(name, batch, threads)
-        print(f"{name:<8}{batch:>6}{threads:>8}{ours[key]:>19,.0f}{torch_rate:>19,.0f}{ours[key] / torch_rate:>7.2f}x",
+        print(f"{name:<10}{batch:>6}{threads:>8}{ours[key]:>19,.0f}{torch_rate:>19,.0f}{ours[key] / torch_rate:>7.2f}x",
               flush=True)
 
 
@@ -119,7 +123,7 @@ def summary(paths):
                 theirs.setdefault((name, int(batch), int(threads)), []).append(rate)
     runs = len(paths) // 2
     print(f"{runs} runs of each, alternated; medians, and Fedcore / PyTorch of each run in order")
-    print(f"{'model':<8}{'batch':>6}{'threads':>8}{'fedcore samples/s':>19}{'pytorch samples/s':>19}"
+    print(f"{'model':<10}{'batch':>6}{'threads':>8}{'fedcore samples/s':>19}{'pytorch samples/s':>19}"
           f"{'ratio':>8}  runs >= 1.0x  each run")
     for key in in_order(ours):
         mine, peer = ours[key], theirs.get(key, [])
@@ -127,7 +131,7 @@ def summary(paths):
             continue
         ratios = [a / b for a, b in zip(mine, peer)]
         ahead = sum(r >= 1.0 for r in ratios)
-        print(f"{key[0]:<8}{key[1]:>6}{key[2]:>8}{statistics.median(mine):>19,.0f}"
+        print(f"{key[0]:<10}{key[1]:>6}{key[2]:>8}{statistics.median(mine):>19,.0f}"
               f"{statistics.median(peer):>19,.0f}{statistics.median(mine) / statistics.median(peer):>7.2f}x"
               f"  {ahead:>4} of {len(ratios):<5}  " + ", ".join(f"{r:.2f}" for r in ratios))
 

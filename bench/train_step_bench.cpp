@@ -1,5 +1,6 @@
 // One training step (forward, loss, backward, SGD-with-momentum update) of the zoo's
-// models on Fashion-MNIST-shaped batches, as samples per second.
+// models on Fashion-MNIST-shaped batches (and the cnn on CIFAR-shaped ones, model 3), as
+// samples per second.
 //
 //   build/release/bench/bench_train_step --benchmark_filter=cnn
 //
@@ -7,6 +8,7 @@
 // threads of this one process (set_compute_threads), the same knob PyTorch's
 // torch.set_num_threads turns in bench/compare_torch.py.
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,7 @@ const char* const kSpecs[] = {
     R"({"type":"logreg","input_shape":[28,28,1],"num_classes":10})",
     R"({"type":"mlp","hidden":[256,128],"input_shape":[28,28,1],"num_classes":10})",
     R"({"type":"cnn","input_shape":[28,28,1],"num_classes":10})",
+    R"({"type":"cnn","input_shape":[32,32,3],"num_classes":10})",
 };
 
 // The same number bench/compare_torch.py runs before it times PyTorch.
@@ -40,7 +43,7 @@ void train_step(benchmark::State& state) {
   model->initialize(1);
   auto sgd = make_optimizer({.learning_rate = 0.01f, .momentum = 0.9f}, model->param_count());
   fedcore::Rng rng(2);
-  Matrix x(784, batch);
+  Matrix x(static_cast<Eigen::Index>(model->input_size()), batch);
   for (Eigen::Index i = 0; i < x.size(); ++i) {
     x.data()[i] = rng.uniform_float();
   }
@@ -70,7 +73,7 @@ void train_step(benchmark::State& state) {
 
 void arguments(benchmark::internal::Benchmark* b) {
   b->ArgNames({"model", "batch", "threads"});
-  for (int model = 0; model < 3; ++model) {
+  for (int model = 0; model < static_cast<int>(std::size(kSpecs)); ++model) {
     for (int batch : {32, 128}) {
       for (int threads : {1, 2}) {
         b->Args({model, batch, threads});

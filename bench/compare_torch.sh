@@ -42,7 +42,8 @@ if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then
   export OPENBLAS_CORETYPE=$core
 fi
 gemm=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("gemm_kernel",""))' "$out")
-echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}; Fedcore's layer products: $gemm kernel (shared/model/gemm.hpp); PyTorch oneDNN ISA cap: ${ONEDNN_MAX_CPU_ISA:-none}"
+wide=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("wide_conv_kernel",""))' "$out")
+echo "compare_torch: OpenBLAS core: Fedcore $core, PyTorch ${OPENBLAS_CORETYPE:-its own choice}; Fedcore's layer products: $gemm kernel (shared/model/gemm.hpp), wide convolutions: ${wide:-off} (shared/model/conv_wide.hpp); PyTorch oneDNN ISA cap: ${ONEDNN_MAX_CPU_ISA:-none}"
 torch_python() {
   LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} /usr/bin/python3 "$here/compare_torch.py" "$@"
 }

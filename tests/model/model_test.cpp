@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "shared/model/conv_wide.hpp"
+#include "shared/model/layers.hpp"
 #include "shared/model/loss.hpp"
 #include "shared/model/spec.hpp"
 #include "tests/model/gradient_check.hpp"
@@ -43,6 +45,24 @@ TEST(Model, CnnStagesPoolBeforeTheirReLU) {
   EXPECT_EQ(kinds, (std::vector<std::string>{"conv2d", "maxpool2d", "relu", "conv2d", "maxpool2d",
                                              "relu"}));
   EXPECT_EQ(cnn.layer(2).input_shape(), (Shape{14, 14, 32}));
+}
+
+// On a CPU with x86-64-v4 both of the cnn's convolutions skip im2col (model/conv_wide.hpp):
+// the second in every pass, the first (one input channel) in forward and weight gradient;
+// for Fashion-MNIST and CIFAR shapes alike. Elsewhere the first keeps the AVX2 kernel or
+// the product.
+TEST(Model, TheCnnsConvolutionsRunOnTheWideKernelsWhereTheCpuHasThem) {
+  if (!kernels::wide_applies({14, 14, 32, 14, 14, 64, 5, 1, 2})) {
+    GTEST_SKIP() << "no x86-64-v4 on this CPU (or build): the wide kernels are not taken here";
+  }
+  for (const char* spec : {R"({"type":"cnn","input_shape":[28,28,1],"num_classes":10})",
+                           R"({"type":"cnn","input_shape":[32,32,3],"num_classes":10})"}) {
+    Model cnn = build(spec);
+    const auto& first = dynamic_cast<const Conv2d&>(cnn.layer(0));
+    const auto& second = dynamic_cast<const Conv2d&>(cnn.layer(3));
+    EXPECT_EQ(first.kernels(), ConvKernels::wide_forward) << spec;
+    EXPECT_EQ(second.kernels(), ConvKernels::direct_wide) << spec;
+  }
 }
 
 TEST(Model, LayoutTilesTheFlatBuffer) {

@@ -225,33 +225,39 @@ struct ConvCase {
   }
 };
 
-// d(sum r .* y)/dx and d(...)/d(weights, bias) of a convolution, loop by loop in double.
-Matrix reference_input_gradient(const Matrix& dy, const std::vector<float>& p,
-                                const kernels::ConvGeometry& g) {
-  Eigen::MatrixXd dx = Eigen::MatrixXd::Zero(g.in_h * g.in_w * g.in_c, dy.cols());
-  for (Eigen::Index b = 0; b < dy.cols(); ++b) {
+// Calls visit(b, out_pixel, in_pixel, tap) for every sample, output pixel and kernel tap
+// (ky * kernel + kx) whose input pixel lies inside the image; pixels are row-major indices.
+template <class Visit>
+void for_each_window_tap(const kernels::ConvGeometry& g, Eigen::Index batch, Visit&& visit) {
+  for (Eigen::Index b = 0; b < batch; ++b) {
     for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
       for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
         for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
           for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
             const auto iy = oy * g.stride - g.padding + ky;
             const auto ix = ox * g.stride - g.padding + kx;
-            if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) {
-              continue;
-            }
-            for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
-              double sum = 0;
-              for (std::int64_t co = 0; co < g.out_c; ++co) {
-                sum += double(p[((ky * g.kernel + kx) * g.in_c + ci) * g.out_c + co]) *
-                       dy((oy * g.out_w + ox) * g.out_c + co, b);
-              }
-              dx((iy * g.in_w + ix) * g.in_c + ci, b) += sum;
+            if (iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
+              visit(b, oy * g.out_w + ox, iy * g.in_w + ix, ky * g.kernel + kx);
             }
           }
         }
       }
     }
   }
+}
+
+// d(sum r .* y)/dx and d(...)/d(weights, bias) of a convolution, loop by loop in double.
+Matrix reference_input_gradient(const Matrix& dy, const std::vector<float>& p,
+                                const kernels::ConvGeometry& g) {
+  Eigen::MatrixXd dx = Eigen::MatrixXd::Zero(g.in_h * g.in_w * g.in_c, dy.cols());
+  for_each_window_tap(g, dy.cols(), [&](Eigen::Index b, auto out, auto in, auto tap) {
+    for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
+      for (std::int64_t co = 0; co < g.out_c; ++co) {
+        dx(in * g.in_c + ci, b) +=
+            double(p[(tap * g.in_c + ci) * g.out_c + co]) * dy(out * g.out_c + co, b);
+      }
+    }
+  });
   return dx.cast<float>();
 }
 
@@ -259,29 +265,17 @@ std::vector<double> reference_param_gradient(const Matrix& x, const Matrix& dy, 
                                              const kernels::ConvGeometry& g) {
   const auto patch = g.kernel * g.kernel * g.in_c;
   std::vector<double> grads(static_cast<std::size_t>(patch * g.out_c + (bias ? g.out_c : 0)), 0.0);
-  for (Eigen::Index b = 0; b < x.cols(); ++b) {
-    for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-        for (std::int64_t co = 0; co < g.out_c; ++co) {
-          const double d = dy((oy * g.out_w + ox) * g.out_c + co, b);
-          if (bias) {
-            grads[static_cast<std::size_t>(patch * g.out_c + co)] += d;
-          }
-          for (std::int64_t ky = 0; ky < g.kernel; ++ky) {
-            for (std::int64_t kx = 0; kx < g.kernel; ++kx) {
-              const auto iy = oy * g.stride - g.padding + ky;
-              const auto ix = ox * g.stride - g.padding + kx;
-              if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) {
-                continue;
-              }
-              for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
-                grads[static_cast<std::size_t>(((ky * g.kernel + kx) * g.in_c + ci) * g.out_c +
-                                               co)] += d * x((iy * g.in_w + ix) * g.in_c + ci, b);
-              }
-            }
-          }
-        }
+  for_each_window_tap(g, x.cols(), [&](Eigen::Index b, auto out, auto in, auto tap) {
+    for (std::int64_t ci = 0; ci < g.in_c; ++ci) {
+      for (std::int64_t co = 0; co < g.out_c; ++co) {
+        grads[static_cast<std::size_t>((tap * g.in_c + ci) * g.out_c + co)] +=
+            double(dy(out * g.out_c + co, b)) * x(in * g.in_c + ci, b);
       }
+    }
+  });
+  if (bias) {
+    for (Eigen::Index i = 0; i < dy.size(); ++i) {
+      grads[static_cast<std::size_t>(patch * g.out_c + i % g.out_c)] += dy.data()[i];
     }
   }
   return grads;

@@ -747,6 +747,12 @@ double system_floor_ms(const ByteCosts& c, double mb_down, double mb_up) {
   return (mb_down + mb_up) * (2 * c.aes_ms_per_mb + c.send_ms_per_mb + c.receive_ms_per_mb) / 2;
 }
 
+// The server's floor at the TLS channel's measured costs: what its bytes cost each side of
+// our TlsStream (so OpenSSL's copies count), plus one memory pass over each update.
+double server_tls_floor_ms(const ByteCosts& c, double mb_down, double mb_up) {
+  return mb_down * c.tls_send_ms_per_mb + mb_up * (c.tls_receive_ms_per_mb + c.memory_ms_per_mb);
+}
+
 // The same through the TLS channel as it is: every byte sent once and received once over
 // TlsStream, at the CPU per MB the `transfer` bench measures for each side, on 2 cores, with
 // no other work (no fold, no checkpoint, no client work). A target below it cannot be met
@@ -835,8 +841,10 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
       "| params | clients | overlap | workers | round, all in | TRAIN written | first update | "
       "last update | "
       "validate | aggregate | checkpoint | commit | server CPU | CPU floor | CPU / floor "
-      "| system floor | round / system floor | TLS floor | round / TLS floor |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| system floor | round / system floor | TLS floor | round / TLS floor | server TLS floor "
+      "| CPU / server TLS floor |\n");
+  std::printf(
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [spec, r] : runs) {
     if (r.phases.empty()) {
       std::printf("| %ld | %d | no phases recorded |\n", r.actual_params, spec.clients);
@@ -850,9 +858,10 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
     const double server_floor = server_floor_ms(costs, mb_down, mb_up);
     const double system_floor = system_floor_ms(costs, mb_down, mb_up);
     const double tls_floor = tls_floor_ms(costs, mb_down, mb_up);
+    const double server_tls_floor = server_tls_floor_ms(costs, mb_down, mb_up);
     std::printf(
         "| %ld | %d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
-        "%.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+        "%.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
         r.actual_params, spec.clients, spec.overlap ? "on" : "off",
         spec.workers < 0 ? "default" : std::to_string(spec.workers).c_str(), total,
         median_of(r.phases, [](const P& p) { return p.train_written_ms.value_or(-1); }),
@@ -862,7 +871,8 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
         median_of(r.phases, [](const P& p) { return p.aggregate_ms; }),
         median_of(r.phases, [](const P& p) { return p.checkpoint_ms; }),
         median_of(r.phases, [](const P& p) { return p.commit_ms; }), cpu, server_floor,
-        cpu / server_floor, system_floor, total / system_floor, tls_floor, total / tls_floor);
+        cpu / server_floor, system_floor, total / system_floor, tls_floor, total / tls_floor,
+        server_tls_floor, cpu / server_tls_floor);
   }
   std::fflush(stdout);
 }

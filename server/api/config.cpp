@@ -151,6 +151,7 @@ result<ServerConfig> parse_server_config(const json& j) {
                   "storage_probe_first_s",
                   "storage_probe_max_s",
                   "overlap_checkpoints",
+                  "keep_checkpoints",
                   "worker_threads",
                   "tls",
                   "api"});
@@ -165,7 +166,8 @@ result<ServerConfig> parse_server_config(const json& j) {
   o.integer("max_unauthenticated_per_address", f.max_unauthenticated_per_address, {1, 1000000});
   o.integer("max_inflight_updates", f.max_inflight_updates, {1, 1024});
   o.boolean("overlap_checkpoints", f.overlap_checkpoints);
-  o.integer("worker_threads", f.worker_threads, {0, 64});  // absent: automatic
+  o.integer("keep_checkpoints", f.keep_checkpoints, {0, 1000000});  // 0: every round's
+  o.integer("worker_threads", f.worker_threads, {0, 64});           // absent: automatic
   auto upload_memory_mb = static_cast<std::int64_t>(f.upload_memory_bytes >> 20);
   o.integer("upload_memory_mb", upload_memory_mb, {0, 1 << 20});
   f.upload_memory_bytes = static_cast<std::uint64_t>(upload_memory_mb) << 20;

@@ -99,6 +99,13 @@ void add_model_routes(Router& router, ApiContext& ctx) {
                                    : "round " + std::to_string(*round) + " of run " +
                                          std::to_string(*id) + " has no checkpoint"));
         }
+        if (chosen->removed_ms) {
+          return error_response(fail(
+              errc::not_found, "the checkpoint of round " + std::to_string(chosen->round) +
+                                   " of run " + std::to_string(*id) +
+                                   " was removed by the server's checkpoint retention "
+                                   "(keep_checkpoints); the history keeps the round's record"));
+        }
         auto bytes = read_whole(chosen->ref.path);
         if (!bytes) {
           return error_response(fail(errc::internal, "round " + std::to_string(chosen->round) +

@@ -179,6 +179,7 @@ struct FederationServer::Impl final : EventSink {
     env.background = options.overlap_checkpoints ? &background : nullptr;
     env.background_store = env.background != nullptr && commit_store ? &*commit_store : nullptr;
     env.workers = workers.get();
+    env.keep_checkpoints = options.keep_checkpoints;
     return env;
   }
 

@@ -83,6 +83,10 @@ struct ServerOptions {
   // next round starts, and commits once the file is written (run_controller.hpp, "Overlap").
   // false: every round commits before the next starts.
   bool overlap_checkpoints = true;
+  // Checkpoint retention: keep the files of each run's newest N committed rounds and delete
+  // older ones as rounds commit (the history keeps their rows, marked removed); 0 keeps every
+  // round's file (docs/operations.md, "Disk use and checkpoint retention").
+  std::int64_t keep_checkpoints = 0;
   // Large updates (>= large_payload_bytes) received at once: always up to
   // max_inflight_updates, and beyond that as many as fit in upload_memory_bytes together
   // (net/payload_gate.hpp). The server's memory for uploads is max(max_inflight_updates x

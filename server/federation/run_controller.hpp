@@ -217,6 +217,9 @@ struct RunEnvironment {
   store::HistoryStore* background_store = nullptr;
   // Threads the strategy may fold on (Strategy::use_workers); null: the controller's only.
   WorkerPool* workers = nullptr;
+  // Checkpoint retention: the files of each run's newest keep_checkpoints committed rounds
+  // stay, older ones are deleted as rounds commit (their rows say when); 0 keeps them all.
+  std::int64_t keep_checkpoints = 0;
 };
 
 enum class RunPhase {

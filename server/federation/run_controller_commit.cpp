@@ -21,12 +21,26 @@ namespace {
 using json = nlohmann::json;
 
 // The round's one transaction, wherever it runs; `event_id` gets the id of its
-// "round_committed" row.
+// "round_committed" row. Then the checkpoint files retention retired in that transaction
+// are deleted: only now, once no kept row names them and the commit is durable. A file
+// left behind (a crash here, a refused unlink) is named by no kept row, so the orphan
+// sweep at the next start removes it.
 result<store::RoundRecord> commit_rows(store::HistoryStore& store, const CommitRows& rows,
                                        const store::CheckpointRef& ref, std::int64_t& event_id) {
   auto event = rows.committed_event;
-  auto committed = store.commit_round(rows.record, rows.results, ref, rows.evaluations, &event);
+  std::vector<std::string> retired;
+  auto committed = store.commit_round(rows.record, rows.results, ref, rows.evaluations, &event,
+                                      rows.retention, &retired);
   event_id = event.id;
+  for (const auto& path : retired) {
+    std::error_code ec;
+    if (!std::filesystem::remove(path, ec) && ec) {
+      spdlog::warn(
+          "run {}: checkpoint retention could not delete {}: {} (the next start's "
+          "orphan sweep will)",
+          rows.record.run_id, path, ec.message());
+    }
+  }
   return committed;
 }
 }  // namespace
@@ -95,7 +109,8 @@ void RunController::commit_round() {
                                                      {"rejected", round.closed.rejected},
                                                      {"timed_out", round.closed.timed_out},
                                                      {"late", round.closed.late}}
-                                                    .dump())});
+                                                    .dump()),
+                 store::CheckpointRetention{env_.keep_checkpoints, env_.clock.wall_ms()}});
   commit.timer.emplace(*round.timer);
   commit.secure_evaluation = round.secure_evaluation;
   // With a second connection the worker commits the round itself, right after its file:

@@ -303,7 +303,8 @@ result<std::vector<CheckpointRecord>> HistoryStore::list_checkpoints(std::int64_
 }
 
 result<std::vector<std::string>> HistoryStore::referenced_checkpoint_paths() {
-  auto lines = text_column(db_, "SELECT path FROM checkpoints ORDER BY path");
+  auto lines =
+      text_column(db_, "SELECT path FROM checkpoints WHERE removed_ms IS NULL ORDER BY path");
   if (!lines) {
     return in("cannot list checkpoint paths", lines.error());
   }

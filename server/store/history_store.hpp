@@ -130,10 +130,16 @@ class HistoryStore {
   // on a status other than ok or none on ok), errc::already_exists (two for one client).
   // `event`, when given, is appended in the same transaction (its id is set on success):
   // the round's own "committed" event is durable exactly when the round is.
+  // `retention` (keep_last > 0) marks the checkpoints of the run's rounds up to round.round -
+  // keep_last removed in the same transaction, and appends their paths to `removed_paths`
+  // (when given) on success: the caller deletes those files once the commit is durable (a
+  // crash before that leaves files no kept row names, which the orphan sweep removes).
   result<RoundRecord> commit_round(const RoundRecord& round, std::span<const ClientResult> results,
                                    const std::optional<CheckpointRef>& checkpoint,
                                    std::span<const ClientEvaluation> evaluations = {},
-                                   EventRecord* event = nullptr);
+                                   EventRecord* event = nullptr,
+                                   const CheckpointRetention& retention = {},
+                                   std::vector<std::string>* removed_paths = nullptr);
   // Records a failed attempt at round last_round + 1 with its failure_reason and the
   // client results gathered so far, in one transaction. last_round does not move, so the
   // same round number can be attempted again and finally committed; attempts are numbered
@@ -183,10 +189,10 @@ class HistoryStore {
 
   // The checkpoint of the highest committed round that has one, or nothing.
   result<std::optional<CheckpointRecord>> latest_checkpoint(std::int64_t run_id);
-  // Every checkpoint of the run, by round (for verification and retention).
+  // Every checkpoint of the run, by round, those retention removed included (removed_ms).
   result<std::vector<CheckpointRecord>> list_checkpoints(std::int64_t run_id);
-  // Every checkpoint path any row references, sorted. Files of the checkpoint directory
-  // not in this list are orphans and may be deleted.
+  // Every checkpoint path a row references and retention has not removed, sorted. Files of
+  // the checkpoint directory not in this list are orphans and may be deleted.
   result<std::vector<std::string>> referenced_checkpoint_paths();
 
   // ---- Feature scales
@@ -256,8 +262,9 @@ class HistoryStore {
   explicit HistoryStore(Database db) noexcept : db_(std::move(db)) {}
   result<RoundRecord> write_round(const RoundRecord& round, std::span<const ClientResult> results,
                                   const std::optional<CheckpointRef>& checkpoint, RoundState state,
-                                  std::span<const ClientEvaluation> evaluations,
-                                  EventRecord* event);
+                                  std::span<const ClientEvaluation> evaluations, EventRecord* event,
+                                  const CheckpointRetention& retention = {},
+                                  std::vector<std::string>* removed_paths = nullptr);
   // Runs `write` with synchronous=NORMAL (history_store_phases.cpp).
   result<void> without_fsync(const std::function<result<void>()>& write);
   // The INSERT of append_event, inside the caller's transaction or autocommit.

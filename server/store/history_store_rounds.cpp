@@ -15,8 +15,11 @@ result<RoundRecord> HistoryStore::commit_round(const RoundRecord& round,
                                                std::span<const ClientResult> results,
                                                const std::optional<CheckpointRef>& checkpoint,
                                                std::span<const ClientEvaluation> evaluations,
-                                               EventRecord* event) {
-  return write_round(round, results, checkpoint, RoundState::committed, evaluations, event);
+                                               EventRecord* event,
+                                               const CheckpointRetention& retention,
+                                               std::vector<std::string>* removed_paths) {
+  return write_round(round, results, checkpoint, RoundState::committed, evaluations, event,
+                     retention, removed_paths);
 }
 
 result<RoundRecord> HistoryStore::record_failed_round(const RoundRecord& round,
@@ -25,12 +28,11 @@ result<RoundRecord> HistoryStore::record_failed_round(const RoundRecord& round,
   return write_round(round, results, std::nullopt, RoundState::failed, {}, event);
 }
 
-result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
-                                              std::span<const ClientResult> results,
-                                              const std::optional<CheckpointRef>& checkpoint,
-                                              RoundState state,
-                                              std::span<const ClientEvaluation> evaluations,
-                                              EventRecord* event) {
+result<RoundRecord> HistoryStore::write_round(
+    const RoundRecord& round, std::span<const ClientResult> results,
+    const std::optional<CheckpointRef>& checkpoint, RoundState state,
+    std::span<const ClientEvaluation> evaluations, EventRecord* event,
+    const CheckpointRetention& retention, std::vector<std::string>* removed_paths) {
   const std::string what =
       cat(state == RoundState::committed ? "cannot commit round " : "cannot record failed round ",
           round.round, " of run ", round.run_id);
@@ -199,6 +201,31 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
     }
   }
 
+  // Retention: the rows of checkpoints now older than the newest keep_last rounds.
+  std::vector<std::string> removed;
+  if (state == RoundState::committed && retention.keep_last > 0 &&
+      stored.round > retention.keep_last) {
+    auto s = db_.prepare(
+        "UPDATE checkpoints SET removed_ms = ?3 "
+        "WHERE run_id = ?1 AND round <= ?2 AND removed_ms IS NULL RETURNING path");
+    if (!s) {
+      return in(what, s.error());
+    }
+    s->bind_int64(1, stored.run_id)
+        .bind_int64(2, stored.round - retention.keep_last)
+        .bind_int64(3, retention.now_ms);
+    while (true) {
+      auto stepped = s->step();
+      if (!stepped) {
+        return in(cat(what, ": checkpoint retention"), stepped.error());
+      }
+      if (*stepped != StepResult::row) {
+        break;
+      }
+      removed.push_back(s->column_text(0));
+    }
+  }
+
   std::optional<std::int64_t> event_id;
   if (event != nullptr) {
     auto id = insert_event(*event);
@@ -215,6 +242,9 @@ result<RoundRecord> HistoryStore::write_round(const RoundRecord& round,
   mark("round_commit.end");
   if (event_id) {
     event->id = *event_id;
+  }
+  if (removed_paths != nullptr) {
+    removed_paths->insert(removed_paths->end(), removed.begin(), removed.end());
   }
   return stored;
 }

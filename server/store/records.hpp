@@ -189,8 +189,19 @@ struct CheckpointRecord {
   std::int64_t run_id = 0;
   std::int64_t round = 0;
   CheckpointRef ref;
+  // When checkpoint retention removed the file (wall clock, ms); nullopt while it is kept.
+  std::optional<std::int64_t> removed_ms;
 
   bool operator==(const CheckpointRecord&) const = default;
+};
+
+// Checkpoint retention for one commit (HistoryStore::commit_round): keep the files of the
+// run's `keep_last` newest rounds, this one included; the rows of older ones are marked
+// removed at `now_ms` in the round's transaction, and their paths handed back for the
+// caller to delete once the commit is durable. keep_last 0 keeps every file.
+struct CheckpointRetention {
+  std::int64_t keep_last = 0;
+  std::int64_t now_ms = 0;
 };
 
 // An entry of the server's event log (run started, client joined, round committed, ...).

@@ -250,6 +250,13 @@ ALTER TABLE rounds ADD COLUMN dp_charge TEXT CHECK (dp_charge IS NULL OR json_va
 ALTER TABLE round_phases ADD COLUMN closed_ms REAL CHECK (closed_ms IS NULL OR closed_ms >= 0);
 PRAGMA user_version = 7;
 )sql"},
+    // Checkpoint retention: when the server's keep_checkpoints removed a round's checkpoint
+    // file (wall clock, ms). The row stays, so the history still says what the file was;
+    // NULL while the file is kept.
+    {8, R"sql(
+ALTER TABLE checkpoints ADD COLUMN removed_ms INTEGER CHECK (removed_ms IS NULL OR removed_ms >= 0);
+PRAGMA user_version = 8;
+)sql"},
 };
 
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");

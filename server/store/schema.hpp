@@ -26,7 +26,7 @@ struct Migration {
 };
 
 // The newest schema version this build knows.
-inline constexpr std::int64_t kSchemaVersion = 7;
+inline constexpr std::int64_t kSchemaVersion = 8;
 
 // Every migration, ordered by version: 1, 2, ..., kSchemaVersion.
 std::span<const Migration> migrations() noexcept;

@@ -7,6 +7,7 @@
 #include "tests/api/api_fixture.hpp"
 #include "tests/api/metrics_parser.hpp"
 #include "tests/federation/rogue_client.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fedcore::api {
 namespace {
@@ -222,6 +223,42 @@ TEST_F(ApiRun, RoundsResultsModelsClientsAndMetricsDescribeTheRun) {
             0);
   EXPECT_GT(metrics.value("fedcore_bytes_received_total"), 0);
   EXPECT_GT(metrics.value("fedcore_bytes_sent_total"), 0);
+}
+
+// keep_checkpoints 1: only the newest round's file stays; the API says why an older round's
+// model cannot be downloaded, and still serves the newest.
+TEST(ApiRetention, AnOlderRoundsModelIsGoneWithAReasonAndTheNewestIsServed) {
+  fedcore::testing::TempDir data;
+  testing::FixtureOptions options;
+  options.data_dir = data.path();
+  options.tune_federation = [](federation::ServerOptions& o) { o.keep_checkpoints = 1; };
+  ApiFixture fixture(std::move(options));
+  fixture.start_client("hospital-a");
+  fixture.start_client("hospital-b");
+  ASSERT_TRUE(fixture.wait_until([&] { return fixture.online() == 2; }, std::chrono::seconds(60)));
+  auto client = fixture.client();
+  auto created = client.post_json("/api/v1/runs", kTwoRounds);
+  ASSERT_EQ(created.status, 201) << created.describe();
+  const auto id = created.json()["id"].get<std::int64_t>();
+  ASSERT_TRUE(fixture.wait_until([&] { return fixture.ended().has_value(); }))
+      << "the run did not end";
+  const auto base = "/api/v1/runs/" + std::to_string(id);
+
+  auto gone = client.get(base + "/model?round=1");
+  EXPECT_EQ(gone.status, 404) << gone.describe();
+  EXPECT_EQ(gone.json()["error"]["message"],
+            "the checkpoint of round 1 of run " + std::to_string(id) +
+                " was removed by the server's checkpoint retention (keep_checkpoints); the "
+                "history keeps the round's record");
+  auto latest = client.get(base + "/model");
+  ASSERT_EQ(latest.status, 200) << latest.describe();
+  EXPECT_EQ(latest.header("x-fedcore-round"), "2");
+  const auto run_dir =
+      std::filesystem::path(data.path("checkpoints")) / ("run-" + std::to_string(id));
+  EXPECT_FALSE(std::filesystem::exists(run_dir / "round-1.fcp"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir / "round-2.fcp"));
+  // The round itself is still in the history.
+  EXPECT_EQ(client.get(base + "/rounds").json()["total"], 2);
 }
 
 TEST_F(ApiRun, AManualRunAdvancesOneRoundPerRequest) {

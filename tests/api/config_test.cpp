@@ -36,7 +36,7 @@ TEST(ServerConfig, ReadsEveryKey) {
       "checkpoint_dir": "ck", "max_connections": 64, "heartbeat_seconds": 2, "idle_timeout_s": 30,
       "handshake_timeout_s": 3, "hello_timeout_s": 4, "upload_memory_mb": 96,
       "storage_probe_first_s": 5, "storage_probe_max_s": 300, "overlap_checkpoints": false,
-      "worker_threads": 3, "tls": {"ca": "ca.pem", "cert": "s.pem", "key": "s.key", "crl": "crl.pem"},
+      "keep_checkpoints": 3, "worker_threads": 3, "tls": {"ca": "ca.pem", "cert": "s.pem", "key": "s.key", "crl": "crl.pem"},
       "api": {"port": 0, "enabled": false, "handshake_timeout_s": 5, "request_timeout_s": 6,
               "idle_timeout_s": 7, "max_unauthenticated": 40,
               "max_unauthenticated_per_address": 4, "max_connections_per_address": 8,
@@ -58,6 +58,7 @@ TEST(ServerConfig, ReadsEveryKey) {
   EXPECT_EQ(c->federation.storage_retry.first_probe, std::chrono::seconds(5));
   EXPECT_EQ(c->federation.storage_retry.max_interval, std::chrono::seconds(300));
   EXPECT_FALSE(c->federation.overlap_checkpoints);
+  EXPECT_EQ(c->federation.keep_checkpoints, 3);
   EXPECT_EQ(c->federation.worker_threads, 3);
   EXPECT_EQ(c->api.max_unauthenticated, 40u);
   EXPECT_EQ(c->api.max_unauthenticated_per_address, 4u);
@@ -75,6 +76,7 @@ TEST(ServerConfig, ReadsEveryKey) {
   EXPECT_EQ(empty->federation.handshake_timeout, std::chrono::seconds(10));
   EXPECT_EQ(empty->api.request_timeout, std::chrono::seconds(10));
   EXPECT_TRUE(empty->federation.overlap_checkpoints);
+  EXPECT_EQ(empty->federation.keep_checkpoints, 0) << "every round's file, unless asked";
   EXPECT_EQ(empty->federation.worker_threads, federation::ServerOptions::kAutoWorkerThreads);
 }
 
@@ -90,7 +92,9 @@ TEST(ServerConfig, EveryProblemNamesItsKeyPath) {
        "max_connections, max_unauthenticated, max_unauthenticated_per_address, "
        "max_inflight_updates, upload_memory_mb, crl_poll_s, heartbeat_seconds, idle_timeout_s, "
        "handshake_timeout_s, hello_timeout_s, storage_probe_first_s, storage_probe_max_s, "
-       "overlap_checkpoints, worker_threads, tls, api)"},
+       "overlap_checkpoints, keep_checkpoints, worker_threads, tls, api)"},
+      {R"({"keep_checkpoints": -1})",
+       "server config: 'keep_checkpoints' must be an integer in [0, 1000000], got -1"},
       {R"({"storage_probe_first_s": 90, "storage_probe_max_s": 60})",
        "server config: 'storage_probe_first_s' (90) must not exceed 'storage_probe_max_s' (60)"},
       {R"({"upload_memory_mb": -1})",

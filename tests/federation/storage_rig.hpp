@@ -96,10 +96,12 @@ class StorageRig {
   // `background`, if any, takes the checkpoint writes that may overlap the next round.
   // `sink`, if given, receives the events instead of `events`; with `second_connection`
   // the background's jobs commit the rounds they write through a second connection
-  // (RunEnvironment::background_store), as the server does.
+  // (RunEnvironment::background_store), as the server does. `keep_checkpoints` is the
+  // server's checkpoint retention (0: every round's file).
   StorageRig(std::string db_path, std::string checkpoint_dir, Disks* disks = nullptr,
              StorageRetry retry = {}, BackgroundWork* background = nullptr,
-             bool second_connection = false, EventSink* sink = nullptr)
+             bool second_connection = false, EventSink* sink = nullptr,
+             std::int64_t keep_checkpoints = 0)
       : db_path_(std::move(db_path)), checkpoint_dir_(std::move(checkpoint_dir)) {
     std::filesystem::create_directories(checkpoint_dir_);
     auto opened = store::HistoryStore::open(db_path_);
@@ -124,6 +126,7 @@ class StorageRig {
                        hooks,  checkpoint_dir_, disks, retry};
     env.background = background;
     env.background_store = commit_store ? &*commit_store : nullptr;
+    env.keep_checkpoints = keep_checkpoints;
     controller = std::make_unique<RunController>(std::move(env));
   }
 

@@ -52,7 +52,7 @@ TEST(HistorySchema, FreshFileHasCurrentVersionTablesAndWal) {
   { open_store(path); }
   SideConnection side(path);
   EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 7);
+  EXPECT_EQ(kSchemaVersion, 8);
   auto names = side.db().prepare(
       "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
       "ORDER BY name");
@@ -434,6 +434,74 @@ TEST(HistoryRounds, CommitReadsBackExactly) {
   ASSERT_TRUE(store.commit_round(make_round(run, 2), results, std::nullopt));
   EXPECT_EQ((*store.latest_checkpoint(run))->round, 1);
   EXPECT_EQ((*store.last_committed_round(run))->round, 2);
+}
+
+TEST(HistoryRounds, RetentionMarksTheOlderCheckpointsRemovedInTheRoundsTransaction) {
+  HistoryStore store = open_store();
+  const auto run = seed_running_run(store);
+  const auto path = [](int round) { return "/ckpt/run-1/round-" + std::to_string(round) + ".fcp"; };
+  const CheckpointRetention keep_two{2, 7000};
+  std::vector<std::vector<std::string>> retired(6);
+  for (int round = 1; round <= 5; ++round) {
+    auto committed =
+        store.commit_round(make_round(run, round), three_results(), make_checkpoint(path(round)),
+                           {}, nullptr, keep_two, &retired[static_cast<std::size_t>(round)]);
+    ASSERT_TRUE(committed) << committed.error().to_string();
+  }
+  // Each commit retires exactly the round that fell out of the newest two.
+  EXPECT_TRUE(retired[1].empty());
+  EXPECT_TRUE(retired[2].empty());
+  EXPECT_EQ(retired[3], std::vector<std::string>{path(1)});
+  EXPECT_EQ(retired[4], std::vector<std::string>{path(2)});
+  EXPECT_EQ(retired[5], std::vector<std::string>{path(3)});
+
+  auto checkpoints = store.list_checkpoints(run);
+  ASSERT_TRUE(checkpoints);
+  ASSERT_EQ(checkpoints->size(), 5u);  // the rows stay: the history still names every file
+  for (const auto& c : *checkpoints) {
+    EXPECT_EQ(c.removed_ms, c.round <= 3 ? std::optional<std::int64_t>(7000) : std::nullopt)
+        << "round " << c.round;
+  }
+  EXPECT_EQ(*store.referenced_checkpoint_paths(), (std::vector<std::string>{path(4), path(5)}));
+  EXPECT_EQ((*store.latest_checkpoint(run))->round, 5);
+
+  // A refused commit retires nothing: the marks are in its rolled-back transaction.
+  std::vector<std::string> none;
+  EXPECT_FALSE(store.commit_round(make_round(run, 5), three_results(), make_checkpoint(path(6)), {},
+                                  nullptr, CheckpointRetention{1, 8000}, &none));
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(*store.referenced_checkpoint_paths(), (std::vector<std::string>{path(4), path(5)}));
+
+  // Without retention (keep_last 0) every file stays.
+  std::vector<std::string> kept;
+  ASSERT_TRUE(store.commit_round(make_round(run, 6), three_results(), make_checkpoint(path(6)), {},
+                                 nullptr, CheckpointRetention{}, &kept));
+  EXPECT_TRUE(kept.empty());
+  EXPECT_EQ(store.referenced_checkpoint_paths()->size(), 3u);
+}
+
+TEST(HistoryRounds, MigrationFromVersion7KeepsEveryCheckpoint) {
+  TempDir dir;
+  const auto path = dir.path("history.db");
+  {
+    auto db = testing::database_at_version(path, 7);
+    ASSERT_TRUE(db.exec(
+        "INSERT INTO runs (name, config_json, state, rounds_total, last_round, created_ms, "
+        "  updated_ms) VALUES ('old-run', '{}', 'running', 3, 1, 1, 2);"
+        "INSERT INTO checkpoints (run_id, round, path, size_bytes, crc32, layout_fingerprint) "
+        "  VALUES (1, 1, '/ckpt/run-1/round-1.fcp', 10, 7, 'ab');"));
+  }
+  auto store = HistoryStore::open(path);
+  ASSERT_TRUE(store) << store.error().to_string();
+  auto checkpoints = store->list_checkpoints(1);
+  ASSERT_TRUE(checkpoints) << checkpoints.error().to_string();
+  ASSERT_EQ(checkpoints->size(), 1u);
+  EXPECT_FALSE((*checkpoints)[0].removed_ms.has_value()) << "a file from before stays kept";
+  EXPECT_EQ(*store->referenced_checkpoint_paths(),
+            std::vector<std::string>{"/ckpt/run-1/round-1.fcp"});
+  SideConnection side(path);
+  EXPECT_EQ(*schema_version(side.db()), kSchemaVersion);
+  EXPECT_FALSE(side.db().exec("UPDATE checkpoints SET removed_ms = -1"));  // the new CHECK
 }
 
 TEST(HistoryRounds, APrivacyChargeReadsBackExactly) {

@@ -72,6 +72,7 @@ struct CommitRows {
   std::vector<store::ClientResult> results;
   std::vector<store::ClientEvaluation> evaluations;
   store::EventRecord committed_event;
+  store::CheckpointRetention retention;  // the server's keep_checkpoints, at the round's end
 };
 
 // Holds the sink's announcements (and its writes of new events) while it lives

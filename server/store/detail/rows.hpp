@@ -276,7 +276,8 @@ inline result<ClientResult> read_client_result(const Statement& s) {
   return r;
 }
 
-#define FEDCORE_CHECKPOINT_COLUMNS "id, run_id, round, path, size_bytes, crc32, layout_fingerprint "
+#define FEDCORE_CHECKPOINT_COLUMNS \
+  "id, run_id, round, path, size_bytes, crc32, layout_fingerprint, removed_ms "
 
 inline CheckpointRecord read_checkpoint(const Statement& s) {
   CheckpointRecord c;
@@ -287,6 +288,9 @@ inline CheckpointRecord read_checkpoint(const Statement& s) {
   c.ref.size_bytes = s.column_int64(4);
   c.ref.crc32 = static_cast<std::uint32_t>(s.column_int64(5));
   c.ref.layout_fingerprint = s.column_text(6);
+  if (!s.column_is_null(7)) {
+    c.removed_ms = s.column_int64(7);
+  }
   return c;
 }
 

@@ -29,9 +29,11 @@ struct IntactHistory {
 //     attempts may sit between them);
 //   - each committed round names a checkpoint row of its own round, and there is no
 //     other checkpoint row;
-//   - each checkpoint file exists, has the recorded size, the CRC-32 of its content
-//     (every byte before the 4-byte trailer, docs/schema.md) equals the crc32 column,
-//     and it decodes;
+//   - each checkpoint file retention has not removed exists, has the recorded size, the
+//     CRC-32 of its content (every byte before the 4-byte trailer, docs/schema.md) equals
+//     the crc32 column, and it decodes (a removed one's file may still be there, until the
+//     next start's sweep, if the kill came between its round's commit and its deletion);
+//   - the newest checkpoint is never a removed one;
 //   - every checkpoint path the store references is one of those (nothing else, nothing
 //     half-written, is referenced);
 //   - PRAGMA integrity_check reports ok.
@@ -80,6 +82,10 @@ inline IntactHistory expect_intact_history(const std::string& db, std::int64_t r
     if (i < committed.size()) {
       EXPECT_EQ(c.round, committed[i]) << c.ref.path;
       EXPECT_EQ(c.id, named[i]) << "round " << committed[i] << " names another checkpoint";
+    }
+    if (c.removed_ms) {
+      EXPECT_LT(i + 1, out.checkpoints.size()) << "retention removed the newest checkpoint";
+      continue;
     }
     std::ifstream in(c.ref.path, std::ios::binary);
     if (!in) {

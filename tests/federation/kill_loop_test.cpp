@@ -23,6 +23,11 @@
 // one at-point kill inside the checkpoint write and one inside the round commit; the test
 // asserts that the traces saw kills land in both phases.
 //
+// Checkpoint retention: the killed run keeps only its newest 2 rounds' files
+// (keep_checkpoints) when the seed is odd, every file when it is even
+// (FEDCORE_KILL_KEEP_CHECKPOINTS=N overrides), so kills also land between a commit that
+// retired a file and the file's deletion; the reference run keeps every file.
+//
 // After every kill, and at the end: every committed round is in the history once, in
 // order, with an intact checkpoint whose CRC is the store's; nothing else is referenced;
 // PRAGMA integrity_check is ok (tests/federation/history_checks.hpp); the last round never
@@ -98,6 +103,22 @@ std::optional<std::uint64_t> kill_seed() {
     return std::nullopt;
   }
   return seed;
+}
+
+// FEDCORE_KILL_KEEP_CHECKPOINTS, else 2 for an odd seed and 0 (keep all) for an even one;
+// nullopt when set but not an integer in [0, 1000].
+std::optional<int> keep_checkpoints(std::uint64_t seed) {
+  const char* text = std::getenv("FEDCORE_KILL_KEEP_CHECKPOINTS");
+  if (text == nullptr || *text == 0) {
+    return seed % 2 == 1 ? 2 : 0;
+  }
+  int n = 0;
+  const auto* end = text + std::strlen(text);
+  const auto [last, ec] = std::from_chars(text, end, n);
+  if (ec != std::errc() || last != end || n < 0 || n > 1000) {
+    return std::nullopt;
+  }
+  return n;
 }
 
 // ---------------------------------------------------------------- phases and the plan
@@ -251,10 +272,11 @@ std::vector<Kill> plan_kills(Rng& rng, int n, std::chrono::microseconds round_ti
 class TwoSiteRun {
  public:
   TwoSiteRun(const TempDir& dir, const std::string& name, const tls::testing::Pki& pki,
-             std::int64_t rounds)
+             std::int64_t rounds, int keep_checkpoints = 0)
       : root_(dir.path(name)), pki_(pki), port_(testing::free_port()) {
     std::filesystem::create_directories(root_);
-    testing::write_server_config(path("server.json"), port_, db(), checkpoints(), pki);
+    testing::write_server_config(path("server.json"), port_, db(), checkpoints(), pki,
+                                 keep_checkpoints);
     std::ofstream run(path("run.json"));
     run << R"({"name":"kill-loop","model":{"type":"logreg"},"rounds":)" << rounds
         << R"(,"clients_per_round":2,"min_clients":2,"local_epochs":1,"batch_size":16,)"
@@ -384,7 +406,9 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   // 2. The same run, killed N times.
   Rng rng(*seed);
   const auto plan = plan_kills(rng, *n, round_time, start_up_time);
-  TwoSiteRun killed(dir, "killed", pki, rounds);
+  const auto keep = keep_checkpoints(*seed);
+  ASSERT_TRUE(keep) << "FEDCORE_KILL_KEEP_CHECKPOINTS must be an integer in [0, 1000]";
+  TwoSiteRun killed(dir, "killed", pki, rounds, *keep);
   killed.start_sites();
   std::array<int, kPhaseNames.size()> landed{};
   std::int64_t high_water = 0;
@@ -458,9 +482,14 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   // leaves nothing but the checkpoints it committed.
   std::set<std::string> referenced;
   for (const auto& c : history.checkpoints) {
-    referenced.insert(c.ref.path);
+    if (!c.removed_ms) {
+      referenced.insert(c.ref.path);
+    }
   }
   EXPECT_EQ(files_under(killed.checkpoints()), referenced);
+  // Retention kept exactly the newest `keep` files (all of them with 0).
+  EXPECT_EQ(referenced.size(),
+            static_cast<std::size_t>(*keep == 0 ? rounds : std::min<std::int64_t>(*keep, rounds)));
 
   // The model, round by round: the same bytes as the uninterrupted run's.
   for (std::size_t r = 0; r < history.checkpoints.size(); ++r) {
@@ -483,7 +512,8 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   EXPECT_GE(landed[static_cast<std::size_t>(Phase::round_commit)], 1);
 
   std::ostringstream summary;
-  summary << "kill loop: " << plan.size() << " kills and restarts, seed " << *seed << "; landed:";
+  summary << "kill loop: " << plan.size() << " kills and restarts, seed " << *seed
+          << ", keep_checkpoints " << *keep << "; landed:";
   for (std::size_t p = 0; p < kPhaseNames.size(); ++p) {
     summary << (p == 0 ? " " : ", ") << kPhaseNames[p] << " " << landed[p];
   }

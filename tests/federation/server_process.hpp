@@ -44,13 +44,15 @@ inline std::uint16_t free_port() {
 }
 
 // The server config the crash tests use: federation on 127.0.0.1:`port`, history in `db`,
-// checkpoints under `checkpoint_dir`, the PKI's server identity, heartbeats every second.
+// checkpoints under `checkpoint_dir` (the newest `keep_checkpoints` rounds' files of each
+// run, 0: all), the PKI's server identity, heartbeats every second.
 inline void write_server_config(const std::string& path, std::uint16_t port, const std::string& db,
-                                const std::string& checkpoint_dir, const tls::testing::Pki& pki) {
+                                const std::string& checkpoint_dir, const tls::testing::Pki& pki,
+                                int keep_checkpoints = 0) {
   std::ofstream config(path);
   config << R"({"listen":"127.0.0.1","port":)" << port << R"(,"database":")" << db
-         << R"(","checkpoint_dir":")" << checkpoint_dir
-         << R"(","heartbeat_seconds":1,"idle_timeout_s":10,)"
+         << R"(","checkpoint_dir":")" << checkpoint_dir << R"(","keep_checkpoints":)"
+         << keep_checkpoints << R"(,"heartbeat_seconds":1,"idle_timeout_s":10,)"
          << R"("tls":{"ca":")" << pki.ca() << R"(","cert":")" << pki.server_cert() << R"(","key":")"
          << pki.server_key() << R"(","crl":")" << pki.crl() << R"("}})";
 }

@@ -74,19 +74,25 @@ using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------- settings
 
-// FEDCORE_KILL_POINTS, or `fallback`; nullopt when set but not an integer in [2, 1000].
-std::optional<int> kill_points(int fallback) {
-  const char* text = std::getenv("FEDCORE_KILL_POINTS");
+// The environment variable `name` as an integer in [low, high], or `fallback` when it is
+// unset or empty; nullopt when it is set to anything else.
+std::optional<int> env_integer(const char* name, int fallback, int low, int high) {
+  const char* text = std::getenv(name);
   if (text == nullptr || *text == 0) {
     return fallback;
   }
   int n = 0;
   const auto* end = text + std::strlen(text);
   const auto [last, ec] = std::from_chars(text, end, n);
-  if (ec != std::errc() || last != end || n < 2 || n > 1000) {
+  if (ec != std::errc() || last != end || n < low || n > high) {
     return std::nullopt;
   }
   return n;
+}
+
+// FEDCORE_KILL_POINTS, or `fallback`; nullopt when set but not an integer in [2, 1000].
+std::optional<int> kill_points(int fallback) {
+  return env_integer("FEDCORE_KILL_POINTS", fallback, 2, 1000);
 }
 
 // FEDCORE_KILL_SEED to replay a run, else a fresh seed (printed by the test).
@@ -108,17 +114,7 @@ std::optional<std::uint64_t> kill_seed() {
 // FEDCORE_KILL_KEEP_CHECKPOINTS, else 2 for an odd seed and 0 (keep all) for an even one;
 // nullopt when set but not an integer in [0, 1000].
 std::optional<int> keep_checkpoints(std::uint64_t seed) {
-  const char* text = std::getenv("FEDCORE_KILL_KEEP_CHECKPOINTS");
-  if (text == nullptr || *text == 0) {
-    return seed % 2 == 1 ? 2 : 0;
-  }
-  int n = 0;
-  const auto* end = text + std::strlen(text);
-  const auto [last, ec] = std::from_chars(text, end, n);
-  if (ec != std::errc() || last != end || n < 0 || n > 1000) {
-    return std::nullopt;
-  }
-  return n;
+  return env_integer("FEDCORE_KILL_KEEP_CHECKPOINTS", seed % 2 == 1 ? 2 : 0, 0, 1000);
 }
 
 // ---------------------------------------------------------------- phases and the plan
@@ -359,6 +355,8 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   ASSERT_TRUE(n) << "FEDCORE_KILL_POINTS must be an integer from 2 to 1000";
   const auto seed = kill_seed();
   ASSERT_TRUE(seed) << "FEDCORE_KILL_SEED must be an unsigned integer";
+  const auto keep = keep_checkpoints(*seed);
+  ASSERT_TRUE(keep) << "FEDCORE_KILL_KEEP_CHECKPOINTS must be an integer in [0, 1000]";
   std::cout << "kill loop: " << *n << " kills, FEDCORE_KILL_SEED=" << *seed << "\n";
   SCOPED_TRACE("replay with FEDCORE_KILL_POINTS=" + std::to_string(*n) +
                " FEDCORE_KILL_SEED=" + std::to_string(*seed));
@@ -406,8 +404,6 @@ TEST(KillLoop, ServerKilledAtRandomMomentsKeepsItsHistoryAndItsModel) {
   // 2. The same run, killed N times.
   Rng rng(*seed);
   const auto plan = plan_kills(rng, *n, round_time, start_up_time);
-  const auto keep = keep_checkpoints(*seed);
-  ASSERT_TRUE(keep) << "FEDCORE_KILL_KEEP_CHECKPOINTS must be an integer in [0, 1000]";
   TwoSiteRun killed(dir, "killed", pki, rounds, *keep);
   killed.start_sites();
   std::array<int, kPhaseNames.size()> landed{};

@@ -43,18 +43,25 @@ struct Retention : ::testing::TestWithParam<bool> {
                                         StorageRetry{}, GetParam() ? &background : nullptr,
                                         GetParam(), nullptr, /*keep_checkpoints=*/2);
   }
+
+  // Starts a run of `total` rounds and answers its first `answered`; the run's id (0 on
+  // failure, reported).
+  std::int64_t run_rounds(int total, int answered) {
+    auto id = rig->controller->start_run(testing::storage_test_run(total));
+    EXPECT_TRUE(id) << id.error().message;
+    rig->controller->poll();
+    for (int round = 1; round <= answered; ++round) {
+      rig->answer_round();
+    }
+    return id ? *id : 0;
+  }
 };
 
 TEST_P(Retention, KeepsTheNewestFilesAndMarksTheOthersRemoved) {
-  auto id = rig->controller->start_run(testing::storage_test_run(5));
-  ASSERT_TRUE(id) << id.error().message;
-  rig->controller->poll();
-  for (int round = 1; round <= 5; ++round) {
-    rig->answer_round();
-  }
-  ASSERT_EQ(rig->committed_rounds(*id), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
+  const auto id = run_rounds(5, 5);
+  ASSERT_EQ(rig->committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
 
-  auto checkpoints = rig->store->list_checkpoints(*id);
+  auto checkpoints = rig->store->list_checkpoints(id);
   ASSERT_TRUE(checkpoints) << checkpoints.error().message;
   ASSERT_EQ(checkpoints->size(), 5u);
   for (const auto& c : *checkpoints) {
@@ -65,28 +72,23 @@ TEST_P(Retention, KeepsTheNewestFilesAndMarksTheOthersRemoved) {
       EXPECT_EQ(*c.removed_ms, rig->clock.wall_ms());
     }
   }
-  // What stays is complete: the two newest files decode with their recorded size and CRC.
+  // What stays is complete: the two newest files decode (their CRC trailers checked).
   EXPECT_EQ(rig->store->referenced_checkpoint_paths()->size(), 2u);
   for (int round : {4, 5}) {
-    auto bundle = model::load_params(checkpoint_file(dir, *id, round).string());
+    auto bundle = model::load_params(checkpoint_file(dir, id, round).string());
     EXPECT_TRUE(bundle) << bundle.error().message;
   }
-  EXPECT_EQ((*rig->store->latest_checkpoint(*id))->round, 5);
+  EXPECT_EQ((*rig->store->latest_checkpoint(id))->round, 5);
 }
 
 // A restart after round 3 resumes from round 3's file (never removed: it is the newest),
 // and the run finishes with the same retention.
 TEST_P(Retention, ARestartResumesFromTheNewestFile) {
-  auto id = rig->controller->start_run(testing::storage_test_run(5));
-  ASSERT_TRUE(id) << id.error().message;
-  rig->controller->poll();
-  for (int round = 1; round <= 3; ++round) {
-    rig->answer_round();
-  }
-  ASSERT_EQ(rig->committed_rounds(*id), (std::vector<std::int64_t>{1, 2, 3}));
+  const auto id = run_rounds(5, 3);
+  ASSERT_EQ(rig->committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3}));
   rig->controller->shutdown();
   rig.reset();
-  EXPECT_FALSE(fs::exists(checkpoint_file(dir, *id, 1)));
+  EXPECT_FALSE(fs::exists(checkpoint_file(dir, id, 1)));
 
   rig = make_rig();
   ASSERT_TRUE(rig->controller->resume_runs());
@@ -95,9 +97,9 @@ TEST_P(Retention, ARestartResumesFromTheNewestFile) {
   EXPECT_EQ(rig->clients.pending.at("a").request.round, 4);
   rig->answer_round();
   rig->answer_round();
-  EXPECT_EQ(rig->committed_rounds(*id), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(rig->committed_rounds(id), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
   for (int round = 1; round <= 5; ++round) {
-    EXPECT_EQ(fs::exists(checkpoint_file(dir, *id, round)), round >= 4) << "round " << round;
+    EXPECT_EQ(fs::exists(checkpoint_file(dir, id, round)), round >= 4) << "round " << round;
   }
 }
 

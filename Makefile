@@ -6,7 +6,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test build setup bench format format-check layout-check clean check-arch fuzz fuzz-regression
+.PHONY: demo test build setup bench bench-rounds format format-check layout-check clean check-arch fuzz fuzz-regression
 
 setup:
 	@scripts/setup.sh
@@ -39,6 +39,15 @@ bench:
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS) --target bench_train_step
 	bench/compare_torch.sh build/release
+
+# Issue 20's round-time table (9 cells, 100k to 10M parameters, 2 to 32 clients) against its
+# targets and this machine's TLS floor, median of REPEATS runs (default 3; bench/round_targets.py).
+bench-rounds: PRESET = release
+bench-rounds:
+	@scripts/setup.sh
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS) --target federation_bench
+	bench/round_targets.py --build build/release
 
 # libFuzzer targets with ASan + UBSan (clang; fuzz/, docs/fuzzing.md), in build/fuzz. `make fuzz`
 # runs each for FUZZ_SECONDS on a copy of its corpus; `make fuzz-regression` runs each once

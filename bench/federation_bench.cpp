@@ -12,7 +12,9 @@
 //                                         the bytes it moved (costs measured in the run),
 //                                         and the round against the TLS floor: its bytes
 //                                         at the CPU per MB our TLS channel costs each side
-//                                         (measured in the run), on 2 cores.
+//                                         (measured in the run), on 2 cores; and the busy
+//                                         floor: the CPU the server and the clients used
+//                                         per round, on 2 cores.
 //                                         --client-threads T spreads the clients over T
 //                                         threads (default 1); --overlap off|both runs the
 //                                         server without (and with) checkpoint overlap;
@@ -761,6 +763,13 @@ double tls_floor_ms(const ByteCosts& c, double mb_down, double mb_up) {
   return (mb_down + mb_up) * (c.tls_send_ms_per_mb + c.tls_receive_ms_per_mb) / 2;
 }
 
+// The CPU the round actually used, the server's and the clients' together, spread over 2
+// cores with nothing idle. Above a target, the target needs less CPU per round, not better
+// overlap; a round far above it is waiting (dependencies, wake-ups), not computing.
+double busy_floor_ms(double server_cpu_ms, double clients_cpu_ms) {
+  return (server_cpu_ms + clients_cpu_ms) / 2;
+}
+
 template <class Field>
 double median_of(const std::vector<fedcore::store::RoundPhases>& phases, Field field) {
   std::vector<double> values;
@@ -842,9 +851,10 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
       "last update | "
       "validate | aggregate | checkpoint | commit | server CPU | CPU floor | CPU / floor "
       "| system floor | round / system floor | TLS floor | round / TLS floor | server TLS floor "
-      "| CPU / server TLS floor |\n");
+      "| CPU / server TLS floor | clients' CPU | busy floor | round / busy floor |\n");
   std::printf(
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+      "---|---|\n");
   for (const auto& [spec, r] : runs) {
     if (r.phases.empty()) {
       std::printf("| %ld | %d | no phases recorded |\n", r.actual_params, spec.clients);
@@ -859,9 +869,13 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
     const double system_floor = system_floor_ms(costs, mb_down, mb_up);
     const double tls_floor = tls_floor_ms(costs, mb_down, mb_up);
     const double server_tls_floor = server_tls_floor_ms(costs, mb_down, mb_up);
+    // The clients' CPU is known only for the whole run (their threads' clocks): a mean.
+    const double clients_cpu =
+        r.round_ms.empty() ? 0 : r.clients_cpu_s * 1000 / double(r.round_ms.size());
+    const double busy_floor = busy_floor_ms(cpu, clients_cpu);
     std::printf(
         "| %ld | %d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | "
-        "%.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+        "%.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f | %.2f |\n",
         r.actual_params, spec.clients, spec.overlap ? "on" : "off",
         spec.workers < 0 ? "default" : std::to_string(spec.workers).c_str(), total,
         median_of(r.phases, [](const P& p) { return p.train_written_ms.value_or(-1); }),
@@ -872,7 +886,7 @@ void rounds_bench(const std::string& server_bin, const std::vector<long>& param_
         median_of(r.phases, [](const P& p) { return p.checkpoint_ms; }),
         median_of(r.phases, [](const P& p) { return p.commit_ms; }), cpu, server_floor,
         cpu / server_floor, system_floor, total / system_floor, tls_floor, total / tls_floor,
-        server_tls_floor, cpu / server_tls_floor);
+        server_tls_floor, cpu / server_tls_floor, clients_cpu, busy_floor, total / busy_floor);
   }
   std::fflush(stdout);
 }
